@@ -1,0 +1,12 @@
+"""jaxmem: per-device GPU memory of a Flax training step, from XLA itself."""
+
+import os
+
+# The CUDA plugin checks the driver at start-up and fails on machines without a
+# GPU; deviceless compilation needs the plugin but not the driver (DESIGN.md §2).
+os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+
+from jaxmem.workload import REMAT_POLICIES, Workload, remat_policy  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["Workload", "remat_policy", "REMAT_POLICIES", "__version__"]

@@ -1,0 +1,173 @@
+"""The analysis pipeline: workload + options -> Report."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxmem import compiled as compiled_mod
+from jaxmem import layouts, overhead, report, step, targets, train_state
+from jaxmem.errors import UserError
+from jaxmem.workload import Workload, load_workload
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyzeOptions:
+    gpu: str | None = None
+    mesh: str = "data=1"
+    layout: str = "fsdp"
+    hosts: int | None = None
+    precision: str = "fp32"
+    optimizer: str | None = None
+    batch: int | None = None
+    accum: int = 1
+    remat: str = "none"
+    donate: bool = True
+    mem_fraction: float | None = None
+    explain: bool = True             # decode the buffer assignment (top buffers, modules, curve)
+    top: int = 10
+    module_depth: int = 2
+    model_args: tuple[tuple[str, Any], ...] = ()
+
+
+def analyze_file(path: str, opts: AnalyzeOptions) -> report.Report:
+    t0 = time.perf_counter()
+    wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
+    return analyze_workload(wl, opts, source=str(path), t_start=t0)
+
+
+def build_mesh(target: targets.Target, mesh_spec: layouts.MeshSpec):
+    from jax.sharding import Mesh
+
+    devs = np.array(target.devices[: mesh_spec.size], dtype=object).reshape(mesh_spec.shape)
+    return Mesh(devs, mesh_spec.names)
+
+
+def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None) -> report.Report:
+    t_start = time.perf_counter() if t_start is None else t_start
+    mesh_spec = layouts.parse_mesh(opts.mesh)
+    target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+    mesh = build_mesh(target, mesh_spec)
+    built = step.build(wl, step.StepOptions(opts.layout, opts.precision, opts.optimizer, opts.batch, opts.accum,
+                                            opts.donate), mesh, mesh_spec)
+    t_built = time.perf_counter()
+    dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if opts.explain else None
+    try:
+        _, stats = compiled_mod.lower_and_compile(built, dump_dir)
+        t_compiled = time.perf_counter()
+        assignment = None
+        if dump_dir is not None:
+            from jaxmem import buffers
+
+            assignment = buffers.read_dump(dump_dir)
+    finally:
+        if dump_dir is not None:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    t_decoded = time.perf_counter()
+
+    state = train_state.summarize(built.leaves)
+    ovh = overhead.lookup(target)
+    gradients = min(state.gradients, stats.temp)
+    breakdown = {
+        "params": state.params,
+        "optimizer_state": state.optimizer_state,
+        "gradients": gradients,
+        "batch": state.batch,
+        "other_state": state.other_state,
+        "activations_and_temporaries": stats.temp - gradients,
+        "outputs_not_aliased": stats.output - stats.alias,
+        "generated_code": stats.generated_code,
+        "runtime_overhead": ovh.in_pool_bytes,
+    }
+    # Arguments XLA counts that our leaves do not know of (should be none) stay visible.
+    unexplained_args = stats.argument - state.arguments
+    if unexplained_args:
+        breakdown["other_state"] += unexplained_args
+    peak = stats.lower_bound + ovh.in_pool_bytes
+
+    usable_bytes, usable_note = _usable(target, opts.mem_fraction, ovh)
+    fits = None if usable_bytes is None else peak <= usable_bytes
+    headroom = None if usable_bytes is None else usable_bytes - peak
+
+    warnings = [report.Warning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
+                               "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
+                for n in built.notes]
+    for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
+        warnings.append(report.Warning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
+                                       f"{issue.reason}", issue.replicated_bytes))
+
+    top, modules, cats, timeline, peak_index = (), (), {}, (), -1
+    if assignment is not None:
+        from jaxmem import explain
+
+        param_cats = [leaf.category for leaf in built.leaves]
+        ex = explain.explain(assignment, param_cats, top=opts.top, depth=opts.module_depth)
+        top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
+        warnings.extend(ex.warnings)
+
+    import flax
+    import jax
+    import optax
+
+    return report.Report(
+        model=wl.name or "workload",
+        source=source,
+        target=report.TargetInfo(target.gpu, target.description, target.platform, mesh_spec.size, target.hosts,
+                                 target.deviceless, target.memory_bytes, usable_bytes, usable_note),
+        mesh=mesh_spec.axes,
+        layout=opts.layout,
+        options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
+                 "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
+                 **{f"arg:{k}": v for k, v in opts.model_args}},
+        per_device_peak_bytes=peak,
+        breakdown=breakdown,
+        xla={"argument": stats.argument, "output": stats.output, "alias": stats.alias, "temp": stats.temp,
+             "generated_code": stats.generated_code, "peak_memory": stats.peak, "lower_bound": stats.lower_bound},
+        param_count=state.param_count,
+        state_check={"analytic_argument_bytes": state.arguments, "compiled_argument_bytes": stats.argument},
+        runtime_overhead_source=ovh.source,
+        fits=fits,
+        headroom_bytes=headroom,
+        warnings=tuple(warnings),
+        top_buffers=tuple(top),
+        modules=tuple(modules),
+        peak_categories=cats,
+        timeline=tuple(timeline),
+        timeline_peak_index=peak_index,
+        timings={"build_s": round(t_built - t_start, 3), "lower_s": round(stats.lower_s, 3),
+                 "compile_s": round(stats.compile_s, 3), "decode_s": round(t_decoded - t_compiled, 3),
+                 "total_s": round(time.perf_counter() - t_start, 3)},
+        versions={"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__},
+    )
+
+
+def _usable(target: targets.Target, mem_fraction: float | None, ovh) -> tuple[int | None, str]:
+    if target.memory_bytes is None:
+        return None, "CPU: no fixed device memory; the OS decides"
+    if target.gpu.startswith("local:"):
+        return target.memory_bytes, "the allocator's bytes_limit on this GPU"
+    if mem_fraction is not None:
+        if not 0 < mem_fraction <= 1:
+            raise UserError(f"--mem-fraction {mem_fraction}: must be in (0, 1]")
+        frac, note = mem_fraction, f"--mem-fraction {mem_fraction}"
+    else:
+        frac, note = targets.usable_fraction()
+    # The pool cannot take memory the runtime holds outside it (CUDA context, NCCL).
+    usable = min(int(target.memory_bytes * frac), target.memory_bytes - ovh.out_of_pool_bytes)
+    return usable, note
+
+
+def _optimizer_name(wl: Workload) -> str:
+    return "workload's own" if wl.optimizer is not None else "adamw"
+
+
+def _global_batch(built: step.BuiltStep) -> int | None:
+    for leaf in built.leaves:
+        if leaf.category == "batch" and leaf.shape:
+            return leaf.shape[0]
+    return None

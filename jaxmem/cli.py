@@ -1,0 +1,169 @@
+"""The `jaxmem` command line. Click wiring only: the work lives in the modules."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from jaxmem.errors import UserError
+from jaxmem.workload import REMAT_POLICIES
+
+EXIT_FITS, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 2, 3
+
+
+def _parse_arg(text: str):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{text!r}: expected KEY=VALUE")
+    for conv in (int, float):
+        try:
+            return key, conv(value)
+        except ValueError:
+            pass
+    return key, {"true": True, "false": False, "none": None}.get(value.lower(), value)
+
+
+def step_options(f):
+    """Options shared by every command that builds a training step."""
+    decorators = [
+        click.argument("model_file", type=click.Path(dir_okay=False)),
+        click.option("--gpu", default=None, help="Target GPU: a catalogue name (jaxmem gpus), 'local' or 'cpu'. "
+                     "Default: the attached GPU, else h100."),
+        click.option("--mesh", default="data=1", show_default=True, help="Device mesh, AXIS=N[,AXIS=N]. "
+                     "An axis named model/tensor/tp is the tensor-parallel axis; the others are data axes."),
+        click.option("--hosts", type=int, default=None, help="Hosts the devices are spread over (default: 8 GPUs per host)."),
+        click.option("--layout", type=click.Choice(["dp", "fsdp", "tp", "fsdp_tp"]), default="fsdp", show_default=True),
+        click.option("--batch", type=int, default=None, help="Global batch size (overrides the model's)."),
+        click.option("--optimizer", default=None, help="sgd, momentum, adam, adamw, adafactor, lion (default: the workload's, else adamw)."),
+        click.option("--precision", type=click.Choice(["fp32", "bf16", "bf16-pure"]), default="fp32", show_default=True,
+                     help="bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16."),
+        click.option("--remat", type=click.Choice(REMAT_POLICIES), default="none", show_default=True),
+        click.option("--accum", type=int, default=1, show_default=True, help="Gradient-accumulation microbatches."),
+        click.option("--no-donate", "no_donate", is_flag=True, help="Do not donate the train state (shows the cost)."),
+        click.option("--arg", "model_args", multiple=True, metavar="KEY=VALUE",
+                     help="Keyword argument for the model file's workload(), e.g. --arg preset=8b. Repeatable."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
+    ]
+    return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
+
+
+def _run(fn):
+    """User errors: one message, exit 2, no traceback."""
+    try:
+        return fn()
+    except UserError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _prepare(mesh: str) -> None:
+    # Must happen before jax starts: CPU meshes need forced host devices.
+    from jaxmem import layouts, targets
+
+    targets.ensure_host_devices(max(layouts.parse_mesh(mesh).size, 1))
+
+
+def _options(kw: dict, **extra):
+    from jaxmem.analyze import AnalyzeOptions
+
+    if kw["accum"] < 1:
+        raise UserError("--accum must be at least 1")
+    return AnalyzeOptions(gpu=kw["gpu"], mesh=kw["mesh"], layout=kw["layout"], hosts=kw["hosts"],
+                          precision=kw["precision"], optimizer=kw["optimizer"], batch=kw["batch"], accum=kw["accum"],
+                          remat=kw["remat"], donate=not kw["no_donate"],
+                          model_args=tuple(_parse_arg(a) for a in kw["model_args"]), **extra)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jaxmem")
+def main():
+    """Per-device GPU memory of a Flax training step, from XLA itself.
+
+    jaxmem lowers your real jitted training step (forward, backward, optax
+    update, donated state) for the GPU and mesh you plan to use -- no GPU
+    needed -- and tells you the per-device peak, where it goes, and whether it fits.
+    """
+
+
+@main.command()
+@step_options
+@click.option("--mem-fraction", type=float, default=None,
+              help="Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).")
+@click.option("--top", type=int, default=10, show_default=True, help="Largest buffers live at the peak to list.")
+@click.option("--depth", type=int, default=2, show_default=True, help="Module-path depth of the per-module roll-up.")
+@click.option("--no-explain", is_flag=True, help="Skip decoding XLA's buffer assignment (faster; no top buffers).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
+def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, **kw):
+    """Predict the per-device peak memory of MODEL_FILE's training step.
+
+    Exit code: 0 when it fits, 3 when it does not, 2 on a user error.
+
+    \b
+    Example:
+      jaxmem analyze models/llama.py --arg preset=8b --gpu h100 --mesh data=8 --layout fsdp
+      jaxmem analyze models/gpt2.py --gpu a100-80g --mesh data=4,model=2 --layout fsdp_tp --json
+    """
+
+    def go():
+        _prepare(kw["mesh"])
+        from jaxmem.analyze import analyze_file
+
+        opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
+                        explain=not no_explain or bool(html_path or png_path))
+        report = analyze_file(kw["model_file"], opts)
+        if html_path:
+            from jaxmem import html
+
+            html.write(report, html_path)
+        if png_path:
+            from jaxmem import html
+
+            html.write_png(report, png_path)
+        if as_json:
+            click.echo(json.dumps(report.to_json(), indent=2))
+        else:
+            from jaxmem.render import render
+
+            render(report)
+        sys.exit(EXIT_DOES_NOT_FIT if report.fits is False else EXIT_FITS)
+
+    _run(go)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def gpus(as_json):
+    """List the GPU catalogue jaxmem compiles for devicelessly.
+
+    \b
+    Example:
+      jaxmem gpus
+    """
+    from jaxmem.render import fmt_bytes
+    from jaxmem.targets import CATALOGUE, DEFAULT_GPU
+
+    rows = [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
+             "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
+             "default": s.key == DEFAULT_GPU} for s in CATALOGUE.values()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
+    for col in ("name", "device", "memory", "compute capability", "aliases"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["description"], fmt_bytes(r["memory_bytes"]),
+                  r["compute_capability"], ", ".join(r["aliases"]))
+    Console().print(t)
+    click.echo("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

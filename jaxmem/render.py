@@ -1,0 +1,102 @@
+"""Terminal rendering of a Report (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from jaxmem.report import BREAKDOWN_HELP, Report
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{sign}{n / scale:.2f} {unit}"
+    return f"{sign}{n} B"
+
+
+def _hints(r: Report) -> list[str]:
+    """What to change so it fits, ordered by the biggest part of the peak."""
+    b = r.breakdown
+    out = []
+    big = sorted(b.items(), key=lambda kv: -kv[1])
+    for key, _ in big[:3]:
+        if key == "activations_and_temporaries":
+            out.append("activations dominate: try --remat full (or dots_saveable), a smaller --batch, or --accum N")
+        elif key in ("optimizer_state", "params", "gradients") and r.layout == "dp":
+            out.append(f"{key} is replicated under dp: --layout fsdp shards params, gradients and optimizer state")
+        elif key == "optimizer_state":
+            out.append("optimizer state is large: --optimizer adafactor or lion, or --precision bf16-pure")
+        elif key == "params" and r.layout == "fsdp":
+            out.append("params dominate: more devices on the data axis, or --layout fsdp_tp with a model axis")
+    return out
+
+
+def render(r: Report, console: Console | None = None) -> None:
+    console = console or Console()
+    t = r.target
+    mesh = ",".join(f"{n}={s}" for n, s in r.mesh)
+    where = f"{t.description} ({t.gpu}{', deviceless compile' if t.deviceless else ''})"
+    hosts = f", {t.hosts} hosts" if t.hosts > 1 else ""
+    console.print(Text.assemble(("jaxmem ", "bold"), (r.model, "bold cyan"), f"  on {t.devices} x {where}{hosts}"))
+    opts = r.options
+    console.print(f"mesh {mesh}  layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
+                  f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
+                  f"params {r.param_count / 1e6:,.1f} M")
+
+    table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
+    table.add_column("part", footer="per-device peak")
+    table.add_column("bytes", justify="right", footer=fmt_bytes(r.per_device_peak_bytes))
+    table.add_column("share", justify="right", footer="100%")
+    table.add_column("what it is", style="dim")
+    peak = max(r.per_device_peak_bytes, 1)
+    for key, value in r.breakdown.items():
+        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", BREAKDOWN_HELP.get(key, ""))
+    console.print(table)
+
+    if t.usable_bytes is not None:
+        verdict = Text(" FITS ", style="bold black on green") if r.fits else Text(" DOES NOT FIT ", style="bold white on red")
+        console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
+                                    f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
+        if not r.fits:
+            for h in _hints(r):
+                console.print(f"  hint: {h}")
+    else:
+        console.print(f"CPU target: {t.usable_note}")
+    console.print(f"[dim]runtime_overhead: {r.runtime_overhead_source}[/dim]")
+
+    for w in r.warnings:
+        cost = f" (costs {fmt_bytes(w.bytes)} per device)" if w.bytes else ""
+        console.print(f"[yellow]warning[/yellow] [{w.kind}] {w.message}{cost}")
+
+    if r.top_buffers:
+        tb = Table(title=f"largest buffers live at the peak (of {fmt_bytes(sum(r.peak_categories.values()))})",
+                   title_justify="left")
+        for col, just in (("bytes", "right"), ("shape", "left"), ("category", "left"), ("module", "left"),
+                          ("instruction", "left")):
+            tb.add_column(col, justify=just)
+        for b in r.top_buffers:
+            tb.add_row(fmt_bytes(b.size), f"{b.dtype}{b.shape}", b.category, b.module_path or "-", b.instruction)
+        console.print(tb)
+    if r.peak_categories:
+        console.print("live at the peak by category: " + ", ".join(
+            f"{k} {fmt_bytes(v)}" for k, v in sorted(r.peak_categories.items(), key=lambda kv: -kv[1]) if v))
+    if r.modules:
+        tm = Table(title="live at the peak by module", title_justify="left")
+        tm.add_column("module")
+        tm.add_column("bytes", justify="right")
+        tm.add_column("buffers", justify="right")
+        for m in r.modules:
+            tm.add_row(m.module_path or "(no module)", fmt_bytes(m.bytes), str(m.buffers))
+        console.print(tm)
+    tim = r.timings
+    console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "
+                  f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, flax {r.versions.get('flax')}[/dim]")
+
+
+__all__ = ["render", "fmt_bytes", "Group"]

@@ -1,0 +1,116 @@
+"""The Report: the one contract between the analysis pipeline and its renderers.
+
+Everything a renderer (terminal, JSON, HTML, comparison table) shows comes from
+these frozen dataclasses; nothing renders from live JAX objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# The breakdown keys, in display order; they sum to per_device_peak_bytes.
+BREAKDOWN_KEYS = (
+    "params",
+    "optimizer_state",
+    "gradients",
+    "batch",
+    "other_state",
+    "activations_and_temporaries",
+    "outputs_not_aliased",
+    "generated_code",
+    "runtime_overhead",
+)
+
+BREAKDOWN_HELP = {
+    "params": "model parameters (per-device shard)",
+    "optimizer_state": "optax state: moments, counters",
+    "gradients": "gradients, live as XLA temporaries",
+    "batch": "the input batch shard",
+    "other_state": "mutable collections (BatchNorm stats), RNG keys",
+    "activations_and_temporaries": "activations saved for backward, fusion temporaries, collective buffers, workspaces",
+    "outputs_not_aliased": "outputs that could not reuse a donated input buffer",
+    "generated_code": "compiled kernels",
+    "runtime_overhead": "allocator and runtime cost outside XLA's buffers (see runtime_overhead_source)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetInfo:
+    gpu: str
+    description: str
+    platform: str
+    devices: int
+    hosts: int
+    deviceless: bool
+    memory_bytes: int | None          # the card's memory (None on CPU)
+    usable_bytes: int | None          # what JAX's allocator may use of it
+    usable_note: str                  # the allocator settings that decided usable_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Warning:
+    kind: str          # not_donated | unsharded_leaf | ...
+    message: str
+    bytes: int = 0     # the per-device cost of leaving it as it is
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferRow:
+    """One buffer live at the peak moment."""
+
+    size: int
+    shape: str
+    dtype: str
+    module_path: str
+    category: str
+    instruction: str
+    op_name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleRow:
+    module_path: str
+    bytes: int
+    buffers: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    model: str
+    source: str                        # the model file, or "<workload>"
+    target: TargetInfo
+    mesh: tuple[tuple[str, int], ...]
+    layout: str
+    options: dict[str, Any]            # precision, optimizer, batch, accum, remat, donate
+    per_device_peak_bytes: int
+    breakdown: dict[str, int]
+    xla: dict[str, int]                # XLA's raw per-device numbers
+    param_count: int
+    state_check: dict[str, int]        # analytic vs compiled argument bytes
+    runtime_overhead_source: str
+    fits: bool | None                  # None when the target has no fixed memory (cpu)
+    headroom_bytes: int | None
+    warnings: tuple[Warning, ...] = ()
+    top_buffers: tuple[BufferRow, ...] = ()
+    modules: tuple[ModuleRow, ...] = ()
+    peak_categories: dict[str, int] = dataclasses.field(default_factory=dict)
+    timeline: tuple[int, ...] = ()     # bytes live over program order (downsampled)
+    timeline_peak_index: int = -1
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        total = sum(self.breakdown.values())
+        if total != self.per_device_peak_bytes:  # the contract: the breakdown explains the whole peak
+            raise ValueError(f"breakdown sums to {total}, peak is {self.per_device_peak_bytes}")
+
+    def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mesh"] = dict(self.mesh)
+        d["target"]["memory_bytes"] = self.target.memory_bytes
+        if not timeline:
+            d.pop("timeline")
+            d.pop("timeline_peak_index")
+        d["schema"] = "jaxmem.report/1"
+        return d

@@ -1,0 +1,193 @@
+"""Where the step runs: the NVIDIA GPU catalogue, deviceless topologies, the local device.
+
+The catalogue values are XLA's published target specs (DESIGN.md §3). Each one is
+rendered to a text-format ``GpuTargetConfigProto`` and compiled against by
+``jax.experimental.topologies`` -- no GPU needed. ``device_memory_size`` matters:
+XLA:GPU's scheduler and rematerialization budget about 80% of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from jaxmem.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    description: str          # what CUDA reports as the device name
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+    core_count: int
+    fpus_per_core: int
+    shared_memory_per_core: int
+    shared_memory_per_block_optin: int
+    threads_per_core_limit: int
+    memory_bandwidth: int
+    l2_cache_size: int
+    clock_rate_ghz: float
+    aliases: tuple[str, ...] = ()
+
+    def target_config(self) -> str:
+        """Text-format GpuTargetConfigProto for jaxlib 0.10.2."""
+        cc_major, cc_minor = self.compute_capability
+        return f"""gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {self.shared_memory_per_core}
+  threads_per_core_limit: {self.threads_per_core_limit}
+  core_count: {self.core_count}
+  fpus_per_core: {self.fpus_per_core}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {self.memory_bandwidth}
+  l2_cache_size: {self.l2_cache_size}
+  clock_rate_ghz: {self.clock_rate_ghz}
+  device_memory_size: {self.memory_bytes}
+  shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
+  cuda_compute_capability {{ major: {cc_major} minor: {cc_minor} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 7 }}
+runtime_version {{ major: 12 minor: 8 patch: 0 }}
+device_description_str: "{self.description}"
+"""
+
+
+CATALOGUE: dict[str, GpuSpec] = {
+    s.key: s
+    for s in (
+        GpuSpec("a100-80g", "NVIDIA A100-SXM4-80GB", 85100068864, (8, 0), 108, 64, 167936, 166912, 2048,
+                2039040000000, 41943040, 1.41, ("a100", "a100-sxm-80g")),
+        GpuSpec("h100", "NVIDIA H100 80GB HBM3", 84942979072, (9, 0), 132, 128, 233472, 232448, 2048,
+                3352320000000, 52428800, 1.98, ("h100-80g", "h100-sxm")),
+        GpuSpec("h200", "NVIDIA H200 141GB HBM3e", 151397597184, (9, 0), 132, 128, 233472, 232448, 2048,
+                4800000000000, 52428800, 1.98, ("h200-141g",)),
+        GpuSpec("b200", "NVIDIA B200", 191514411008, (10, 0), 148, 128, 233472, 232448, 2048,
+                7672320000000, 132644864, 1.965, ()),
+        GpuSpec("rtx-a6000", "NVIDIA RTX A6000", 51041271808, (8, 6), 84, 128, 102400, 101376, 1536,
+                768096000000, 6291456, 1.8, ("a6000",)),
+    )
+}
+_ALIASES = {a: s.key for s in CATALOGUE.values() for a in (s.key, *s.aliases)}
+DEFAULT_GPU = "h100"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A resolved compile target: the devices a mesh is built from."""
+
+    gpu: str                   # catalogue key, "local:<device kind>" or "cpu"
+    platform: str              # "cuda" or "cpu"
+    description: str
+    memory_bytes: int | None   # per-device memory; None when the OS decides (cpu)
+    deviceless: bool
+    devices: tuple             # jax devices (compile-only ones when deviceless)
+    hosts: int = 1
+
+
+def resolve_gpu_name(name: str | None) -> str:
+    """Normalize --gpu; None means the attached GPU if any, else the default."""
+    if name is None:
+        return "local" if local_gpu_count() > 0 else DEFAULT_GPU
+    key = name.strip().lower()
+    if key in ("local", "cpu"):
+        return key
+    if key not in _ALIASES:
+        known = ", ".join(sorted(CATALOGUE))
+        raise UserError(f"unknown GPU {name!r}. Known: {known}, local (the attached GPU), cpu.")
+    return _ALIASES[key]
+
+
+def local_gpu_count() -> int:
+    import jax
+
+    try:
+        return len(jax.devices("gpu"))
+    except RuntimeError:
+        return 0
+
+
+def topology_string(n_devices: int, hosts: int | None) -> tuple[str, int]:
+    """`slices x hosts x devices_per_host` for n devices (8 per host unless told)."""
+    if hosts is None:
+        hosts = max(1, math.ceil(n_devices / 8)) if n_devices > 8 else 1
+    if n_devices % hosts:
+        raise UserError(f"--hosts {hosts} does not divide the {n_devices} devices of the mesh")
+    return f"1x{hosts}x{n_devices // hosts}", hosts
+
+
+def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Target:
+    key = resolve_gpu_name(gpu)
+    import jax
+
+    if key == "cpu":
+        devs = jax.devices("cpu")
+        if len(devs) < n_devices:
+            raise UserError(
+                f"the mesh needs {n_devices} CPU devices but jax has {len(devs)}; "
+                f"set XLA_FLAGS=--xla_force_host_platform_device_count={n_devices} before starting "
+                "(the jaxmem CLI does this itself)"
+            )
+        return Target("cpu", "cpu", "CPU (host)", None, False, tuple(devs[:n_devices]))
+    if key == "local":
+        devs = jax.devices("gpu") if local_gpu_count() else []
+        if not devs:
+            raise UserError("--gpu local: no GPU is attached to this machine. Pick a catalogue GPU (jaxmem gpus) or --gpu cpu.")
+        if len(devs) < n_devices:
+            raise UserError(f"--gpu local: the mesh needs {n_devices} devices but {len(devs)} GPUs are attached")
+        stats = devs[0].memory_stats() or {}
+        return Target(f"local:{devs[0].device_kind}", "cuda", devs[0].device_kind,
+                      stats.get("bytes_limit"), False, tuple(devs[:n_devices]))
+    spec = CATALOGUE[key]
+    topo_str, hosts = topology_string(n_devices, hosts)
+    from jax.experimental import topologies
+
+    try:
+        topo = topologies.get_topology_desc(platform="cuda", target_config=spec.target_config(), topology=topo_str)
+    except Exception as e:  # the plugin missing is an install problem, not a bug
+        raise UserError(
+            f"cannot build a deviceless {spec.key} topology ({type(e).__name__}: {str(e).splitlines()[0]}). "
+            "Deviceless GPU compilation needs the CUDA plugin: pip install 'jax[cuda12]==0.10.2' (Linux)."
+        ) from None
+    return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, tuple(topo.devices), hosts)
+
+
+def ensure_host_devices(n: int) -> None:
+    """Ask XLA for n CPU devices; only effective before jax initializes its backends."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" in flags:
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+
+
+def usable_fraction() -> tuple[float, str]:
+    """The share of a card JAX's allocator may use, under the settings in force.
+
+    JAX's GPU memory docs: by default JAX preallocates 75% of the card and never
+    grows past it; XLA_PYTHON_CLIENT_MEM_FRACTION changes that share (with or
+    without preallocation); XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on
+    demand from the whole card.
+    """
+    alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
+    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
+    if alloc == "platform":
+        return 1.0, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card"
+    frac_env = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    if frac_env:
+        try:
+            frac = float(frac_env)
+        except ValueError:
+            raise UserError(f"XLA_PYTHON_CLIENT_MEM_FRACTION={frac_env!r} is not a number") from None
+        src = f"XLA_PYTHON_CLIENT_MEM_FRACTION={frac_env}"
+    else:
+        frac, src = 0.75, "JAX default: 75% of the card"
+    mode = "preallocated" if prealloc else "grown on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false)"
+    return frac, f"{src}, {mode}"

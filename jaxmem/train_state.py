@@ -1,0 +1,72 @@
+"""Analytic model of the train state: bytes per leaf under its sharding.
+
+Every entry parameter of the step is a leaf we know the global shape, dtype and
+sharding of, so its per-device bytes are exact arithmetic; the sum must equal
+XLA's ``argument_size_in_bytes`` (asserted in tests). Gradients are not
+arguments: they are temporaries with the params' shapes, shardings and storage
+dtype (fp32 master weights under ``bf16``; bf16 under ``bf16-pure``).
+
+Also here: the *classic* rule users apply today (bytes per parameter), kept to
+compare against in the accuracy benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from jaxmem.step import LeafInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class StateBytes:
+    """Per-device bytes of each part of the step's inputs (+ gradients)."""
+
+    params: int
+    optimizer_state: int
+    other_state: int
+    batch: int
+    gradients: int
+    param_count: int          # global number of parameters
+    global_params: int        # global bytes, unsharded
+    global_optimizer_state: int
+
+    @property
+    def arguments(self) -> int:
+        return self.params + self.optimizer_state + self.other_state + self.batch
+
+
+def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
+    dev = {"params": 0, "optimizer_state": 0, "other_state": 0, "batch": 0}
+    glob = {"params": 0, "optimizer_state": 0}
+    count = 0
+    grads = 0
+    for leaf in leaves:
+        dev[leaf.category] += leaf.device_bytes
+        if leaf.category in glob:
+            glob[leaf.category] += leaf.global_bytes
+        if leaf.category == "params":
+            count += leaf.global_bytes // leaf.itemsize
+            if "float" in leaf.dtype:  # integer leaves get no gradient
+                grads += leaf.device_bytes
+    return StateBytes(dev["params"], dev["optimizer_state"], dev["other_state"], dev["batch"], grads, count,
+                      glob["params"], glob["optimizer_state"])
+
+
+# Optimizer slots per parameter in the classic rule (Adam: m and v; Lion and
+# momentum: one; Adafactor: factored second moments, ~0 per parameter).
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lion": 1, "adafactor": 0}
+
+
+def classic_bytes_per_param(optimizer: str, precision: str) -> int:
+    """The rule of thumb: weights + grads + optimizer slots (+ fp32 master copy).
+
+    fp32 Adam: 4 + 4 + 8 = 16 B/param; mixed precision Adam (bf16 weights and
+    grads, fp32 master + m + v): 2 + 2 + 4 + 8 = 16 B/param; pure bf16 Adam: 8.
+    """
+    slots = OPTIMIZER_SLOTS.get(optimizer, 2)
+    if precision == "fp32":
+        return 4 + 4 + 4 * slots
+    if precision == "bf16":
+        return 2 + 2 + 4 + 4 * slots
+    return 2 + 2 + 2 * slots
