@@ -171,22 +171,24 @@ def ensure_host_devices(n: int) -> None:
 def usable_fraction() -> tuple[float, str]:
     """The share of a card JAX's allocator may use, under the settings in force.
 
-    JAX's GPU memory docs: by default JAX preallocates 75% of the card and never
-    grows past it; XLA_PYTHON_CLIENT_MEM_FRACTION changes that share (with or
-    without preallocation); XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on
-    demand from the whole card.
+    JAX's GPU memory docs: by default JAX preallocates 75% of the card; with the
+    BFC allocator that stays the limit when preallocation is off;
+    XLA_CLIENT_MEM_FRACTION (formerly XLA_PYTHON_CLIENT_MEM_FRACTION) changes the
+    share; XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on demand from the whole card.
     """
     alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
     prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
     if alloc == "platform":
         return 1.0, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card"
-    frac_env = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    # jaxlib 0.10.2 reads XLA_CLIENT_MEM_FRACTION, and the deprecated name as a fallback.
+    name = "XLA_CLIENT_MEM_FRACTION" if os.environ.get("XLA_CLIENT_MEM_FRACTION") else "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    frac_env = os.environ.get(name)
     if frac_env:
         try:
             frac = float(frac_env)
         except ValueError:
-            raise UserError(f"XLA_PYTHON_CLIENT_MEM_FRACTION={frac_env!r} is not a number") from None
-        src = f"XLA_PYTHON_CLIENT_MEM_FRACTION={frac_env}"
+            raise UserError(f"{name}={frac_env!r} is not a number") from None
+        src = f"{name}={frac_env}"
     else:
         frac, src = 0.75, "JAX default: 75% of the card"
     mode = "preallocated" if prealloc else "grown on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false)"

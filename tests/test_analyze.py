@@ -1,0 +1,92 @@
+"""The pipeline end to end on tiny workloads."""
+import json
+
+import pytest
+
+from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.errors import UserError
+from jaxmem.report import BREAKDOWN_KEYS
+
+FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
+MLP = str(FIX / "mlp_small.py")
+
+
+def run(path=MLP, **kw):
+    kw.setdefault("gpu", "h100")
+    kw.setdefault("explain", False)
+    return analyze_file(str(path), AnalyzeOptions(**kw))
+
+
+def test_breakdown_sums_to_the_peak_and_matches_xla():
+    r = run(mesh="data=8", layout="fsdp")
+    assert tuple(r.breakdown) == BREAKDOWN_KEYS
+    assert sum(r.breakdown.values()) == r.per_device_peak_bytes
+    assert r.per_device_peak_bytes == r.xla["lower_bound"] + r.breakdown["runtime_overhead"]
+    assert r.target.gpu == "h100" and r.target.devices == 8 and r.fits is True
+    json.dumps(r.to_json())
+
+
+def test_target_memory_changes_the_verdict():
+    # 40 GB of params on one card: fits an H200 (141 GB x 0.75 = 106 GB? no: 3x40 GB of state) -- check both ways
+    small = run(gpu="rtx-a6000", model_args=(("width", 8192),), layout="dp")
+    assert small.fits is True and small.headroom_bytes > 0
+    big = run(gpu="rtx-a6000", model_args=(("width", 8192),), layout="dp", mem_fraction=0.001)
+    assert big.fits is False and big.headroom_bytes < 0
+
+
+def test_not_donating_costs_a_copy_of_the_state_and_warns():
+    donated = run(layout="dp")
+    copied = run(layout="dp", donate=False)
+    cost = copied.breakdown["outputs_not_aliased"]
+    state = donated.breakdown["params"] + donated.breakdown["optimizer_state"]
+    assert cost >= state
+    assert copied.per_device_peak_bytes > donated.per_device_peak_bytes
+    (w,) = [w for w in copied.warnings if w.kind == "not_donated"]
+    assert w.bytes == cost
+
+
+def test_unsharded_leaf_warning_names_the_leaf():
+    r = run(FIX / "annotated.py", mesh="data=8", layout="fsdp")
+    (w,) = [w for w in r.warnings if w.kind == "unsharded_leaf"]
+    assert "odd" in w.message and "(129, 131)" in w.message and w.bytes > 0
+
+
+def test_batch_override_scales_activations():
+    a = run(batch=64, layout="dp")
+    b = run(batch=512, layout="dp")
+    assert b.options["batch"] == 512
+    assert b.breakdown["batch"] == 8 * a.breakdown["batch"]
+    assert b.breakdown["activations_and_temporaries"] > 4 * a.breakdown["activations_and_temporaries"]
+
+
+def test_accumulation_cuts_activations():
+    one = run(batch=512, layout="dp")
+    four = run(batch=512, layout="dp", accum=4)
+    assert four.breakdown["activations_and_temporaries"] < one.breakdown["activations_and_temporaries"]
+
+
+def test_custom_step_escape_hatch():
+    r = run(FIX / "custom_step.py", mesh="data=8", layout="fsdp")
+    assert r.breakdown["params"] == 512 * 512 * 4 // 8
+    assert r.state_check["analytic_argument_bytes"] == r.state_check["compiled_argument_bytes"]
+    with pytest.raises(UserError, match="its own `step`"):
+        run(FIX / "custom_step.py", optimizer="sgd")
+
+
+def test_user_errors_name_the_culprit():
+    with pytest.raises(UserError, match="not found"):
+        run(FIX / "nope.py")
+    with pytest.raises(UserError, match=r"SyntaxError.*line 1"):
+        run(FIX / "broken_syntax.py")
+    with pytest.raises(UserError, match="no `workload\\(\\)`"):
+        run(FIX / "no_workload.py")
+    with pytest.raises(UserError, match=r"KeyError.*raises.py, line 2"):
+        run(FIX / "raises.py")
+    with pytest.raises(UserError, match="unknown optimizer 'adamax'.*lion"):
+        run(optimizer="adamax")
+    with pytest.raises(UserError, match="no argument 'preset'"):
+        run(model_args=(("preset", "8b"),))
+    with pytest.raises(UserError, match="takes no `remat`"):
+        run(remat="full")
+    with pytest.raises(UserError, match="axis 'batch'.*pmap"):
+        run(FIX / "pmap_bn.py")
