@@ -1,0 +1,76 @@
+"""The command line: exit codes, JSON contract, one-line errors, documented commands."""
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from jaxmem import cli
+
+FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
+MLP = str(FIX / "mlp_small.py")
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_every_command_is_documented_with_an_example():
+    for name, command in cli.main.commands.items():
+        help_text = invoke(name, "--help").output
+        assert "Example" in help_text, name
+        assert command.help and len(command.help) > 40, name
+
+
+def test_analyze_json_contract_and_exit_code_when_it_fits():
+    r = invoke("analyze", MLP, "--gpu", "h100", "--mesh", "data=8", "--layout", "fsdp", "--json", "--no-explain")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for key in ("per_device_peak_bytes", "breakdown", "target", "mesh", "layout", "fits"):
+        assert key in d
+    for key in ("params", "optimizer_state", "gradients", "batch", "activations_and_temporaries",
+                "outputs_not_aliased", "generated_code", "runtime_overhead"):
+        assert key in d["breakdown"]
+    assert sum(d["breakdown"].values()) == d["per_device_peak_bytes"]
+    assert d["target"]["gpu"] == "h100" and d["target"]["devices"] == 8 and d["target"]["memory_bytes"] == 84942979072
+    assert d["mesh"] == {"data": 8} and d["layout"] == "fsdp" and d["fits"] is True
+
+
+def test_exit_code_3_when_it_does_not_fit():
+    r = invoke("analyze", MLP, "--gpu", "rtx-a6000", "--mem-fraction", "0.0001", "--no-explain")
+    assert r.exit_code == 3
+    assert "DOES NOT FIT" in r.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["analyze", FIX / "nope.py"], "model file not found"),
+    (["analyze", FIX / "broken_syntax.py"], "SyntaxError"),
+    (["analyze", FIX / "no_workload.py"], "defines no `workload()`"),
+    (["analyze", MLP, "--gpu", "v100"], "unknown GPU 'v100'. Known: a100-80g"),
+    (["analyze", MLP, "--mesh", "data=8", "--batch", "12"], "not divisible"),
+    (["analyze", MLP, "--mesh", "data=8", "--hosts", "3"], "does not divide"),
+    (["analyze", MLP, "--mesh", "data=8", "--layout", "tp"], "needs a model axis"),
+    (["analyze", MLP, "--optimizer", "adamax"], "unknown optimizer 'adamax'"),
+    (["analyze", MLP, "--arg", "nokey"], "KEY=VALUE"),
+])
+def test_user_errors_exit_2_with_one_message(args, message):
+    r = CliRunner().invoke(cli.main, [str(a) for a in args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_gpus_lists_the_catalogue():
+    r = invoke("gpus", "--json")
+    names = {g["name"]: g for g in json.loads(r.output)}
+    assert {"a100-80g", "h100", "h200", "b200", "rtx-a6000"} <= set(names)
+    assert names["h200"]["memory_bytes"] == 151397597184
+
+
+def test_console_script_runs_as_a_real_process():
+    # a fresh interpreter: the CLI must set up host devices and the CUDA switch itself
+    out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "analyze", MLP, "--gpu", "cpu", "--mesh", "data=4",
+                          "--json", "--no-explain"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["target"]["devices"] == 4
