@@ -1,0 +1,99 @@
+"""Speed and footprint of `jaxmem analyze` on real model sizes, on this machine.
+
+Each case is a fresh `jaxmem analyze` process (Python start-up included), timed
+wall-clock, with its peak RSS read from the kernel (ru_maxrss of that child).
+
+    python benchmarks/speed.py            # prints the table, writes benchmarks/results/speed.md
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [
+    # name, args, target wall seconds, target peak RSS bytes
+    ("llama 8b, fsdp data=8, h100", ["models/llama.py", "--arg", "preset=8b", "--gpu", "h100", "--mesh", "data=8",
+                                     "--layout", "fsdp"], 20, 2 << 30),
+    ("llama 8b, fsdp data=8, h100, --no-explain", ["models/llama.py", "--arg", "preset=8b", "--gpu", "h100", "--mesh",
+                                                   "data=8", "--layout", "fsdp", "--no-explain"], 20, 2 << 30),
+    ("llama 70b, fsdp 4 hosts x 8, h100", ["models/llama.py", "--arg", "preset=70b", "--gpu", "h100", "--mesh",
+                                           "data=32", "--hosts", "4", "--layout", "fsdp"], 60, None),
+    ("llama 70b, fsdp 4 hosts x 8, h100, --no-explain", ["models/llama.py", "--arg", "preset=70b", "--gpu", "h100",
+                                                         "--mesh", "data=32", "--hosts", "4", "--layout", "fsdp",
+                                                         "--no-explain"], 60, None),
+]
+
+
+def one(args: list[str]) -> dict:
+    """Run one analysis in a child process; wall time and the child's peak RSS."""
+    t0 = time.perf_counter()
+    # A wrapper process per case, so RUSAGE_CHILDREN is this case's alone.
+    code = ("import resource,subprocess,sys,json;"
+            "p=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
+            "print(json.dumps({'rc':p.returncode,'out':p.stdout,'err':p.stderr[-2000:],"
+            "'rss':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024}))")
+    jaxmem = [sys.executable, "-m", "jaxmem.cli", "analyze", *args, "--json"]
+    proc = subprocess.run([sys.executable, "-c", code, *jaxmem], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    res = json.loads(proc.stdout)
+    if res["rc"] not in (0, 3):
+        raise SystemExit(f"{' '.join(args)} failed:\n{res['err']}")
+    report = json.loads(res["out"])
+    return {"wall_s": wall, "rss": res["rss"], "report": report}
+
+
+def gib(n):
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def main() -> None:
+    rows = []
+    for name, args, t_wall, t_rss in CASES:
+        r = one(args)
+        rep = r["report"]
+        ok = r["wall_s"] <= t_wall and (t_rss is None or r["rss"] <= t_rss)
+        rows.append((name, r, rep, t_wall, t_rss, ok))
+        print(f"{name}: {r['wall_s']:.1f} s, RSS {gib(r['rss'])}, peak/device {gib(rep['per_device_peak_bytes'])}, "
+              f"compile {rep['timings']['compile_s']:.1f} s, decode {rep['timings']['decode_s']:.2f} s", flush=True)
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    lines = [
+        "# jaxmem analyze: speed and footprint",
+        "",
+        f"Machine: {os.cpu_count()} cores ({cpu}); Python {platform.python_version()}; "
+        f"jax {rows[0][2]['versions']['jax']}, flax {rows[0][2]['versions']['flax']}; "
+        f"{datetime.date.today().isoformat()}. Command: `python benchmarks/speed.py`.",
+        "",
+        "Wall time is the whole `jaxmem analyze ... --json` process, Python start-up included.",
+        "",
+        "| case | params | per-device peak | fits | wall | target | peak RSS | target | compile | decode+attribution | ok |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, r, rep, t_wall, t_rss, ok in rows:
+        lines.append(
+            f"| {name} | {rep['param_count'] / 1e9:.2f} B | {gib(rep['per_device_peak_bytes'])} | {rep['fits']} | "
+            f"{r['wall_s']:.1f} s | <= {t_wall} s | {gib(r['rss'])} | {'<= ' + gib(t_rss) if t_rss else '-'} | "
+            f"{rep['timings']['compile_s']:.1f} s | {rep['timings']['decode_s']:.2f} s | {'yes' if ok else 'NO'} |")
+    # Issue 4's budget: decoding + attribution at most 20% of analyze's time.
+    pairs = [(rows[0], rows[1]), (rows[2], rows[3])]
+    lines += ["", "| case | with explanation | without | added |", "|---|---:|---:|---:|"]
+    for (n1, r1, *_), (_, r2, *_) in pairs:
+        lines.append(f"| {n1} | {r1['wall_s']:.1f} s | {r2['wall_s']:.1f} s | "
+                     f"{100 * (r1['wall_s'] - r2['wall_s']) / r2['wall_s']:+.0f}% |")
+    text = "\n".join(lines) + "\n"
+    out = ROOT / "benchmarks" / "results" / "speed.md"
+    out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
