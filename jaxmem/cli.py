@@ -135,6 +135,54 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 
 
 @main.command()
+@step_options
+@click.option("--layouts", default=None, help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
+@click.option("--remats", default=None, help="Remat policies to compare, e.g. none,full,dots_saveable.")
+@click.option("--precisions", default=None, help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
+@click.option("--batches", default=None, help="Global batch sizes to compare, e.g. 8,16,32.")
+@click.option("--optimizers", default=None, help="Optimizers to compare, e.g. adamw,adafactor.")
+@click.option("--meshes", default=None, help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--gpus", "gpu_list", default=None, help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--mem-fraction", type=float, default=None, help="As for analyze.")
+def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, mem_fraction, **kw):
+    """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
+
+    Every combination of the comma-separated lists is compiled; rows are sorted
+    by per-device peak and say which fit. Exit code: 0 when at least one fits,
+    3 when none does, 2 on a user error.
+
+    \b
+    Example:
+      jaxmem compare models/llama.py --arg preset=8b --mesh data=8 --layouts dp,fsdp --remats none,full
+      jaxmem compare models/gpt2.py --batches 8,16,32 --precisions fp32,bf16 --json
+    """
+
+    def go():
+        from jaxmem import layouts as layouts_mod
+
+        spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
+                "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list}
+        mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
+        _prepare(max(mesh_texts, key=lambda m: layouts_mod.parse_mesh(m).size))
+        from jaxmem.compare import compare as run_compare
+
+        cells = run_compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False), spec)
+        if as_json:
+            click.echo(json.dumps([{"choice": c.choice, "error": c.error,
+                                    **({"per_device_peak_bytes": c.report.per_device_peak_bytes, "fits": c.report.fits,
+                                        "headroom_bytes": c.report.headroom_bytes, "breakdown": c.report.breakdown}
+                                       if c.report else {})} for c in cells], indent=2))
+        else:
+            from jaxmem.render import render_comparison
+
+            render_comparison(cells)
+        ok = [c for c in cells if c.report is not None]
+        sys.exit(EXIT_DOES_NOT_FIT if ok and all(c.report.fits is False for c in ok) else EXIT_FITS)
+
+    _run(go)
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus(as_json):
     """List the GPU catalogue jaxmem compiles for devicelessly.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -99,4 +99,32 @@ def render(r: Report, console: Console | None = None) -> None:
                   f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, flax {r.versions.get('flax')}[/dim]")
 
 
-__all__ = ["render", "fmt_bytes", "Group"]
+def render_comparison(cells, console: Console | None = None) -> None:
+    """One row per combination, smallest peak first; the ones that fit marked."""
+    console = console or Console()
+    axes = list(cells[0].choice) if cells else []
+    table = Table(title="per-device peak by choice", title_justify="left")
+    for a in axes:
+        table.add_column(a)
+    for col in ("peak", "state", "acts+temps", "fits", "headroom"):
+        table.add_column(col, justify="right")
+    ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
+    for c in ranked:
+        values = [str(c.choice[a]) for a in axes]
+        if c.report is None:
+            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below")
+            continue
+        b = c.report.breakdown
+        state = b["params"] + b["optimizer_state"] + b["gradients"]
+        fits = "-" if c.report.fits is None else ("[green]yes[/green]" if c.report.fits else "[red]no[/red]")
+        table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
+                      fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes))
+    console.print(table)
+    for c in ranked:
+        if c.error:
+            console.print(f"[red]error[/red] {', '.join(f'{k}={v}' for k, v in c.choice.items())}: {c.error}")
+    done = [c for c in cells if c.report is not None]
+    if done:
+        t = done[0].report.target
+        console.print(f"[dim]{t.description}, {t.devices} devices; usable {fmt_bytes(t.usable_bytes)} "
+                      f"({t.usable_note})[/dim]")
