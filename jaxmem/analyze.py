@@ -31,7 +31,7 @@ class AnalyzeOptions:
     mem_fraction: float | None = None
     explain: bool = True             # decode the buffer assignment (top buffers, modules, curve)
     top: int = 10
-    module_depth: int = 2
+    module_depth: int = 3
     model_args: tuple[tuple[str, Any], ...] = ()
 
 
@@ -105,8 +105,8 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
     if assignment is not None:
         from jaxmem import explain
 
-        param_cats = [leaf.category for leaf in built.leaves]
-        ex = explain.explain(assignment, param_cats, top=opts.top, depth=opts.module_depth)
+        ex = explain.explain(assignment, [leaf.category for leaf in built.leaves], [leaf.path for leaf in built.leaves],
+                             top=opts.top, depth=opts.module_depth, remat=opts.remat)
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)
 

@@ -93,7 +93,7 @@ def main():
 @click.option("--mem-fraction", type=float, default=None,
               help="Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).")
 @click.option("--top", type=int, default=10, show_default=True, help="Largest buffers live at the peak to list.")
-@click.option("--depth", type=int, default=2, show_default=True, help="Module-path depth of the per-module roll-up.")
+@click.option("--depth", type=int, default=3, show_default=True, help="Module-path depth of the per-module roll-up.")
 @click.option("--no-explain", is_flag=True, help="Skip decoding XLA's buffer assignment (faster; no top buffers).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")

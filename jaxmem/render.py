@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -72,7 +73,7 @@ def render(r: Report, console: Console | None = None) -> None:
 
     for w in r.warnings:
         cost = f" (costs {fmt_bytes(w.bytes)} per device)" if w.bytes else ""
-        console.print(f"[yellow]warning[/yellow] [{w.kind}] {w.message}{cost}")
+        console.print(f"[yellow]warning[/yellow] {escape(f'[{w.kind}] {w.message}')}{cost}")
 
     if r.top_buffers:
         tb = Table(title=f"largest buffers live at the peak (of {fmt_bytes(sum(r.peak_categories.values()))})",
@@ -81,7 +82,7 @@ def render(r: Report, console: Console | None = None) -> None:
                           ("instruction", "left")):
             tb.add_column(col, justify=just)
         for b in r.top_buffers:
-            tb.add_row(fmt_bytes(b.size), f"{b.dtype}{b.shape}", b.category, b.module_path or "-", b.instruction)
+            tb.add_row(fmt_bytes(b.size), f"{b.dtype}{b.shape}", b.category, escape(b.module_path or "-"), b.instruction)
         console.print(tb)
     if r.peak_categories:
         console.print("live at the peak by category: " + ", ".join(
@@ -92,7 +93,7 @@ def render(r: Report, console: Console | None = None) -> None:
         tm.add_column("bytes", justify="right")
         tm.add_column("buffers", justify="right")
         for m in r.modules:
-            tm.add_row(m.module_path or "(no module)", fmt_bytes(m.bytes), str(m.buffers))
+            tm.add_row(escape(m.module_path or "(no module)"), fmt_bytes(m.bytes), str(m.buffers))
         console.print(tm)
     tim = r.timings
     console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "

@@ -1,0 +1,118 @@
+"""Explain the peak: the buffers live there, by category and module, and audits that name a fix.
+
+Input: XLA's decoded buffer assignment (``buffers.py``) and what each entry
+parameter of the step is (params, optimizer state, batch...). Output: rows for
+the Report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from jaxmem.buffers import BufferAssignment
+from jaxmem.report import BufferRow, ModuleRow, Warning
+
+TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small
+STATE = ("params", "optimizer_state", "batch", "other_state")
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    top: tuple[BufferRow, ...]
+    modules: tuple[ModuleRow, ...]
+    categories: dict[str, int]
+    timeline: tuple[int, ...]
+    peak_index: int
+    peak_bytes: int
+    warnings: tuple[Warning, ...]
+
+
+def leaf_module(path: str) -> str:
+    """'params:layers/attn/wq/kernel' -> 'layers/attn/wq' (the module that owns the leaf)."""
+    _, _, rest = path.partition(":")
+    parts = [p for p in rest.split("/") if p]
+    # optax wraps the params tree: '0/mu/layers/...' -> drop the optimizer's own levels
+    while parts and (parts[0].isdigit() or parts[0] in ("mu", "nu", "trace", "v_row", "v_col", "v", "inner_state")):
+        parts = parts[1:]
+    return "/".join(parts[:-1])
+
+
+def explain(
+    assignment: BufferAssignment,
+    leaf_categories: Sequence[str],
+    leaf_paths: Sequence[str] = (),
+    *,
+    top: int = 10,
+    depth: int = 2,
+    remat: str = "none",
+) -> Explanation:
+    live = assignment.live_at_peak()
+    cats = dict.fromkeys(("params", "optimizer_state", "gradients", "batch", "other_state", "activations",
+                          "collectives", "outputs", "temporaries"), 0)
+    rows: list[BufferRow] = []
+    modules: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for b in live:
+        cat = assignment.categorize(b, leaf_categories)
+        cats[cat] = cats.get(cat, 0) + b.size
+        path = b.module_path
+        if cat in STATE and b.is_parameter:
+            n = b.parameter_shape_index[0] if b.parameter_shape_index else (b.parameter_number or 0)
+            if 0 <= n < len(leaf_paths):
+                path = leaf_module(leaf_paths[n])
+        key = f"[{cat}]" if cat in STATE else ("/".join(path.split("/")[:depth]) if path else "(no module)")
+        modules[key][0] += b.size
+        modules[key][1] += 1
+        rows.append(BufferRow(b.size, str(tuple(b.shape)), b.dtype, path, cat, b.instruction, b.op_name))
+    rows.sort(key=lambda r: -r.size)
+    mods = sorted((ModuleRow(k, v[0], v[1]) for k, v in modules.items()), key=lambda m: -m.bytes)
+    return Explanation(
+        top=tuple(rows[:top]),
+        modules=tuple(mods),
+        categories={k: v for k, v in cats.items()},
+        timeline=downsample(assignment.timeline, TIMELINE_POINTS),
+        peak_index=_downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
+        peak_bytes=int(assignment.peak_bytes),
+        warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
+    )
+
+
+def downsample(curve: np.ndarray, points: int) -> tuple[int, ...]:
+    """Max per bucket, so no peak is lost."""
+    curve = np.asarray(curve, dtype=np.int64)
+    if len(curve) <= points:
+        return tuple(int(x) for x in curve)
+    edges = np.linspace(0, len(curve), points + 1).astype(np.int64)
+    return tuple(int(x) for x in np.maximum.reduceat(curve, edges[:-1]))
+
+
+def _downsampled_index(i: int, n: int, points: int) -> int:
+    if n <= points:
+        return i
+    edges = np.linspace(0, n, points + 1).astype(np.int64)
+    return int(np.searchsorted(edges, i, side="right") - 1)
+
+
+def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[Warning]:
+    """Patterns at the peak that have a known fix, each with its byte cost."""
+    out = []
+    gathered = [r for r in rows if r.category == "collectives"]
+    gathered_bytes = sum(r.size for r in gathered)
+    if gathered and gathered_bytes > 0.15 * peak:
+        out.append(Warning(
+            "gathered_params_live",
+            f"{len(gathered)} collective buffers (all-gathered weights or activations) are live at the peak; "
+            "gathered parameters kept alive across layers defeat FSDP: put the layers under nn.scan / a loop so "
+            "each layer's weights are gathered and freed in turn, or remat the layer",
+            gathered_bytes))
+    acts = cats.get("activations", 0)
+    if remat != "none" and acts > 0.4 * peak:
+        out.append(Warning(
+            "remat_saves_too_much",
+            f"with --remat {remat}, {acts / peak:.0%} of the peak is still activations saved for the backward "
+            "pass: the policy saves more than it should; try --remat full (saves only layer inputs)",
+            acts))
+    return out
