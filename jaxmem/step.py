@@ -318,7 +318,27 @@ def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) ->
     notes = []
     if not opts.donate:
         notes.append("state not donated (--no-donate)")
-    return BuiltStep(train_step, args, donate, leaves, issues, mesh, opts.donate, notes, out_sh)
+    rules = _activation_rules(opts.layout, mesh_spec, tp_rules)
+    return BuiltStep(train_step, args, donate, leaves, issues, mesh, opts.donate, notes, out_sh,
+                     trace_context=functools.partial(_tracing, mesh, rules))
+
+
+def _activation_rules(layout, mesh_spec, tp_rules) -> tuple:
+    """Logical-axis rules for activations the model constrains itself (nn.with_logical_constraint),
+    as MaxText does: batch over the data axes; under tp layouts the Megatron names over the model axis."""
+    data = mesh_spec.data_axes
+    rules = [("batch", layouts._spec_axes(data) if data else None)]
+    if layout in ("tp", "fsdp_tp"):
+        rules += [(name, mesh_spec.model_axis) for name, role in tp_rules.items() if role == "model"]
+    return tuple(rules)
+
+
+@contextlib.contextmanager
+def _tracing(mesh, rules):
+    import flax.linen as nn
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        yield
 
 
 def _used(spec) -> tuple[str, ...]:

@@ -42,12 +42,21 @@ def test_fsdp_gathers_weights_not_activations(monkeypatch):
     # an all-gathered activation has the global batch as its leading dim
     assert not [s for s in shapes if s and s[0] == GLOBAL_BATCH], shapes
 
-    # Without jaxmem's batch-sharding constraints XLA gathers whole-batch activations
-    # instead (DESIGN.md §2): the test proves the constraint is what prevents it.
+    # Without jaxmem's batch-sharding constraints (its module-output interceptor and the
+    # logical-axis rules for the model's own constraints) XLA gathers whole-batch
+    # activations instead (DESIGN.md §2): the test proves the constraints prevent it.
     monkeypatch.setattr(step, "_activation_constraints", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(step, "_activation_rules", lambda *a, **k: ())
     c2, stats2 = compile_llama("fsdp", "data=8")
     assert [s for s in gathered_shapes(c2.as_text()) if s and s[0] == GLOBAL_BATCH]
     assert stats2.temp > 2 * stats.temp
+
+
+def test_the_interceptor_alone_keeps_activations_sharded(monkeypatch):
+    # models without logical constraints of their own rely on jaxmem's module-output interceptor
+    monkeypatch.setattr(step, "_activation_rules", lambda *a, **k: ())
+    c, _ = compile_llama("fsdp", "data=8")
+    assert not [s for s in gathered_shapes(c.as_text()) if s and s[0] == GLOBAL_BATCH]
 
 
 def test_fsdp_gathers_inside_the_scanned_layer_loop():
