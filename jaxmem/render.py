@@ -21,7 +21,7 @@ def fmt_bytes(n: int | None) -> str:
     return f"{sign}{n} B"
 
 
-def _hints(r: Report) -> list[str]:
+def hints(r: Report) -> list[str]:
     """What to change so it fits, ordered by the biggest part of the peak."""
     b = r.breakdown
     out = []
@@ -65,7 +65,7 @@ def render(r: Report, console: Console | None = None) -> None:
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         if not r.fits:
-            for h in _hints(r):
+            for h in hints(r):
                 console.print(f"  hint: {h}")
     else:
         console.print(f"CPU target: {t.usable_note}")
