@@ -357,13 +357,13 @@ def _verdict(r: Report) -> str:
                  f'{e(fmt_bytes(card))}"></div></div>'
                  f'<div class="gauge-l"><span>0</span><span>▲ usable {e(fmt_bytes(t.usable_bytes))} · card '
                  f'{e(fmt_bytes(card))}{" · peak " + e(fmt_bytes(peak)) if peak > card else ""}</span></div>')
-    hints = ""
+    hint_html = ""
     if r.fits is False:
         hs = hints(r)
         if hs:
-            hints = '<ul class="hints">' + "".join(f"<li>{e(h)}</li>" for h in hs) + "</ul>"
+            hint_html = '<ul class="hints">' + "".join(f"<li>{e(h)}</li>" for h in hs) + "</ul>"
     return (f'<section class="card verdict">{big}<div>{badge}{facts}{gauge}</div>'
-            f'<div style="grid-column:1/-1">{hints}</div></section>')
+            f'<div style="grid-column:1/-1">{hint_html}</div></section>')
 
 
 def _minibar(value: int, whole: int, color: str | None = None) -> str:
