@@ -25,6 +25,7 @@ class CompiledStats:
     host_temp: int
     lower_s: float
     compile_s: float
+    notes: tuple[str, ...] = ()   # how the compile deviated from the default pipeline
 
     @property
     def lower_bound(self) -> int:
@@ -48,13 +49,24 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
         from jaxmem import buffers
 
         options = buffers.compile_options(dump_dir)
+    notes: list[str] = []
     try:
         compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
         if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
             raise UserError(f"XLA could not fit the program at compile time: {msg.splitlines()[0]}") from None
-        raise
+        if "output tile sizes" not in msg:
+            raise
+        # Without a GPU, XLA cannot autotune and its Triton GEMM emitter finds no tiling for
+        # some dot shapes; a real compile would fall back to cuBLAS, so we do the same.
+        notes.append(f"Triton GEMM tiling failed devicelessly ({msg.splitlines()[0][:160]}); "
+                     "compiled with xla_gpu_enable_triton_gemm=false (cuBLAS GEMMs), as autotuning would fall back")
+        if dump_dir is not None:
+            import shutil
+
+            shutil.rmtree(dump_dir, ignore_errors=True)
+        compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
     if m is None:
@@ -63,7 +75,7 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
         argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes), alias=int(m.alias_size_in_bytes),
         temp=int(m.temp_size_in_bytes), generated_code=int(m.generated_code_size_in_bytes),
         peak=int(getattr(m, "peak_memory_in_bytes", 0) or 0), host_temp=int(m.host_temp_size_in_bytes),
-        lower_s=t1 - t0, compile_s=t2 - t1,
+        lower_s=t1 - t0, compile_s=t2 - t1, notes=tuple(notes),
     )
     return compiled, stats
 

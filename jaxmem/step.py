@@ -264,7 +264,9 @@ def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) ->
         from flax import nnx
 
         def loss_fn(p, mut, b, key):
-            model = nnx.merge(graphdef, cast_compute(p), mut)
+            # copy=True: the state was made at the jit trace; grad traces deeper and NNX refuses
+            # to mutate (RNG counters, BatchStats) variables across trace levels.
+            model = nnx.merge(graphdef, cast_compute(p), mut, copy=True)
             with act_ctx(model):
                 loss = wl.loss(model, cast_batch(b))
             _, _, new_mut = nnx.split(model, nnx.Param, ...)

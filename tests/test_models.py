@@ -1,0 +1,247 @@
+"""The model files keep the jaxmem.Workload contract, end to end.
+
+For each file's ``tiny`` preset, a real training step (init through the loss, grad,
+optax update) runs on CPU with random arrays, exactly the way jaxmem builds its
+step. The large presets are checked abstractly only: their parameter counts come
+from ``jax.eval_shape`` / ``nnx.eval_shape``, nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from flax.core import meta
+
+import jaxmem
+from jaxmem.errors import UserError
+from jaxmem.workload import load_workload
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+LINEN = ["mlp", "resnet", "gpt2", "llama"]
+NNX = ["vit", "mlp_nnx"]
+WITH_REMAT = LINEN + NNX  # every file checkpoints its layers when asked
+
+# Published parameter counts, to about 0.1%.
+EXPECTED_PARAMS = {
+    ("resnet", "resnet18"): 11.69e6,
+    ("resnet", "resnet50"): 25.56e6,
+    ("gpt2", "gpt2"): 124.44e6,
+    ("gpt2", "gpt2-xl"): 1557.6e6,
+    ("llama", "1b"): 1.2358e9,
+    ("llama", "8b"): 8.030e9,
+    ("llama", "70b"): 70.554e9,
+    ("vit", "vit-b16"): 86.57e6,
+    ("vit", "vit-l16"): 304.33e6,
+}
+
+
+def load(name: str, **model_args):
+    """models/<name>.py's workload(**model_args), through jaxmem's own loader."""
+    return load_workload(MODELS / f"{name}.py", **model_args)
+
+
+def random_batch(spec, seed: int = 0):
+    rng = np.random.default_rng(seed)
+
+    def make(s):
+        if jnp.issubdtype(s.dtype, jnp.integer):
+            return jnp.asarray(rng.integers(0, 10, s.shape), s.dtype)  # valid labels / token ids in every tiny preset
+        return jnp.asarray(rng.standard_normal(s.shape), s.dtype)
+
+    return jax.tree.map(make, spec)
+
+
+def n_params_abstract(wl) -> int:
+    """Parameter count of a workload's model without allocating a single parameter."""
+    if _is_nnx(wl):
+        with nnx.use_eager_sharding(False):
+            model = nnx.eval_shape(lambda: wl.model(nnx.Rngs(0)))
+        return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    key = jax.random.key(0)
+
+    def init(batch):
+        return wl.model.init({"params": key, "dropout": key}, batch, method=lambda m, b: wl.loss(m, b))
+
+    variables = jax.eval_shape(init, wl.batch)
+    return sum(x.size for x in jax.tree.leaves(meta.unbox(variables["params"])))
+
+
+def _is_nnx(wl) -> bool:
+    return callable(wl.model) and not hasattr(wl.model, "init")
+
+
+def _is_abstract(tree) -> bool:
+    return all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(tree))
+
+
+# -- a real training step, built the way jaxmem builds it ----------------------------
+#
+# Each builder returns one function of the batch that initializes the model (linen:
+# through the loss, with rngs {"params", "dropout"}; NNX: by calling the model
+# function), then takes one optimizer step. Under one jit that is one compile per case,
+# which keeps the suite fast on a small CPU.
+
+
+def linen_program(wl):
+    key = jax.random.key(0)
+    tx = wl.optimizer or optax.adamw(1e-3)
+
+    def program(batch):
+        variables = wl.model.init({"params": key, "dropout": key}, batch, method=lambda m, b: wl.loss(m, b))
+        params = variables["params"]
+        extra = {c: v for c, v in variables.items() if c != "params"}  # batch_stats, ...
+
+        def loss_of(params):
+            bound = wl.model.bind({"params": params, **extra}, rngs={"dropout": key}, mutable=list(extra))
+            loss = wl.loss(bound, batch)
+            _, new_vars = bound.unbind()
+            return loss, {c: new_vars[c] for c in extra}
+
+        (loss, new_extra), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        return (params, extra), (optax.apply_updates(params, updates), new_extra), loss
+
+    return program
+
+
+def nnx_program(wl):
+    tx = wl.optimizer or optax.adamw(1e-3)
+
+    def program(batch):
+        model = wl.model(nnx.Rngs(0))
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # rest: BatchStat, rng keys and counts
+
+        def loss_of(params):
+            # copy=True: the loss mutates Variables (rng counts, BatchStat) under grad's trace;
+            # merging the outer trace's Variables instead raises TraceContextError.
+            m = nnx.merge(graphdef, params, rest, copy=True)
+            loss = wl.loss(m, batch)
+            _, _, new_rest = nnx.split(m, nnx.Param, ...)
+            return loss, new_rest
+
+        (loss, new_rest), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        return (params, rest), (optax.apply_updates(params, updates), new_rest), loss
+
+    return program
+
+
+@functools.cache  # several tests look at the same step: compile it once
+def run_tiny_step(name: str, remat: str):
+    """One training step of the tiny preset on random data.
+
+    Returns (loss, (params, extra state) before, the same after, compiled HLO text).
+    """
+    wl = load(name, preset="tiny", remat=remat)
+    assert isinstance(wl, jaxmem.Workload)
+    assert _is_abstract(wl.batch), "the batch must be ShapeDtypeStructs, never arrays"
+    program = (nnx_program if _is_nnx(wl) else linen_program)(wl)
+    batch = random_batch(wl.batch)
+    # Backend optimization level 0 halves CPU compile time; the program is the same.
+    compiled = jax.jit(program).lower(batch).compile(compiler_options={"xla_backend_optimization_level": 0})
+    before, after, loss = compiled(batch)
+    return float(loss), before, after, compiled.as_text()
+
+
+def _changed(old, new) -> bool:
+    def differ(a, b):
+        if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        return bool(jnp.any(a != b))
+
+    return any(jax.tree.leaves(jax.tree.map(differ, old, new)))
+
+
+# -- tests ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", LINEN + NNX)
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_every_file_loads_through_jaxmem(name, remat):
+    """Without arguments, the default (realistic) preset: abstract batch, a loss, a name."""
+    wl = load(name, remat=remat)
+    assert _is_abstract(wl.batch)
+    assert wl.loss is not None and wl.optimizer is not None and wl.name
+
+
+@pytest.mark.parametrize("name", LINEN + NNX)
+def test_tiny_training_step_runs(name):
+    loss, (params, extra), (new_params, new_extra), hlo = run_tiny_step(name, remat="none")
+    assert np.isfinite(loss), f"{name}: loss {loss}"
+    assert _changed(params, new_params), f"{name}: the optimizer did not move the parameters"
+    if name in ("resnet", "mlp_nnx"):  # BatchNorm statistics (and rng counts) are train state too
+        assert jax.tree.leaves(extra) and _changed(extra, new_extra), f"{name}: mutable state was not updated"
+    assert "op_name=" in hlo
+
+
+@pytest.mark.parametrize("name", WITH_REMAT)
+def test_tiny_training_step_with_remat(name):
+    loss, *_ = run_tiny_step(name, remat="full")
+    assert np.isfinite(loss)
+
+
+def test_remat_changes_the_program():
+    """nn.remat / nnx.remat are really applied: the backward pass recomputes the forward."""
+    *_, hlo = run_tiny_step("llama", remat="full")
+    assert "rematted_computation" in hlo
+
+
+def test_op_names_carry_module_paths():
+    """Buffer attribution needs module paths in HLO metadata (flax_profile for linen, named_scope for NNX)."""
+    *_, gpt2_hlo = run_tiny_step("gpt2", remat="none")
+    assert re.search(r'op_name="jit\(program\)/[^"]*jvp\(GPT\)/block_1/attn/', gpt2_hlo)
+    *_, llama_hlo = run_tiny_step("llama", remat="none")
+    assert re.search(r'op_name="[^"]*while/body/[^"]*layers/mlp/', llama_hlo)  # the nn.scan body
+    *_, vit_hlo = run_tiny_step("vit", remat="none")
+    assert re.search(r'op_name="jit\(program\)/[^"]*jvp\(ViT\)/block_1/mlp/', vit_hlo)
+
+
+@pytest.mark.parametrize("name", LINEN + NNX)
+def test_unknown_preset_names_the_known_ones(name):
+    with pytest.raises(UserError, match="known presets: .*tiny"):
+        load(name, preset="no-such-model")
+    with pytest.raises(UserError, match="no_such_field"):
+        load(name, preset="tiny", no_such_field=1)
+    with pytest.raises(UserError, match="remat"):
+        load(name, preset="tiny", remat="sometimes")
+
+
+@pytest.mark.parametrize(("name", "preset"), sorted(EXPECTED_PARAMS))
+def test_parameter_counts_abstractly(name, preset):
+    n = n_params_abstract(load(name, preset=preset))
+    assert n == pytest.approx(EXPECTED_PARAMS[name, preset], rel=2e-3)
+
+
+def test_llama_8b_and_70b_sizes():
+    assert n_params_abstract(load("llama", preset="8b")) == pytest.approx(8.0e9, rel=0.02)
+    assert n_params_abstract(load("llama", preset="70b", remat="full")) == pytest.approx(70.5e9, rel=0.02)
+
+
+def test_llama_parameters_carry_logical_axes():
+    wl = load("llama", preset="tiny")
+    key = jax.random.key(0)
+    variables = jax.eval_shape(lambda b: wl.model.init({"params": key}, b, method=lambda m, bb: wl.loss(m, bb)), wl.batch)
+    boxes = jax.tree.leaves(variables["params"], is_leaf=lambda x: isinstance(x, meta.Partitioned))
+    assert boxes and all(isinstance(b, meta.Partitioned) for b in boxes), "every parameter needs logical names"
+    names = {n for b in boxes for n in b.names}
+    assert {"embed", "mlp", "heads", "kv_heads", "head_dim", "vocab", "layers"} <= names
+    q = variables["params"]["layers"]["attn"]["q_proj"]["kernel"]
+    assert q.names == ("layers", "embed", "heads", "head_dim") and q.value.shape == (2, 64, 4, 16)
+
+
+def test_sizes_follow_arguments():
+    wl = load("gpt2", preset="tiny", batch_size=3, seq_len=16)
+    assert wl.batch["tokens"].shape == (3, 16)
+    with pytest.raises(UserError, match="block_size"):
+        load("gpt2", preset="tiny", seq_len=10_000)
+    wl = load("resnet", preset="tiny", batch_size=2, image_size=64)
+    assert wl.batch["image"].shape == (2, 64, 64, 3)
+    assert n_params_abstract(load("llama", preset="tiny", n_layers=3)) > n_params_abstract(load("llama", preset="tiny"))
