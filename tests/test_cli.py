@@ -74,3 +74,17 @@ def test_console_script_runs_as_a_real_process():
                           "--json", "--no-explain"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["target"]["devices"] == 4
+
+
+def test_compare_grid_json():
+    r = invoke("compare", MLP, "--gpu", "h100", "--mesh", "data=8", "--layouts", "dp,fsdp,tp", "--batches", "64,128",
+               "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert len(rows) == 6
+    ok = [x for x in rows if not x["error"]]
+    assert len(ok) == 4 and all(x["fits"] for x in ok)
+    # tp needs a model axis: a row with the reason, not a crash
+    assert all("model axis" in x["error"] for x in rows if x["choice"]["layout"] == "tp")
+    by = {(x["choice"]["layout"], x["choice"]["batch"]): x["per_device_peak_bytes"] for x in ok}
+    assert by[("fsdp", 64)] < by[("dp", 64)]
