@@ -68,11 +68,20 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
     finally:
         if dump_dir is not None:
             shutil.rmtree(dump_dir, ignore_errors=True)
-    t_decoded = time.perf_counter()
 
     state = train_state.summarize(built.leaves)
     ovh = overhead.lookup(target)
-    gradients = min(state.gradients, stats.temp)
+    ex = None
+    if assignment is not None:
+        from jaxmem import explain
+
+        ex = explain.explain(assignment, [leaf.category for leaf in built.leaves], [leaf.path for leaf in built.leaves],
+                             top=opts.top, depth=opts.module_depth, remat=opts.remat)
+    t_decoded = time.perf_counter()  # reading the dump + attribution
+    # Gradients are XLA temporaries. With the buffer assignment decoded: the gradient buffers
+    # live at the peak (XLA may fuse them away or hold bf16 partials); without it: the
+    # analytic size of every gradient, which is what most programs hold at the end of backward.
+    gradients = min(ex.categories["gradients"] if ex is not None else state.gradients, stats.temp)
     breakdown = {
         "params": state.params,
         "optimizer_state": state.optimizer_state,
@@ -103,11 +112,7 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
                                        f"{issue.reason}", issue.replicated_bytes))
 
     top, modules, cats, timeline, peak_index = (), (), {}, (), -1
-    if assignment is not None:
-        from jaxmem import explain
-
-        ex = explain.explain(assignment, [leaf.category for leaf in built.leaves], [leaf.path for leaf in built.leaves],
-                             top=opts.top, depth=opts.module_depth, remat=opts.remat)
+    if ex is not None:
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)
 

@@ -236,7 +236,7 @@ def test_categorize_rules():
     assert buffers.categorize(_buffer(live_out=True), cats) == "outputs"
     assert buffers.categorize(_buffer(opcode="all-gather-start", collective=True), cats) == "collectives"
     a = BufferAssignment(buffers=(), timeline=np.zeros(10, np.int64), peak_bytes=0, peak_index=0,
-                         backward_start=5, backward_end=8, param_shapes={((2,), "f32"): (0,), ((3,), "f32"): (1,)})
+                         backward_start=5, backward_end=8, param_shapes={(2,): (0,), (3,): (1,)})
     grad = _buffer(op_name="jit(s)/transpose(jvp(m))/mul", is_backward=True, start=6, end=9)
     assert buffers.categorize(grad, cats, assignment=a) == "gradients"
     saved = _buffer(op_name="jit(s)/jvp(m)/mul", shape=(3,), start=2, end=7)
