@@ -95,6 +95,13 @@ def main() -> None:
     for (n1, r1, *_), (_, r2, *_) in pairs:
         lines.append(f"| {n1} | {r1['wall_s']:.1f} s | {r2['wall_s']:.1f} s | "
                      f"{100 * (r1['wall_s'] - r2['wall_s']) / r2['wall_s']:+.0f}% |")
+    # Issue 4's budget: the HTML report of the 8B preset under 5 MB.
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        html = Path(tmp) / "llama-8b.html"
+        one(CASES[0][1] + ["--html", str(html)])
+        lines += ["", f"HTML report of the first case (`--html`): {html.stat().st_size / 1024:.0f} KiB (budget 5 MB)."]
     text = "\n".join(lines) + "\n"
     out = ROOT / "benchmarks" / "results" / "speed.md"
     out.write_text(text)
