@@ -106,7 +106,8 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
     warnings = [report.Warning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
                                "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
                 for n in built.notes]
-    warnings += [report.Warning("compile_fallback", n) for n in stats.notes]
+    warnings += [report.Warning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
+                 for n in stats.notes]
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
         warnings.append(report.Warning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))

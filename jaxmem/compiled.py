@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import tempfile
 import time
 
 import jax
@@ -51,7 +54,8 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
         options = buffers.compile_options(dump_dir)
     notes: list[str] = []
     try:
-        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+        with _xla_log(notes):
+            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
         if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
@@ -78,6 +82,33 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
         lower_s=t1 - t0, compile_s=t2 - t1, notes=tuple(notes),
     )
     return compiled, stats
+
+
+@contextlib.contextmanager
+def _xla_log(notes: list[str]):
+    """Capture XLA's C++ log lines (written to fd 2) during a compile.
+
+    The one worth keeping becomes a note: XLA:GPU's rematerialization failing to bring
+    the program under its memory limit (about 80% of the card) -- the program will not
+    fit, and XLA says by how much. The rest is noise for a report.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (embedded use): nothing to capture
+        yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            log.seek(0)
+            for line in log.read().decode(errors="replace").splitlines():
+                m = re.search(r"hlo_rematerialization\.cc:\d+\] (Can't reduce memory use.*)", line)
+                if m:
+                    notes.append(f"XLA: {m.group(1)}")
 
 
 def _explain_trace_error(e: Exception) -> str:
