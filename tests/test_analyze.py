@@ -112,3 +112,11 @@ def test_triton_tiling_failure_falls_back_and_says_so():
     r = run(MODELS / "gpt2.py", model_args=(("preset", "tiny"), ("seq_len", 17)), batch=64)
     assert [w for w in r.warnings if w.kind == "compile_fallback"]
     assert r.per_device_peak_bytes > 0
+
+
+def test_xla_rematerialization_failure_becomes_a_warning():
+    # ~100 GB of activations on a 48 GB card: XLA:GPU tries to rematerialize and says it cannot
+    r = run(gpu="rtx-a6000", layout="dp", model_args=(("width", 32768), ("batch_size", 131072)))
+    assert r.fits is False
+    (w,) = [w for w in r.warnings if w.kind == "xla_remat_failed"]
+    assert "Can't reduce memory use" in w.message
