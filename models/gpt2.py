@@ -9,7 +9,6 @@ wrapped in ``nn.remat`` with that checkpoint policy.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -145,15 +144,7 @@ def workload(
 
 
 def _config(preset: str, overrides: dict) -> Config:
-    if preset not in PRESETS:
-        raise UserError(f"gpt2: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise UserError(f"gpt2: unknown argument(s) {', '.join(unknown)}; known: preset, seq_len, {', '.join(fields)}")
-    if overrides.get("remat", "none") not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"gpt2: remat={overrides['remat']!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    cfg = jaxmem.choose_preset("gpt2", PRESETS, preset, overrides, extra_args=("seq_len",))
     if cfg.n_embd % cfg.n_head:
         raise UserError(f"gpt2: n_embd={cfg.n_embd} is not a multiple of n_head={cfg.n_head}")
     return cfg

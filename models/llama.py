@@ -21,7 +21,6 @@ and the cross-entropy compute in fp32, and cast back.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -242,17 +241,7 @@ def workload(
 
 
 def _config(preset: str, overrides: dict) -> Config:
-    if preset not in PRESETS:
-        raise UserError(f"llama: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise UserError(f"llama: unknown argument(s) {', '.join(unknown)}; known: preset, {', '.join(fields)}")
-    if overrides.get("remat", "none") not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"llama: remat={overrides['remat']!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    if isinstance(overrides.get("tie_embeddings"), (str, int)):  # --arg tie_embeddings=true arrives as text or 0/1
-        overrides["tie_embeddings"] = str(overrides["tie_embeddings"]).lower() in ("1", "true", "yes")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    cfg = jaxmem.choose_preset("llama", PRESETS, preset, overrides)
     if cfg.n_heads % cfg.n_kv_heads:
         raise UserError(f"llama: n_heads={cfg.n_heads} is not a multiple of n_kv_heads={cfg.n_kv_heads}")
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:

@@ -9,7 +9,6 @@ the model is only a description; jaxmem initializes it with ``jax.eval_shape``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import flax.linen as nn
@@ -18,7 +17,6 @@ import jax.numpy as jnp
 import optax
 
 import jaxmem
-from jaxmem.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -81,12 +79,4 @@ def workload(preset: str = "base", batch_size: int | None = None, remat: str = "
 
 
 def _config(preset: str, overrides: dict) -> Config:
-    if preset not in PRESETS:
-        raise UserError(f"mlp: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise UserError(f"mlp: unknown argument(s) {', '.join(unknown)}; known: preset, {', '.join(fields)}")
-    if overrides.get("remat", "none") not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"mlp: remat={overrides['remat']!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    return dataclasses.replace(PRESETS[preset], **overrides)
+    return jaxmem.choose_preset("mlp", PRESETS, preset, overrides)

@@ -9,7 +9,6 @@ dropout rng stream's key and counter; a correct step carries all of them.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -18,7 +17,6 @@ import optax
 from flax import nnx
 
 import jaxmem
-from jaxmem.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -85,15 +83,7 @@ def workload(preset: str = "tiny", batch_size: int | None = None, remat: str = "
 
     ``remat`` (a jaxmem.REMAT_POLICIES name) checkpoints every hidden layer.
     """
-    if preset not in PRESETS:
-        raise UserError(f"mlp_nnx: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise UserError(f"mlp_nnx: unknown argument(s) {', '.join(unknown)}; known: preset, {', '.join(fields)}")
-    if remat not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"mlp_nnx: remat={remat!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides, remat=remat)
+    cfg = jaxmem.choose_preset("mlp_nnx", PRESETS, preset, dict(overrides, remat=remat))
     B = batch_size or cfg.batch_size
     batch = {
         "x": jax.ShapeDtypeStruct((B, cfg.d_in), jnp.float32),

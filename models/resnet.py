@@ -11,7 +11,6 @@ batch XLA computes the global batch statistics itself.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import partial
 
@@ -135,16 +134,7 @@ def workload(
 
 
 def _config(preset: str, overrides: dict) -> Config:
-    if preset not in PRESETS:
-        raise UserError(f"resnet: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        known = ", ".join(["preset", "image_size", *fields])
-        raise UserError(f"resnet: unknown argument(s) {', '.join(unknown)}; known: {known}")
-    if overrides.get("remat", "none") not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"resnet: remat={overrides['remat']!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    cfg = jaxmem.choose_preset("resnet", PRESETS, preset, overrides)
     if cfg.block not in ("basic", "bottleneck"):
         raise UserError(f"resnet: block={cfg.block!r}; choose 'basic' or 'bottleneck'")
     return cfg

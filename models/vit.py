@@ -13,7 +13,6 @@ updates), and are active: NNX modules start in training mode.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -174,15 +173,7 @@ def workload(
 
 
 def _config(preset: str, overrides: dict) -> Config:
-    if preset not in PRESETS:
-        raise UserError(f"vit: unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    fields = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(overrides) - set(fields))
-    if unknown:
-        raise UserError(f"vit: unknown argument(s) {', '.join(unknown)}; known: preset, {', '.join(fields)}")
-    if overrides.get("remat", "none") not in jaxmem.REMAT_POLICIES:
-        raise UserError(f"vit: remat={overrides['remat']!r}; choose one of {', '.join(jaxmem.REMAT_POLICIES)}")
-    cfg = dataclasses.replace(PRESETS[preset], **overrides)
+    cfg = jaxmem.choose_preset("vit", PRESETS, preset, overrides)
     if cfg.image_size % cfg.patch_size:
         raise UserError(f"vit: image_size={cfg.image_size} is not a multiple of patch_size={cfg.patch_size}")
     if cfg.d_model % cfg.n_heads:
