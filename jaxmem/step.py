@@ -363,6 +363,44 @@ def _optimizer(wl: Workload, opts: StepOptions):
 
 
 @contextlib.contextmanager
+def module_outputs(model, fn: Callable[[Any], Any]):
+    """While active, every Flax module call returns ``fn(output)``.
+
+    linen (``model`` None): through ``nn.intercept_methods``. NNX has no method
+    interceptor, so each module class in ``model``'s graph has its ``__call__``
+    wrapped for the duration (restored on exit).
+    """
+    if model is None:
+        import flax.linen as nn
+
+        def interceptor(next_fun, args, kwargs, context):
+            out = next_fun(*args, **kwargs)
+            return out if context.method_name == "setup" else fn(out)
+
+        with nn.intercept_methods(interceptor):
+            yield
+        return
+
+    from flax import nnx
+
+    saved = {}
+    for cls in {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}:
+        orig = cls.__dict__.get("__call__")
+        if orig is None:
+            continue
+        saved[cls] = orig
+
+        def wrapped(self, *a, __orig=orig, **k):
+            return fn(__orig(self, *a, **k))
+
+        cls.__call__ = wrapped
+    try:
+        yield
+    finally:
+        for cls, orig in saved.items():
+            cls.__call__ = orig
+
+
 def _activation_constraints(mesh, mesh_spec, layout, micro_batch, wl, nnx_model, model):
     """Keep module outputs whose leading dim is the batch sharded over the data axes.
 
@@ -371,52 +409,16 @@ def _activation_constraints(mesh, mesh_spec, layout, micro_batch, wl, nnx_model,
     """
     data = mesh_spec.data_axes
     if not data or mesh_spec.data_size == 1 or micro_batch is None:
-        yield
-        return
+        return contextlib.nullcontext()
     lead = layouts._spec_axes(data)
     rest = None if layout in ("dp", "fsdp") else P.UNCONSTRAINED
 
-    def constrain(out):
-        def one(x):
-            if isinstance(x, jax.Array) and x.ndim >= 1 and x.shape[0] == micro_batch:
-                return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(lead, *([rest] * (x.ndim - 1)))))
-            return x
+    def one(x):
+        if isinstance(x, jax.Array) and x.ndim >= 1 and x.shape[0] == micro_batch:
+            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(lead, *([rest] * (x.ndim - 1)))))
+        return x
 
-        return jax.tree.map(one, out)
-
-    if not nnx_model:
-        import flax.linen as nn
-
-        def interceptor(next_fun, args, kwargs, context):
-            out = next_fun(*args, **kwargs)
-            if context.method_name == "setup":
-                return out
-            return constrain(out)
-
-        with nn.intercept_methods(interceptor):
-            yield
-        return
-
-    # NNX has no method interceptor: wrap each submodule class's __call__ while tracing.
-    from flax import nnx
-
-    classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
-    saved = {}
-    for cls in classes:
-        orig = cls.__dict__.get("__call__")
-        if orig is None:
-            continue
-        saved[cls] = orig
-
-        def wrapped(self, *a, __orig=orig, **k):
-            return constrain(__orig(self, *a, **k))
-
-        cls.__call__ = wrapped
-    try:
-        yield
-    finally:
-        for cls, orig in saved.items():
-            cls.__call__ = orig
+    return module_outputs(model if nnx_model else None, lambda out: jax.tree.map(one, out))
 
 
 def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> BuiltStep:
