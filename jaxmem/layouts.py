@@ -197,8 +197,8 @@ def _shard_largest(path, shape, nbytes, spec, names, axes, mesh, issues, prefer)
     spec[best] = _spec_axes(axes)
 
 
-def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str, leading: int = 1):
-    """Batch leaves: dim 0 (after `leading` accumulation dims: 0) split over the data axes."""
+def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str):
+    """Batch leaves: dim 0 split over the data axes."""
     data = mesh.data_axes
     size = mesh.axis_size(data)
     if not shape:

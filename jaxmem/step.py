@@ -166,6 +166,24 @@ def is_nnx(wl: Workload) -> bool:
 # ---------------------------------------------------------------- the step
 
 
+def _shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves: list[LeafInfo]):
+    """ShapeDtypeStructs with NamedShardings for every leaf; each leaf recorded in `leaves`.
+
+    `category` is a name or a function of the leaf path (the escape hatch sorts its state).
+    """
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    out = []
+    for path, x in flat:
+        ps = _path_str(path)
+        spec = spec_fn(ps, x)
+        cat = category(ps) if callable(category) else category
+        leaves.append(LeafInfo(f"{cat}:{ps}", cat, tuple(x.shape), str(x.dtype), x.dtype.itemsize, spec,
+                               mesh_spec.axis_size(_used(spec))))
+        out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(*spec))))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+
 def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) -> BuiltStep:
     layouts.check_layout(opts.layout, mesh_spec)
     if opts.precision not in PRECISIONS:
@@ -206,35 +224,27 @@ def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) ->
         except (KeyError, IndexError, TypeError):
             return None
 
-    param_flat, _ = jax.tree_util.tree_flatten_with_path(params)
-    param_specs: dict[str, tuple] = {}
-    by_shape_suffix: list[tuple[str, tuple, tuple]] = []
-    for path, x in param_flat:
+    param_specs: dict[str, tuple[tuple, tuple]] = {}   # path -> (shape, spec)
+    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
         ps = _path_str(path)
-        names = names_for(path)
-        spec = layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names, opts.layout, mesh_spec, tp_rules, issues)
-        param_specs[ps] = spec
-        by_shape_suffix.append((ps, tuple(x.shape), spec))
+        spec = layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names_for(path), opts.layout, mesh_spec,
+                                 tp_rules, issues)
+        param_specs[ps] = (tuple(x.shape), spec)
 
     def opt_spec(ps: str, x) -> tuple:
-        # optax states mirror the params tree (mu/nu/...): same path suffix and shape -> same spec.
-        for pp, shape, spec in by_shape_suffix:
-            if tuple(x.shape) == shape and (ps == pp or ps.endswith("/" + pp)):
-                return spec
+        # optax states mirror the params tree ('0/mu/<param path>'): the same path suffix and
+        # shape -> the param's spec; anything else (counts, factored moments) by the fallback rule.
+        parts = ps.split("/")
+        for i in range(len(parts)):
+            hit = param_specs.get("/".join(parts[i:]))
+            if hit is not None and hit[0] == tuple(x.shape):
+                return hit[1]
         return layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, None, opts.layout, mesh_spec, tp_rules, [])
 
     def shardings(tree, category, spec_fn):
-        flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
-        out = []
-        for path, x in flat:
-            ps = _path_str(path)
-            spec = spec_fn(ps, x)
-            leaves.append(LeafInfo(f"{category}:{ps}", category, tuple(x.shape), str(x.dtype),
-                                   x.dtype.itemsize, spec, mesh_spec.axis_size(_used(spec))))
-            out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(*spec))))
-        return jax.tree_util.tree_unflatten(treedef, out)
+        return _shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves)
 
-    a_params = shardings(params, "params", lambda ps, x: param_specs[ps])
+    a_params = shardings(params, "params", lambda ps, x: param_specs[ps][1])
     a_opt = shardings(opt_state, "optimizer_state", opt_spec)
     a_mut = shardings(mutable, "other_state", lambda ps, x: (None,) * len(x.shape))
     a_rng = shardings({"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}, "other_state",
@@ -437,22 +447,11 @@ def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> Bu
             return "optimizer_state"
         return "other_state"
 
-    def shard(tree, cat_fn, spec_fn):
-        flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
-        out = []
-        for path, x in flat:
-            ps = _path_str(path)
-            spec = spec_fn(ps, x)
-            cat = cat_fn(ps)
-            leaves.append(LeafInfo(f"{cat}:{ps}", cat, tuple(x.shape), str(x.dtype), x.dtype.itemsize, spec,
-                                   mesh_spec.axis_size(_used(spec))))
-            out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(*spec))))
-        return jax.tree_util.tree_unflatten(treedef, out)
-
     tp_rules = dict(layouts.DEFAULT_TP_RULES)
-    a_state = shard(state, category, lambda ps, x: layouts.leaf_spec(
-        ps, tuple(x.shape), x.dtype.itemsize, None, opts.layout, mesh_spec, tp_rules, issues))
-    a_batch = shard(batch, lambda ps: "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps))
+    a_state = _shard_tree(state, category, lambda ps, x: layouts.leaf_spec(
+        ps, tuple(x.shape), x.dtype.itemsize, None, opts.layout, mesh_spec, tp_rules, issues), mesh, mesh_spec, leaves)
+    a_batch = _shard_tree(batch, "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps),
+                          mesh, mesh_spec, leaves)
 
     def step(state, batch):
         return wl.step(state, batch)
