@@ -213,5 +213,98 @@ def gpus(as_json):
     click.echo("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).")
 
 
+@main.command()
+@step_options
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds the measuring process may run.")
+def verify(as_json, timeout, **kw):
+    """Run MODEL_FILE's step on this machine and compare analyze's prediction with the measured peak.
+
+    The prediction is analyze's for the local backend (--gpu cpu, or the attached
+    GPU); the step then runs once on random data in a fresh process. CPU: peak RSS
+    (reset through /proc/self/clear_refs), a mesh through forced host devices.
+    GPU: the allocator's peak_bytes_in_use. Without --gpu: the attached GPU,
+    else the CPU. Exit code: 0 when measured, 2 on a user error or when this
+    machine cannot hold the case.
+
+    \b
+    Example:
+      jaxmem verify models/mlp.py --arg preset=base --gpu cpu
+      jaxmem verify models/gpt2.py --arg preset=tiny --arg batch_size=8 --mesh data=8 --layout fsdp --json
+    """
+
+    def go():
+        from jaxmem import verify as verify_mod
+
+        verify_mod.gpu_env_for_parent()
+        _prepare(kw["mesh"])
+        result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
+        if as_json:
+            click.echo(json.dumps(result.to_json(), indent=2))
+            return
+        from jaxmem.render import fmt_bytes
+
+        m = result.method
+        click.echo(f"{result.report.model} on {m['devices']} x {m['device']} ({m['backend']}), "
+                   f"mesh {kw['mesh']}, layout {kw['layout']}")
+        click.echo(f"{'device':>6}  {'predicted':>12}  {'measured':>12}  {'error':>8}")
+        for d in result.per_device:
+            click.echo(f"{d['device']:>6}  {fmt_bytes(d['predicted_peak_bytes']):>12}  "
+                       f"{fmt_bytes(d['measured_peak_bytes']):>12}  {d['relative_error']:>+8.2%}")
+        click.echo(f"peak: predicted {fmt_bytes(result.predicted_peak_bytes)}, measured "
+                   f"{fmt_bytes(result.measured_peak_bytes)}, error {result.relative_error:+.2%}")
+        click.echo(f"method: {m['description']}")
+        if m["backend"] == "cpu":
+            click.echo(f"  baseline RSS {fmt_bytes(m['baseline_bytes'])}, step added {fmt_bytes(m['step_extra_bytes'])} "
+                       f"for all {m['devices']} device(s); {m['split']}")
+        click.echo(f"  runtime overhead in the prediction: {fmt_bytes(m['runtime_overhead']['bytes_per_device'])} "
+                   f"per device ({m['runtime_overhead']['source']})")
+
+    _run(go)
+
+
+@main.command()
+@click.option("--gpu", default=None, help="cpu, or local (the attached GPU). Default: the attached GPU, else cpu.")
+@click.option("--repeats", type=int, default=1, show_default=True, help="Measurements per case (the median is kept).")
+@click.option("--dry-run", is_flag=True, help="Measure and print, but do not store.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def calibrate(gpu, repeats, dry_run, as_json):
+    """Measure the runtime overhead analyze adds to XLA's numbers, and store it for this device kind.
+
+    Runs a trivial training step (two sizes; on CPU on 1 and 8 host devices) in
+    fresh processes and stores measured minus XLA's lower bound, with the machine,
+    versions and date, in the calibration file (JAXMEM_CALIBRATION, default
+    ~/.config/jaxmem/calibration.json). analyze then uses it for that device kind.
+
+    \b
+    Example:
+      jaxmem calibrate --gpu cpu
+      jaxmem calibrate --gpu local --json
+    """
+
+    def go():
+        from jaxmem import targets
+        from jaxmem import verify as verify_mod
+
+        verify_mod.gpu_env_for_parent()
+        if (gpu or "").lower() == "cpu":
+            targets.ensure_host_devices(1)
+        cal = verify_mod.calibrate(gpu, repeats=repeats, save=not dry_run)
+        if as_json:
+            click.echo(json.dumps(cal.to_json(), indent=2))
+            return
+        from jaxmem.render import fmt_bytes
+
+        for r in cal.runs:
+            click.echo(f"{r['devices']} device(s), width {r['width']}, batch {r['batch']}: measured "
+                       f"{fmt_bytes(r['measured_bytes'])}, XLA {fmt_bytes(r['xla_lower_bound_bytes'])}, "
+                       f"excess {fmt_bytes(r['excess_bytes'])}")
+        o = cal.overhead
+        click.echo(f"{cal.kind}: in-pool {fmt_bytes(o.in_pool_bytes)} per device + {fmt_bytes(o.per_process_bytes)} "
+                   f"per process, out-of-pool {fmt_bytes(o.out_of_pool_bytes)} (measured {o.measured_at})")
+        click.echo(f"stored in {cal.path}" if cal.path else "not stored (--dry-run)")
+
+    _run(go)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -22,6 +22,9 @@ class Overhead:
     out_of_pool_bytes: int
     source: str
     measured_at: str | None = None
+    # CPU: one process holds every host device, so a cost paid once per process
+    # (thread pools, first-run set-up) is shared by them: lookup() adds per_process_bytes / n_devices.
+    per_process_bytes: int = 0
 
 
 def user_calibration_path() -> Path:
@@ -51,8 +54,9 @@ def kind_key(target: Target) -> str:
 
 def lookup(target: Target) -> Overhead:
     entry = _user().get(kind_key(target)) or _shipped().get(kind_key(target)) or _shipped()[target.platform]
-    return Overhead(int(entry["in_pool_bytes"]), int(entry["out_of_pool_bytes"]), entry["source"],
-                    entry.get("measured_at"))
+    per_process = int(entry.get("per_process_bytes", 0))
+    in_pool = int(entry["in_pool_bytes"]) + per_process // max(len(target.devices), 1)
+    return Overhead(in_pool, int(entry["out_of_pool_bytes"]), entry["source"], entry.get("measured_at"), per_process)
 
 
 def save(target: Target, overhead: Overhead) -> Path:

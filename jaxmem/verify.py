@@ -1,0 +1,333 @@
+"""Predicted vs measured: `jaxmem verify` and `jaxmem calibrate`.
+
+``verify`` predicts the step exactly as ``jaxmem analyze`` does for the local
+backend (``--gpu cpu`` or ``--gpu local``; the number compared is analyze's own
+``per_device_peak_bytes``, runtime overhead included), then measures the same step
+on this machine in a fresh process (:mod:`jaxmem.measure`) and compares, per device.
+
+``calibrate`` measures the runtime overhead that analyze adds to XLA's numbers --
+the memory a real run uses outside XLA's buffer assignment -- and stores it per
+device kind, with where and when it was measured (:func:`jaxmem.overhead.save`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import statistics
+from typing import Any
+
+from jaxmem import measure, overhead
+from jaxmem.errors import UserError
+
+# Host memory a CPU measurement needs besides the step itself: the Python process,
+# jax and the compiled program (about 0.5 GB measured here), with room to spare.
+CPU_PROCESS_ALLOWANCE = 1 << 30
+CPU_MEMORY_MARGIN = 0.9   # use at most this share of MemAvailable
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    report: Any                        # the prediction: analyze's Report for the local backend
+    case: measure.Case
+    measurement: dict                  # the measuring process's result
+    per_device: tuple[dict, ...]
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.report.per_device_peak_bytes
+
+    @property
+    def measured_peak_bytes(self) -> int:
+        return max(d["measured_peak_bytes"] for d in self.per_device)
+
+    @property
+    def relative_error(self) -> float:
+        return relative_error(self.predicted_peak_bytes, self.measured_peak_bytes)
+
+    @property
+    def method(self) -> dict:
+        m = self.measurement
+        out = {
+            "description": m["method"],
+            "backend": m["backend"],
+            "device": m["device"],
+            "devices": m["n_devices"],
+            "fresh_process": True,
+            "runtime_overhead": {"bytes_per_device": self.report.breakdown.get("runtime_overhead", 0),
+                                 "source": self.report.runtime_overhead_source},
+            "wall_s": m.get("wall_s"),
+        }
+        if m["backend"] == "cpu":
+            out.update({
+                "baseline_bytes": m["rss_before_step"],
+                "step_extra_bytes": m["step_extra_bytes"],
+                "arguments_rss_delta_bytes": m["rss_args_delta"],
+                "arguments_bytes": sum(m["args_bytes"]),
+                "split": "the step's extra RSS is one number for the whole process; it is split equally over "
+                         "the devices (symmetric layouts)",
+                "allocator": "glibc with MALLOC_MMAP_THRESHOLD_=65536: freed blocks leave the RSS at once",
+            })
+        else:
+            out.update({"bytes_limit": m.get("bytes_limit"), "out_of_pool_bytes": m.get("out_of_pool_bytes")})
+        return out
+
+    def to_json(self) -> dict:
+        r = self.report
+        return {
+            "schema": "jaxmem.verify/1",
+            "model": r.model,
+            "source": r.source,
+            "target": r.target.gpu,
+            "mesh": dict(r.mesh),
+            "layout": r.layout,
+            "options": r.options,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "measured_peak_bytes": self.measured_peak_bytes,
+            "relative_error": self.relative_error,
+            "per_device": list(self.per_device),
+            "method": self.method,
+            "prediction": {"breakdown": r.breakdown, "xla": r.xla},
+            "versions": r.versions,
+        }
+
+
+def relative_error(predicted: int, measured: int) -> float:
+    """Signed: (predicted - measured) / measured; negative means jaxmem predicted too little."""
+    return (predicted - measured) / measured if measured else float("nan")
+
+
+def local_backend(gpu: str | None) -> str:
+    """'cpu' or 'gpu': where verify can run the step. None means the attached GPU, else the CPU."""
+    from jaxmem import targets
+
+    key = (gpu or "").strip().lower()
+    if key == "cpu":
+        return "cpu"
+    n_gpus = targets.local_gpu_count()
+    if not key:
+        return "gpu" if n_gpus else "cpu"
+    if n_gpus == 0:
+        raise UserError(f"verify measures on this machine, which has no GPU: use --gpu cpu (or no --gpu), "
+                        f"not --gpu {gpu}")
+    return "gpu"
+
+
+def catalogue_key(device_kind: str) -> str | None:
+    """The catalogue GPU a local device is (its CUDA name, exactly or as a prefix), if any."""
+    from jaxmem import targets
+
+    kind = device_kind.strip().lower()
+    for spec in targets.CATALOGUE.values():
+        desc = spec.description.lower()
+        if kind == desc or desc.startswith(kind) or kind.startswith(desc):
+            return spec.key
+    return None
+
+
+def mem_available() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is no /proc)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_capacity(report, backend: str) -> None:
+    """Refuse (UserError) when the local backend cannot hold the case; say how much it needs."""
+    from jaxmem.render import fmt_bytes
+
+    per_device = report.per_device_peak_bytes
+    n = report.target.devices
+    if backend == "cpu":
+        avail = mem_available()
+        if avail is None:
+            return
+        need = per_device * n + CPU_PROCESS_ALLOWANCE
+        if need > avail * CPU_MEMORY_MARGIN:
+            raise UserError(
+                f"this machine cannot hold the case: it needs about {fmt_bytes(need)} of host memory "
+                f"({n} device(s) x {fmt_bytes(per_device)} predicted + {fmt_bytes(CPU_PROCESS_ALLOWANCE)} for the "
+                f"process) but {fmt_bytes(avail)} is available (MemAvailable); try a smaller --batch or preset")
+        return
+    limit = report.target.memory_bytes
+    if limit and per_device > limit:
+        raise UserError(f"the local GPU cannot hold the case: it needs about {fmt_bytes(per_device)} per device, "
+                        f"the allocator's limit is {fmt_bytes(limit)}")
+
+
+def case_for(path: str, opts, backend: str) -> measure.Case:
+    return measure.Case(model_file=str(path), model_args=tuple(opts.model_args), mesh=opts.mesh, layout=opts.layout,
+                        precision=opts.precision, optimizer=opts.optimizer, batch=opts.batch, accum=opts.accum,
+                        remat=opts.remat, donate=opts.donate, backend=backend)
+
+
+def predict(path: str, opts):
+    """analyze's Report for the local backend (what verify compares)."""
+    from jaxmem.analyze import analyze_file
+
+    backend = local_backend(opts.gpu)
+    gpu = opts.gpu if opts.gpu else ("local" if backend == "gpu" else "cpu")
+    if backend == "gpu" and gpu.lower() not in ("local", "cpu"):
+        # a catalogue GPU, compiled for devicelessly: only comparable on that very GPU
+        import jax
+
+        from jaxmem import targets
+
+        kind = jax.devices("gpu")[0].device_kind
+        if catalogue_key(kind) != targets.resolve_gpu_name(gpu):
+            raise UserError(f"--gpu {gpu}: this machine's GPU is {kind!r}; verify compares a prediction with a "
+                            f"run on this machine, so use --gpu local (or the catalogue name of this GPU)")
+    return backend, analyze_file(path, dataclasses.replace(opts, gpu=gpu, explain=False))
+
+
+def combine(report, case: measure.Case, m: dict) -> VerifyResult:
+    predicted = report.per_device_peak_bytes
+    per_device = tuple(
+        {"device": i, "predicted_peak_bytes": predicted, "measured_peak_bytes": int(meas),
+         "relative_error": relative_error(predicted, int(meas))}
+        for i, meas in enumerate(m["measured_peak_bytes"]))
+    return VerifyResult(report, case, m, per_device)
+
+
+def verify_file(path: str, opts, timeout: float = 600.0) -> VerifyResult:
+    backend, report = predict(path, opts)
+    check_capacity(report, backend)
+    case = case_for(path, opts, backend)
+    try:
+        m = measure.run_case(case, timeout=timeout)
+    except measure.MeasureError as e:
+        raise UserError(f"measuring the step failed: {e}") from None
+    return combine(report, case, m)
+
+
+# ---------------------------------------------------------------- calibration
+
+# The trivial step calibration runs, at two sizes, on 1 and on 8 host devices (CPU).
+CPU_CALIBRATION_DEVICES = (1, 8)
+CALIBRATION_SIZES = ({"width": 256, "batch": 64}, {"width": 2048, "batch": 1024})
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    overhead: overhead.Overhead
+    kind: str                       # the overhead.json key: "cpu" or the GPU's name
+    runs: tuple[dict, ...]          # one per measured case: devices, size, measured, XLA's bound, excess
+    path: str = ""
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "overhead": dataclasses.asdict(self.overhead), "runs": list(self.runs),
+                "path": self.path}
+
+
+def _versions() -> str:
+    import flax
+    import jax
+    import jaxlib
+
+    return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _excess(m: dict) -> int:
+    """Measured bytes beyond XLA's lower bound, summed over the devices of the run."""
+    return sum(m["measured_peak_bytes"]) - m["n_devices"] * m["xla"]["lower_bound"]
+
+
+def _run_calibration_case(case: measure.Case) -> dict:
+    try:
+        return measure.run_case(case)
+    except measure.MeasureError as e:
+        raise UserError(f"calibration: measuring the trivial step failed: {e}") from None
+
+
+def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, sizes: tuple[dict, ...] | None = None,
+              repeats: int = 1, save: bool = True) -> Calibration:
+    """Measure the runtime overhead of this machine's backend and store it (overhead.save).
+
+    CPU: the trivial step at each size on each device count; excess = measured - XLA's
+    lower bound, summed over the devices; fitted as n_devices x per_device + per_process.
+    """
+    devices = CPU_CALIBRATION_DEVICES if devices is None else devices
+    sizes = CALIBRATION_SIZES if sizes is None else sizes
+    backend = local_backend(gpu)
+    today = datetime.date.today().isoformat()
+    runs = []
+    if backend == "cpu":
+        for n in devices:
+            for size in sizes:
+                for _ in range(repeats):
+                    case = measure.Case(measure.BUILTIN_PREFIX + "calibration", tuple(size.items()),
+                                        mesh=f"data={n}", layout="dp", backend="cpu")
+                    m = _run_calibration_case(case)
+                    runs.append({"devices": n, **size, "measured_bytes": sum(m["measured_peak_bytes"]),
+                                 "xla_lower_bound_bytes": n * m["xla"]["lower_bound"], "excess_bytes": _excess(m)})
+        # excess(n) = n * per_device + per_process: fit over the device counts (median per count)
+        by_n = {n: statistics.median(r["excess_bytes"] for r in runs if r["devices"] == n) for n in devices}
+        ns = sorted(by_n)
+        if len(ns) >= 2:
+            slope = (by_n[ns[-1]] - by_n[ns[0]]) / (ns[-1] - ns[0])
+            per_device = max(int(slope), 0)
+            per_process = max(int(statistics.median(by_n[n] - per_device * n for n in ns)), 0)
+        else:
+            per_device, per_process = 0, max(int(by_n[ns[0]]), 0)
+        source = (f"measured by `jaxmem calibrate --gpu cpu` on {cpu_model()} ({os.cpu_count()} cores), {_versions()}: "
+                  f"peak RSS of a trivial training step (2 sizes, on {', '.join(map(str, ns))} host devices) minus "
+                  f"XLA's lower bound = {per_process} B per process + {per_device} B per device")
+        ovh = overhead.Overhead(per_device, 0, source, today, per_process)
+        kind = "cpu"
+    else:
+        # NOTE: untested here (written on machines without a GPU); see measure.measure_gpu.
+        case = measure.Case(measure.BUILTIN_PREFIX + "calibration", tuple(sizes[0].items()), mesh="data=1",
+                            layout="dp", backend="gpu")
+        m = _run_calibration_case(case)
+        in_pool = max(max(m["measured_peak_bytes"]) - m["xla"]["lower_bound"], 0)
+        oop = m.get("out_of_pool_bytes")
+        out_of_pool = max(oop) if oop else None
+        runs.append({"devices": 1, **sizes[0], "measured_bytes": max(m["measured_peak_bytes"]),
+                     "xla_lower_bound_bytes": m["xla"]["lower_bound"], "excess_bytes": in_pool,
+                     "out_of_pool_bytes": out_of_pool})
+        kind = m["device"]
+        if out_of_pool is None:  # no nvidia-smi: keep the out-of-pool estimate we ship
+            from jaxmem import targets
+
+            fake = targets.Target(kind, "cuda", kind, None, False, (None,))
+            out_of_pool = overhead.lookup(fake).out_of_pool_bytes
+            how = "out-of-pool kept from the shipped estimate (no nvidia-smi)"
+        else:
+            how = "out-of-pool = nvidia-smi memory.used delta - the allocator's pool"
+        ovh = overhead.Overhead(int(in_pool), int(out_of_pool),
+                                f"measured by `jaxmem calibrate` on {kind}, {_versions()}: peak_bytes_in_use of a "
+                                f"trivial step minus XLA's lower bound; {how}", today)
+    path = ""
+    if save:
+        from jaxmem import targets
+
+        kinds = [kind]
+        key = catalogue_key(kind) if kind != "cpu" else None
+        if key and targets.CATALOGUE[key].description != kind:  # analyze --gpu <catalogue name> looks it up so
+            kinds.append(targets.CATALOGUE[key].description)
+        for k in kinds:
+            path = str(overhead.save(targets.Target(k, "cpu" if k == "cpu" else "cuda", k, None, False, (None,)), ovh))
+    return Calibration(ovh, kind, tuple(runs), path)
+
+
+def gpu_env_for_parent() -> None:
+    """Before jax starts in a verifying process: do not let it preallocate the GPU the child measures on."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
