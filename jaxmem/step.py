@@ -373,19 +373,24 @@ def _optimizer(wl: Workload, opts: StepOptions):
 
 
 @contextlib.contextmanager
-def module_outputs(model, fn: Callable[[Any], Any]):
-    """While active, every Flax module call returns ``fn(output)``.
+def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool] | None = None):
+    """While active, Flax module calls return ``fn(output)``.
 
-    linen (``model`` None): through ``nn.intercept_methods``. NNX has no method
-    interceptor, so each module class in ``model``'s graph has its ``__call__``
-    wrapped for the duration (restored on exit).
+    linen (``model`` None): every method but ``setup``, through ``nn.intercept_methods``.
+    NNX has no method interceptor, so each module class in ``model``'s graph has its
+    ``__call__`` wrapped for the duration (restored on exit). ``which`` narrows it to the
+    ``__call__`` of the module classes it accepts.
     """
     if model is None:
         import flax.linen as nn
 
         def interceptor(next_fun, args, kwargs, context):
             out = next_fun(*args, **kwargs)
-            return out if context.method_name == "setup" else fn(out)
+            if which is not None:
+                hit = context.method_name == "__call__" and which(type(context.module))
+            else:
+                hit = context.method_name != "setup"
+            return fn(out) if hit else out
 
         with nn.intercept_methods(interceptor):
             yield
@@ -394,7 +399,8 @@ def module_outputs(model, fn: Callable[[Any], Any]):
     from flax import nnx
 
     saved = {}
-    for cls in {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}:
+    classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+    for cls in (c for c in classes if which is None or which(c)):
         orig = cls.__dict__.get("__call__")
         if orig is None:
             continue
