@@ -8,6 +8,7 @@ the Report.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from typing import Sequence
 
@@ -63,7 +64,12 @@ def explain(
             n = b.parameter_shape_index[0] if b.parameter_shape_index else (b.parameter_number or 0)
             if 0 <= n < len(leaf_paths):
                 path = leaf_module(leaf_paths[n])
-        key = f"[{cat}]" if cat in STATE else ("/".join(path.split("/")[:depth]) if path else "(no module)")
+        if cat in STATE:
+            key = f"[{cat}]"
+        elif path:
+            key = "/".join(path.split("/")[:depth])
+        else:  # XLA-made or outside any module scope (e.g. the bf16 casts of the params): name the op
+            key = f"(no module: {_primitive(b.op_name) or b.opcode or 'unknown'})"
         modules[key][0] += b.size
         modules[key][1] += 1
         rows.append(BufferRow(b.size, str(tuple(b.shape)), b.dtype, path, cat, b.instruction, b.op_name))
@@ -78,6 +84,11 @@ def explain(
         peak_bytes=int(assignment.peak_bytes),
         warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
     )
+
+
+def _primitive(op_name: str) -> str:
+    """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast'."""
+    return re.sub(r"\.\d+$", "", op_name.rsplit("/", 1)[-1]) if op_name else ""
 
 
 def downsample(curve: np.ndarray, points: int) -> tuple[int, ...]:
