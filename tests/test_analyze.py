@@ -120,3 +120,9 @@ def test_xla_rematerialization_failure_becomes_a_warning():
     assert r.fits is False
     (w,) = [w for w in r.warnings if w.kind == "xla_remat_failed"]
     assert "Can't reduce memory use" in w.message
+
+
+def test_256_devices_on_32_hosts():
+    r = run(mesh="data=32,model=8", layout="fsdp_tp", batch=64, model_args=(("width", 1024),))
+    assert r.target.devices == 256 and r.target.hosts == 32
+    assert r.state_check["analytic_argument_bytes"] == r.state_check["compiled_argument_bytes"]
