@@ -144,7 +144,9 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 @click.option("--meshes", default=None, help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
 @click.option("--gpus", "gpu_list", default=None, help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--mem-fraction", type=float, default=None, help="As for analyze.")
-def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, mem_fraction, **kw):
+@click.option("--find-batch", is_flag=True, help="Also find, for each row, the largest global batch that fits "
+              "(a search of full compiles: slower).")
+def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, mem_fraction, find_batch, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is compiled; rows are sorted
@@ -155,6 +157,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     Example:
       jaxmem compare models/llama.py --arg preset=8b --mesh data=8 --layouts dp,fsdp --remats none,full
       jaxmem compare models/gpt2.py --batches 8,16,32 --precisions fp32,bf16 --json
+      jaxmem compare models/llama.py --arg preset=1b --mesh data=8 --remats none,full --find-batch
     """
 
     def go():
@@ -166,9 +169,12 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
         _prepare(max(mesh_texts, key=lambda m: layouts_mod.parse_mesh(m).size))
         from jaxmem.compare import compare as run_compare
 
-        cells = run_compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False), spec)
+        cells = run_compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False), spec,
+                            find_batch=find_batch)
         if as_json:
             click.echo(json.dumps([{"choice": c.choice, "error": c.error,
+                                    **({"max_batch": c.max_batch, "max_batch_capped": c.max_batch_capped}
+                                       if find_batch else {}),
                                     **({"per_device_peak_bytes": c.report.per_device_peak_bytes, "fits": c.report.fits,
                                         "headroom_bytes": c.report.headroom_bytes, "breakdown": c.report.breakdown}
                                        if c.report else {})} for c in cells], indent=2))

@@ -100,6 +100,12 @@ def render(r: Report, console: Console | None = None) -> None:
                   f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, flax {r.versions.get('flax')}[/dim]")
 
 
+def _max_batch(cell) -> str:
+    if not cell.max_batch:
+        return "[red]none[/red]"
+    return f">= {cell.max_batch}" if cell.max_batch_capped else str(cell.max_batch)
+
+
 def render_comparison(cells, console: Console | None = None) -> None:
     """One row per combination, smallest peak first; the ones that fit marked."""
     console = console or Console()
@@ -107,19 +113,21 @@ def render_comparison(cells, console: Console | None = None) -> None:
     table = Table(title="per-device peak by choice", title_justify="left")
     for a in axes:
         table.add_column(a)
-    for col in ("peak", "state", "acts+temps", "fits", "headroom"):
+    find = any(c.max_batch is not None for c in cells)
+    for col in ("peak", "state", "acts+temps", "fits", "headroom") + (("max batch",) if find else ()):
         table.add_column(col, justify="right")
     ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
     for c in ranked:
         values = [str(c.choice[a]) for a in axes]
         if c.report is None:
-            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below")
+            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", *(("-",) if find else ()))
             continue
         b = c.report.breakdown
         state = b["params"] + b["optimizer_state"] + b["gradients"]
         fits = "-" if c.report.fits is None else ("[green]yes[/green]" if c.report.fits else "[red]no[/red]")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
-                      fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes))
+                      fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
+                      *((_max_batch(c),) if find else ()))
     console.print(table)
     for c in ranked:
         if c.error:
