@@ -54,10 +54,12 @@ def render(r: Report, console: Console | None = None) -> None:
     table.add_column("part", footer="per-device peak")
     table.add_column("bytes", justify="right", footer=fmt_bytes(r.per_device_peak_bytes))
     table.add_column("share", justify="right", footer="100%")
-    table.add_column("what it is", style="dim")
+    wide = console.width >= 110  # the explanations only help when they do not wrap every row
+    if wide:
+        table.add_column("what it is", style="dim")
     peak = max(r.per_device_peak_bytes, 1)
     for key, value in r.breakdown.items():
-        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", BREAKDOWN_HELP.get(key, ""))
+        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
     console.print(table)
 
     if t.usable_bytes is not None:
