@@ -140,8 +140,8 @@ def run(cases, gpu: bool, out_path: Path | None) -> list[dict]:
     t_start = time.perf_counter()
     for c in cases:
         mesh = _gpu_mesh(c.mesh, n_gpus) if gpu else c.mesh
-        mcase = measure.Case(str(MODELS / c.model), c.args, mesh=mesh, layout=c.layout, precision=c.precision,
-                             remat=c.remat, backend=backend)
+        mcase = measure.Case(model_file=str(MODELS / c.model), model_args=c.args, mesh=mesh, layout=c.layout,
+                             precision=c.precision, remat=c.remat, backend=backend)
         futures.append(pool.submit(measure.run_case, mcase, 600.0))
     for c, fut in zip(cases, futures):
         mesh = _gpu_mesh(c.mesh, n_gpus) if gpu else c.mesh

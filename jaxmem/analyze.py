@@ -6,33 +6,25 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from typing import Any
 
 import numpy as np
 
 from jaxmem import compiled as compiled_mod
 from jaxmem import layouts, overhead, report, step, targets, train_state
 from jaxmem.errors import UserError
-from jaxmem.workload import Workload, load_workload
+from jaxmem.workload import StepChoice, Workload, load_workload
 
 
-@dataclasses.dataclass(frozen=True)
-class AnalyzeOptions:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AnalyzeOptions(StepChoice):
+    """The step (StepChoice) and where and how it is analyzed."""
+
     gpu: str | None = None
-    mesh: str = "data=1"
-    layout: str = "fsdp"
     hosts: int | None = None
-    precision: str = "fp32"
-    optimizer: str | None = None
-    batch: int | None = None
-    accum: int = 1
-    remat: str = "none"
-    donate: bool = True
     mem_fraction: float | None = None
     explain: bool = True             # decode the buffer assignment (top buffers, modules, curve)
     top: int = 10
     module_depth: int = 3
-    model_args: tuple[tuple[str, Any], ...] = ()
 
 
 def analyze_file(path: str, opts: AnalyzeOptions) -> report.Report:
@@ -53,8 +45,7 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
     mesh_spec = layouts.parse_mesh(opts.mesh)
     target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     mesh = build_mesh(target, mesh_spec)
-    built = step.build(wl, step.StepOptions(opts.layout, opts.precision, opts.optimizer, opts.batch, opts.accum,
-                                            opts.donate), mesh, mesh_spec)
+    built = step.build(wl, opts.step_options(), mesh, mesh_spec)
     t_built = time.perf_counter()
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if opts.explain else None
     try:

@@ -45,28 +45,19 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
 
 from jaxmem.errors import UserError
+from jaxmem.workload import StepChoice
 
 BUILTIN_PREFIX = "builtin:"
 MALLOC_MMAP_THRESHOLD = 65536
 
 
 @dataclasses.dataclass(frozen=True)
-class Case:
-    """One training step to measure: what ``jaxmem analyze`` takes, as plain data."""
+class Case(StepChoice):
+    """One training step to measure: the step analyze predicts (StepChoice), as plain data."""
 
-    model_file: str                       # a model file, or "builtin:calibration"
-    model_args: tuple[tuple[str, Any], ...] = ()
-    mesh: str = "data=1"
-    layout: str = "fsdp"
-    precision: str = "fp32"
-    optimizer: str | None = None
-    batch: int | None = None
-    accum: int = 1
-    remat: str = "none"
-    donate: bool = True
+    model_file: str = ""                  # a model file, or "builtin:calibration"
     backend: str = "cpu"                  # "cpu" or "gpu": where the step runs
 
     def to_json(self) -> dict:
@@ -209,8 +200,7 @@ def build_case(case: Case, devices):
     if len(devices) < mesh_spec.size:
         raise UserError(f"the mesh {case.mesh} needs {mesh_spec.size} devices; this process has {len(devices)}")
     mesh = Mesh(np.array(devices[: mesh_spec.size], dtype=object).reshape(mesh_spec.shape), mesh_spec.names)
-    return step.build(wl, step.StepOptions(case.layout, case.precision, case.optimizer, case.batch, case.accum,
-                                           case.donate), mesh, mesh_spec)
+    return step.build(wl, case.step_options(), mesh, mesh_spec)
 
 
 def random_args(built, seed: int = 0):

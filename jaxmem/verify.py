@@ -21,6 +21,7 @@ from typing import Any
 
 from jaxmem import measure, overhead
 from jaxmem.errors import UserError
+from jaxmem.workload import StepChoice
 
 # Host memory a CPU measurement needs besides the step itself: the Python process,
 # jax and the compiled program (about 0.5 GB measured here), with room to spare.
@@ -163,9 +164,8 @@ def check_capacity(report, backend: str) -> None:
 
 
 def case_for(path: str, opts, backend: str) -> measure.Case:
-    return measure.Case(model_file=str(path), model_args=tuple(opts.model_args), mesh=opts.mesh, layout=opts.layout,
-                        precision=opts.precision, optimizer=opts.optimizer, batch=opts.batch, accum=opts.accum,
-                        remat=opts.remat, donate=opts.donate, backend=backend)
+    choice = {f.name: getattr(opts, f.name) for f in dataclasses.fields(StepChoice)}
+    return measure.Case(model_file=str(path), backend=backend, **choice)
 
 
 def predict(path: str, opts):
@@ -273,7 +273,8 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         for n in devices:
             for size in sizes:
                 for _ in range(repeats):
-                    case = measure.Case(measure.BUILTIN_PREFIX + "calibration", tuple(size.items()),
+                    case = measure.Case(model_file=measure.BUILTIN_PREFIX + "calibration",
+                                        model_args=tuple(size.items()),
                                         mesh=f"data={n}", layout="dp", backend="cpu")
                     m = _run_calibration_case(case)
                     runs.append({"devices": n, **size, "measured_bytes": sum(m["measured_peak_bytes"]),
@@ -294,7 +295,8 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         kind = "cpu"
     else:
         # NOTE: untested here (written on machines without a GPU); see measure.measure_gpu.
-        case = measure.Case(measure.BUILTIN_PREFIX + "calibration", tuple(sizes[0].items()), mesh="data=1",
+        case = measure.Case(model_file=measure.BUILTIN_PREFIX + "calibration", model_args=tuple(sizes[0].items()),
+                            mesh="data=1",
                             layout="dp", backend="gpu")
         m = _run_calibration_case(case)
         in_pool = max(max(m["measured_peak_bytes"]) - m["xla"]["lower_bound"], 0)

@@ -52,6 +52,27 @@ def remat_policy(name: str):
     return getattr(jax.checkpoint_policies, name)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepChoice:
+    """What defines the training step besides the model file: the same for `analyze`, which
+    predicts it, and `verify`, which measures it (one definition, so they cannot drift)."""
+
+    model_args: tuple[tuple[str, Any], ...] = ()   # keyword arguments for workload()
+    mesh: str = "data=1"
+    layout: str = "fsdp"
+    precision: str = "fp32"
+    optimizer: str | None = None
+    batch: int | None = None
+    accum: int = 1
+    remat: str = "none"
+    donate: bool = True
+
+    def step_options(self):
+        from jaxmem.step import StepOptions
+
+        return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate)
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """A training workload to analyze. All shapes are *global* (before sharding).

@@ -9,7 +9,8 @@ from jaxmem.errors import UserError
 
 
 def test_case_round_trips_through_json():
-    c = measure.Case("models/gpt2.py", (("preset", "tiny"), ("batch_size", 8)), mesh="data=2,model=4", layout="tp",
+    c = measure.Case(model_file="models/gpt2.py", model_args=(("preset", "tiny"), ("batch_size", 8)),
+                     mesh="data=2,model=4", layout="tp",
                      precision="bf16", remat="full", backend="cpu")
     assert measure.Case.from_json(c.to_json()) == c
     assert c.n_devices == 8
@@ -17,7 +18,7 @@ def test_case_round_trips_through_json():
 
 def test_cpu_child_env_forces_the_mesh_device_count(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_dump_to=/tmp/x")
-    env = measure.child_env(measure.Case("m.py", mesh="data=2"))
+    env = measure.child_env(measure.Case(model_file="m.py", mesh="data=2"))
     flags = env["XLA_FLAGS"].split()
     assert "--xla_force_host_platform_device_count=2" in flags and "--xla_dump_to=/tmp/x" in flags
     assert not any(f.endswith("=8") for f in flags)
@@ -26,12 +27,13 @@ def test_cpu_child_env_forces_the_mesh_device_count(monkeypatch):
 
 
 def test_gpu_child_env_grows_the_pool_on_demand():
-    env = measure.child_env(measure.Case("m.py", backend="gpu"))
+    env = measure.child_env(measure.Case(model_file="m.py", backend="gpu"))
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and "JAX_PLATFORMS" not in env
 
 
 def test_random_args_match_every_abstract_argument(models_dir):
-    case = measure.Case(str(models_dir / "gpt2.py"), (("preset", "tiny"),), mesh="data=2", layout="fsdp")
+    case = measure.Case(model_file=str(models_dir / "gpt2.py"), model_args=(("preset", "tiny"),), mesh="data=2",
+                        layout="fsdp")
     built = measure.build_case(case, jax.devices("cpu"))
     _, arrays = measure.random_args(built)
     abstract = jax.tree.leaves(built.args)
@@ -48,14 +50,15 @@ def test_random_args_match_every_abstract_argument(models_dir):
 
 def test_random_args_handle_typed_rng_keys(models_dir):
     # NNX rng streams are typed keys (key<fry>), not numbers
-    case = measure.Case(str(models_dir / "vit.py"), (("preset", "tiny"),), mesh="data=1", layout="dp")
+    case = measure.Case(model_file=str(models_dir / "vit.py"), model_args=(("preset", "tiny"),), mesh="data=1",
+                        layout="dp")
     built = measure.build_case(case, jax.devices("cpu"))
     _, arrays = measure.random_args(built)
     assert any(jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) for a in arrays)
 
 
 def test_run_case_measures_in_a_fresh_process():
-    r = measure.run_case(measure.Case("builtin:calibration", mesh="data=2", layout="dp"))
+    r = measure.run_case(measure.Case(model_file="builtin:calibration", mesh="data=2", layout="dp"))
     assert r["backend"] == "cpu" and r["n_devices"] == 2
     assert len(r["measured_peak_bytes"]) == 2 and len(r["args_bytes"]) == 2
     # per device = its arguments + an equal share of the step's RSS rise
@@ -67,4 +70,4 @@ def test_run_case_measures_in_a_fresh_process():
 
 def test_run_case_reports_user_errors_as_such(tmp_path):
     with pytest.raises(UserError, match="model file not found"):
-        measure.run_case(measure.Case(str(tmp_path / "missing.py")))
+        measure.run_case(measure.Case(model_file=str(tmp_path / "missing.py")))
