@@ -59,7 +59,7 @@ __all__ = [
 
 CATEGORIES = (
     "params", "optimizer_state", "batch", "other_state",
-    "gradients", "activations", "collectives", "outputs", "temporaries",
+    "gradients", "param_copies", "activations", "collectives", "outputs", "temporaries",
 )
 
 
@@ -450,6 +450,8 @@ def categorize(buffer: Buffer, param_categories: Sequence[str], *,
       float dtype: mixed precision accumulates bf16 gradients of fp32 params), not defined in
       the forward pass (``op_name`` without ``jvp(``, or with ``transpose(``: the backward pass
       or an XLA-made zero accumulator), live during the backward pass. Needs ``assignment``.
+    - ``"param_copies"``: a forward-pass ``convert_element_type`` with a param's shape: the bf16
+      compute copy of an fp32 parameter under mixed precision (kept for the backward pass).
     - ``"activations"``: not defined in the backward pass and still live when it begins
       (``assignment.backward_start``): values saved for the backward pass. Needs
       ``assignment``.
@@ -472,10 +474,13 @@ def categorize(buffer: Buffer, param_categories: Sequence[str], *,
         # by shape alone: under mixed precision the backward pass accumulates bf16 gradients
         # of fp32 parameters
         like = assignment.param_shapes.get(buffer.shape, ()) if _is_float(buffer.dtype) else ()
-        if (not forward and buffer.shape and any(0 <= i < len(param_categories) and param_categories[i] == "params"
-                                                 for i in like)
+        is_param_shape = buffer.shape and any(0 <= i < len(param_categories) and param_categories[i] == "params"
+                                              for i in like)
+        if (not forward and is_param_shape
                 and buffer.start <= assignment.backward_end and buffer.end >= assignment.backward_start):
             return "gradients"
+        if forward and is_param_shape and buffer.op_name.endswith("convert_element_type"):
+            return "param_copies"
         if not buffer.is_backward and buffer.start < assignment.backward_start <= buffer.end:
             return "activations"
     return "temporaries"

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxmem.buffers import BufferAssignment
+from jaxmem.buffers import CATEGORIES, BufferAssignment
 from jaxmem.report import BufferRow, ModuleRow, Warning
 
 TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small
@@ -52,8 +52,7 @@ def explain(
     remat: str = "none",
 ) -> Explanation:
     live = assignment.live_at_peak()
-    cats = dict.fromkeys(("params", "optimizer_state", "gradients", "batch", "other_state", "activations",
-                          "collectives", "outputs", "temporaries"), 0)
+    cats = dict.fromkeys(CATEGORIES, 0)
     rows: list[BufferRow] = []
     modules: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for b in live:

@@ -41,6 +41,7 @@ COLORS = {
     "runtime_overhead": "#bab0ac",
     # categories of buffers live at the peak (explain.py)
     "activations": "#f58518",
+    "param_copies": "#9ecae9",
     "temporaries": "#ffbf79",
     "collectives": "#ff9da6",
     "outputs": "#e45756",
@@ -54,6 +55,7 @@ CATEGORY_HELP = {
     "batch": "the input batch shard",
     "other_state": "mutable collections, RNG keys",
     "activations": "forward values saved for the backward pass",
+    "param_copies": "bf16 compute copies of fp32 parameters (mixed precision)",
     "temporaries": "fusion outputs, workspaces, intermediates",
     "collectives": "all-gather / reduce-scatter / all-reduce buffers",
     "outputs": "step outputs not aliased to a donated input",
