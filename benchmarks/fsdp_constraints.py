@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jaxmem import compiled, layouts, step, targets  # noqa: E402
-from jaxmem.analyze import build_mesh  # noqa: E402
 from jaxmem.workload import load_workload  # noqa: E402
 
 
@@ -40,7 +39,7 @@ def main() -> None:
     wl = load_workload(ROOT / "models" / "llama.py", preset=preset)
     batch = wl.batch["tokens"].shape[0]
     ms = layouts.parse_mesh("data=8")
-    mesh = build_mesh(targets.make_target("h100", 8), ms)
+    mesh = layouts.build_mesh(targets.make_target("h100", 8).devices, ms)
     rows = []
     for label, off in (("jaxmem (activations batch-sharded)", False), ("constraints off (XLA left alone)", True)):
         with contextlib.ExitStack() as stack:

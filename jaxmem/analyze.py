@@ -7,8 +7,6 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
-
 from jaxmem import compiled as compiled_mod
 from jaxmem import layouts, overhead, report, step, targets, train_state
 from jaxmem.errors import UserError
@@ -33,18 +31,11 @@ def analyze_file(path: str, opts: AnalyzeOptions) -> report.Report:
     return analyze_workload(wl, opts, source=str(path), t_start=t0)
 
 
-def build_mesh(target: targets.Target, mesh_spec: layouts.MeshSpec):
-    from jax.sharding import Mesh
-
-    devs = np.array(target.devices[: mesh_spec.size], dtype=object).reshape(mesh_spec.shape)
-    return Mesh(devs, mesh_spec.names)
-
-
 def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
     target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
-    mesh = build_mesh(target, mesh_spec)
+    mesh = layouts.build_mesh(target.devices, mesh_spec)
     built = step.build(wl, opts.step_options(), mesh, mesh_spec)
     t_built = time.perf_counter()
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if opts.explain else None

@@ -69,8 +69,6 @@ def _prepare(mesh: str) -> None:
 def _options(kw: dict, **extra):
     from jaxmem.analyze import AnalyzeOptions
 
-    if kw["accum"] < 1:
-        raise UserError("--accum must be at least 1")
     return AnalyzeOptions(gpu=kw["gpu"], mesh=kw["mesh"], layout=kw["layout"], hosts=kw["hosts"],
                           precision=kw["precision"], optimizer=kw["optimizer"], batch=kw["batch"], accum=kw["accum"],
                           remat=kw["remat"], donate=not kw["no_donate"],

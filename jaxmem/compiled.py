@@ -79,7 +79,8 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
             import shutil
 
             shutil.rmtree(dump_dir, ignore_errors=True)
-        compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
+        with _xla_log(notes):
+            compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
     if m is None:

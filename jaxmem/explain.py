@@ -77,7 +77,7 @@ def explain(
     return Explanation(
         top=tuple(rows[:top]),
         modules=tuple(mods),
-        categories={k: v for k, v in cats.items()},
+        categories=cats,
         timeline=downsample(assignment.timeline, TIMELINE_POINTS),
         peak_index=_downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
         peak_bytes=int(assignment.peak_bytes),

@@ -103,6 +103,17 @@ def parse_mesh(text: str) -> MeshSpec:
     return MeshSpec(tuple(axes))
 
 
+def build_mesh(devices, mesh: MeshSpec):
+    """The jax Mesh for `mesh` over the first devices, in order: one rule for the
+    compile-only devices analyze predicts on and the local ones verify measures on."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    if len(devices) < mesh.size:
+        raise UserError(f"the mesh {mesh} needs {mesh.size} devices; there are {len(devices)}")
+    return Mesh(np.array(list(devices)[: mesh.size], dtype=object).reshape(mesh.shape), mesh.names)
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardingIssue:
     """A leaf dimension that could not be sharded as the layout asked."""

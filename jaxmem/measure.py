@@ -190,17 +190,11 @@ def load_case_workload(case: Case):
 
 def build_case(case: Case, devices):
     """The same step `analyze` builds, on `devices` (local ones)."""
-    import numpy as np
-    from jax.sharding import Mesh
-
     from jaxmem import layouts, step
 
     wl = load_case_workload(case)
     mesh_spec = layouts.parse_mesh(case.mesh)
-    if len(devices) < mesh_spec.size:
-        raise UserError(f"the mesh {case.mesh} needs {mesh_spec.size} devices; this process has {len(devices)}")
-    mesh = Mesh(np.array(devices[: mesh_spec.size], dtype=object).reshape(mesh_spec.shape), mesh_spec.names)
-    return step.build(wl, case.step_options(), mesh, mesh_spec)
+    return step.build(wl, case.step_options(), layouts.build_mesh(devices, mesh_spec), mesh_spec)
 
 
 def random_args(built, seed: int = 0):

@@ -5,7 +5,6 @@ import re
 import pytest
 
 from jaxmem import compiled, layouts, step, targets
-from jaxmem.analyze import build_mesh
 from jaxmem.workload import load_workload
 
 LLAMA = __import__("pathlib").Path(__file__).resolve().parent.parent / "models" / "llama.py"
@@ -30,7 +29,7 @@ def gathered_shapes(hlo: str) -> list[tuple[int, ...]]:
 def compile_llama(layout, mesh_text, monkeypatch=None):
     wl = load_workload(LLAMA, preset="tiny", batch_size=GLOBAL_BATCH)
     ms = layouts.parse_mesh(mesh_text)
-    mesh = build_mesh(targets.make_target("h100", ms.size), ms)
+    mesh = layouts.build_mesh(targets.make_target("h100", ms.size).devices, ms)
     built = step.build(wl, step.StepOptions(layout=layout), mesh, ms)
     return compiled.lower_and_compile(built)
 

@@ -4,9 +4,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmem import targets
-from jaxmem.analyze import build_mesh
 from jaxmem.errors import UserError
-from jaxmem.layouts import parse_mesh
+from jaxmem.layouts import build_mesh, parse_mesh
 
 
 def test_aliases_and_unknown():
@@ -26,7 +25,7 @@ def test_every_catalogue_gpu_compiles_a_sharded_step(gpu):
     target = targets.make_target(gpu, 8)
     assert target.deviceless and len(target.devices) == 8
     assert target.devices[0].device_kind == targets.CATALOGUE[gpu].description
-    mesh = build_mesh(target, parse_mesh("data=8"))
+    mesh = build_mesh(target.devices, parse_mesh("data=8"))
     w = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=NamedSharding(mesh, P(None, "data")))
     x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(mesh, P("data")))
     c = jax.jit(jax.grad(lambda w, x: jnp.tanh(x @ w).sum())).lower(w, x).compile()
