@@ -8,7 +8,7 @@ For every case: jaxmem's prediction is exactly what ``jaxmem analyze`` reports f
 the backend (``--gpu cpu``; with ``--gpu``, the catalogue GPU of the attached card,
 compiled devicelessly, else ``--gpu local``), runtime overhead included; the measured
 peak comes from running the step once on random data in a fresh process
-(:mod:`jaxmem.measure`); the classic estimate is :mod:`jaxmem.classic` (bytes per
+(:mod:`jaxmem.truth.measure`); the classic estimate is :mod:`jaxmem.truth.classic` (bytes per
 parameter + Korthikanti et al. for transformers, torchsummary's rule otherwise).
 Errors are signed, (predicted - measured) / measured, per device (the largest device).
 
@@ -95,7 +95,7 @@ TARGET_MIN_BYTES = 100 * 10**6
 
 def _gpu_mesh(mesh: str, n_gpus: int) -> str:
     """The CPU case's mesh on the attached GPUs (as many as there are, up to the case's size)."""
-    from jaxmem import layouts
+    from jaxmem.program import layouts
 
     spec = layouts.parse_mesh(mesh)
     if spec.size <= n_gpus:
@@ -119,10 +119,10 @@ def _abs_pct(x: float | None) -> str:
 
 
 def run(cases, gpu: bool, out_path: Path | None) -> list[dict]:
-    from jaxmem import classic, measure
+    from jaxmem.truth import classic, measure
     from jaxmem.analyze import AnalyzeOptions, analyze_workload
-    from jaxmem.verify import relative_error
-    from jaxmem.workload import load_workload
+    from jaxmem.truth.verify import relative_error
+    from jaxmem.program.workload import load_workload
 
     backend = "gpu" if gpu else "cpu"
     gpu_name, n_gpus, device = "cpu", N_DEVICES, None
@@ -131,7 +131,7 @@ def run(cases, gpu: bool, out_path: Path | None) -> list[dict]:
 
         devs = jax.devices("gpu")
         n_gpus, device = len(devs), devs[0].device_kind
-        from jaxmem.verify import catalogue_key
+        from jaxmem.truth.verify import catalogue_key
 
         gpu_name = catalogue_key(device) or "local"  # the deviceless prediction is what jaxmem is for
 
@@ -201,8 +201,8 @@ def markdown(rows, backend: str, device: str | None, gpu_name: str, total_s: flo
     import jaxlib
     import optax
 
-    from jaxmem import overhead, targets
-    from jaxmem.verify import cpu_model
+    from jaxmem.compiler import overhead, targets
+    from jaxmem.truth.verify import cpu_model
 
     s = summary(rows)
     if backend == "cpu":

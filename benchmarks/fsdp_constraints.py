@@ -20,8 +20,9 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jaxmem import compiled, layouts, step, targets  # noqa: E402
-from jaxmem.workload import load_workload  # noqa: E402
+from jaxmem.compiler import compiled, targets  # noqa: E402
+from jaxmem.program import layouts, step  # noqa: E402
+from jaxmem.program.workload import load_workload  # noqa: E402
 
 
 def batch_gathers(hlo: str, batch: int) -> int:

@@ -99,10 +99,11 @@ def main() -> int:
         print("html browser check: SKIPPED -- no chromium on PATH (apt-get install -y chromium, or --browser)")
         return 2
 
-    from jaxmem import layouts, targets
+    from jaxmem.program import layouts
+    from jaxmem.compiler import targets
 
     targets.ensure_host_devices(max(layouts.parse_mesh(a.mesh).size, 1))
-    from jaxmem import html
+    from jaxmem.present import html
     from jaxmem.analyze import AnalyzeOptions, analyze_file
 
     model_args = tuple(parse_arg(s) for s in (a.arg or ["preset=tiny", "batch_size=16"]))

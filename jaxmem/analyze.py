@@ -7,10 +7,12 @@ import shutil
 import tempfile
 import time
 
-from jaxmem import compiled as compiled_mod
-from jaxmem import layouts, overhead, report, step, targets, train_state
+from jaxmem.compiler import compiled as compiled_mod
+from jaxmem.program import layouts, step, train_state
+from jaxmem.compiler import overhead, targets
+from jaxmem import report
 from jaxmem.errors import UserError
-from jaxmem.workload import StepChoice, Workload, load_workload
+from jaxmem.program.workload import StepChoice, Workload, load_workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,7 +46,7 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
         t_compiled = time.perf_counter()
         assignment = None
         if dump_dir is not None:
-            from jaxmem import buffers
+            from jaxmem.xla import buffers
 
             assignment = buffers.read_dump(dump_dir)
     finally:
@@ -55,7 +57,7 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
     ovh = overhead.lookup(target)
     ex = None
     if assignment is not None:
-        from jaxmem import explain
+        from jaxmem.xla import explain
 
         ex = explain.explain(assignment, [leaf.category for leaf in built.leaves], [leaf.path for leaf in built.leaves],
                              top=opts.top, depth=opts.module_depth, remat=opts.remat)

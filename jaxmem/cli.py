@@ -9,7 +9,7 @@ import sys
 import click
 
 from jaxmem.errors import UserError
-from jaxmem.workload import REMAT_POLICIES
+from jaxmem.program.workload import REMAT_POLICIES
 
 EXIT_FITS, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 2, 3
 
@@ -61,7 +61,8 @@ def _run(fn):
 
 def _prepare(mesh: str) -> None:
     # Must happen before jax starts: CPU meshes need forced host devices.
-    from jaxmem import layouts, targets
+    from jaxmem.program import layouts
+    from jaxmem.compiler import targets
 
     targets.ensure_host_devices(max(layouts.parse_mesh(mesh).size, 1))
 
@@ -114,17 +115,17 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
                         explain=not no_explain or bool(html_path or png_path))
         report = analyze_file(kw["model_file"], opts)
         if html_path:
-            from jaxmem import html
+            from jaxmem.present import html
 
             html.write(report, html_path)
         if png_path:
-            from jaxmem import html
+            from jaxmem.present import html
 
             html.write_png(report, png_path)
         if as_json:
             click.echo(json.dumps(report.to_json(), indent=2))
         else:
-            from jaxmem.render import render
+            from jaxmem.present.render import render
 
             render(report)
         sys.exit(EXIT_DOES_NOT_FIT if report.fits is False else EXIT_FITS)
@@ -159,13 +160,13 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
-        from jaxmem import layouts as layouts_mod
+        from jaxmem.program import layouts as layouts_mod
 
         spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
                 "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list}
         mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
         _prepare(max(mesh_texts, key=lambda m: layouts_mod.parse_mesh(m).size))
-        from jaxmem.compare import compare as run_compare
+        from jaxmem.plan.compare import compare as run_compare
 
         cells = run_compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False), spec,
                             find_batch=find_batch)
@@ -177,7 +178,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                                         "headroom_bytes": c.report.headroom_bytes, "breakdown": c.report.breakdown}
                                        if c.report else {})} for c in cells], indent=2))
         else:
-            from jaxmem.render import render_comparison
+            from jaxmem.present.render import render_comparison
 
             render_comparison(cells)
         ok = [c for c in cells if c.report is not None]
@@ -195,8 +196,8 @@ def gpus(as_json):
     Example:
       jaxmem gpus
     """
-    from jaxmem.render import fmt_bytes
-    from jaxmem.targets import CATALOGUE, DEFAULT_GPU
+    from jaxmem.present.render import fmt_bytes
+    from jaxmem.compiler.targets import CATALOGUE, DEFAULT_GPU
 
     rows = [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
              "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
@@ -237,7 +238,7 @@ def verify(as_json, timeout, **kw):
     """
 
     def go():
-        from jaxmem import verify as verify_mod
+        from jaxmem.truth import verify as verify_mod
 
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"])
@@ -245,7 +246,7 @@ def verify(as_json, timeout, **kw):
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
             return
-        from jaxmem.render import fmt_bytes
+        from jaxmem.present.render import fmt_bytes
 
         m = result.method
         click.echo(f"{result.report.model} on {m['devices']} x {m['device']} ({m['backend']}), "
@@ -286,8 +287,8 @@ def calibrate(gpu, repeats, dry_run, as_json):
     """
 
     def go():
-        from jaxmem import targets
-        from jaxmem import verify as verify_mod
+        from jaxmem.compiler import targets
+        from jaxmem.truth import verify as verify_mod
 
         verify_mod.gpu_env_for_parent()
         if (gpu or "").lower() == "cpu":
@@ -296,7 +297,7 @@ def calibrate(gpu, repeats, dry_run, as_json):
         if as_json:
             click.echo(json.dumps(cal.to_json(), indent=2))
             return
-        from jaxmem.render import fmt_bytes
+        from jaxmem.present.render import fmt_bytes
 
         for r in cal.runs:
             click.echo(f"{r['devices']} device(s), width {r['width']}, batch {r['batch']}: measured "

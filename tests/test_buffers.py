@@ -1,4 +1,4 @@
-"""jaxmem.buffers: the wire-format reader, XLA's memory curve, attribution and categories.
+"""jaxmem.xla.buffers: the wire-format reader, XLA's memory curve, attribution and categories.
 
 The compiled tests build four small training programs (an MLP step, a scanned transformer
 step with a dominant logits buffer, a donated step, an FSDP-like sharded step with
@@ -16,8 +16,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxmem import buffers
-from jaxmem.buffers import Buffer, BufferAssignment
+from jaxmem.xla import buffers
+from jaxmem.xla.buffers import Buffer, BufferAssignment
 
 # GpuTargetConfigProto of an H100 SXM 80GB (DESIGN.md §3), in text format.
 H100 = """

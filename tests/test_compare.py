@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from jaxmem import compare
+from jaxmem.plan import compare
 from jaxmem.analyze import AnalyzeOptions
 from jaxmem.errors import UserError
 

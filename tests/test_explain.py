@@ -1,7 +1,7 @@
 """Explaining the peak through the whole pipeline, on the shipped models."""
 import pytest
 
-from jaxmem import explain
+from jaxmem.xla import explain
 from jaxmem.analyze import AnalyzeOptions, analyze_file
 
 MODELS = __import__("pathlib").Path(__file__).resolve().parent.parent / "models"

@@ -5,9 +5,10 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from jaxmem import cli, html
+from jaxmem import cli
+from jaxmem.present import html
 from jaxmem.analyze import AnalyzeOptions, analyze_file
-from jaxmem.render import fmt_bytes
+from jaxmem.present.render import fmt_bytes
 from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, Warning
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"

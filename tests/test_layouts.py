@@ -1,6 +1,6 @@
 import pytest
 
-from jaxmem import layouts
+from jaxmem.program import layouts
 from jaxmem.errors import UserError
 
 

@@ -1,10 +1,10 @@
-"""jaxmem.measure: the measuring process, its environment and its random arguments."""
+"""jaxmem.truth.measure: the measuring process, its environment and its random arguments."""
 
 import jax
 import numpy as np
 import pytest
 
-from jaxmem import measure
+from jaxmem.truth import measure
 from jaxmem.errors import UserError
 
 

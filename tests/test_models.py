@@ -22,7 +22,7 @@ from flax.core import meta
 
 import jaxmem
 from jaxmem.errors import UserError
-from jaxmem.workload import load_workload
+from jaxmem.program.workload import load_workload
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 LINEN = ["mlp", "resnet", "gpt2", "llama"]

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from jaxmem import compiled, layouts, step, targets
-from jaxmem.workload import load_workload
+from jaxmem.compiler import compiled, targets
+from jaxmem.program import layouts, step
+from jaxmem.program.workload import load_workload
 
 LLAMA = __import__("pathlib").Path(__file__).resolve().parent.parent / "models" / "llama.py"
 GLOBAL_BATCH = 16

@@ -3,9 +3,9 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmem import targets
+from jaxmem.compiler import targets
 from jaxmem.errors import UserError
-from jaxmem.layouts import build_mesh, parse_mesh
+from jaxmem.program.layouts import build_mesh, parse_mesh
 
 
 def test_aliases_and_unknown():

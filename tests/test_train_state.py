@@ -1,7 +1,7 @@
 """The analytic train-state model must agree exactly with XLA's argument bytes."""
 import pytest
 
-from jaxmem import train_state
+from jaxmem.program import train_state
 from jaxmem.analyze import AnalyzeOptions, analyze_file
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"

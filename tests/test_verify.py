@@ -5,9 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from jaxmem import classic, overhead, targets, verify
+from jaxmem.truth import classic, verify
+from jaxmem.compiler import overhead, targets
 from jaxmem.cli import main
-from jaxmem.workload import load_workload
+from jaxmem.program.workload import load_workload
 
 # ~230 MB measured on one host device: 12.6 M params of AdamW state (200 MB) + the step's
 # temporaries. The signal dwarfs the runtime's ~14 MB and the noise of a loaded 2-core machine.

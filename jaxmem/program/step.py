@@ -21,9 +21,9 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxmem import layouts
+from jaxmem.program import layouts
 from jaxmem.errors import UserError
-from jaxmem.workload import Workload
+from jaxmem.program.workload import Workload
 
 PRECISIONS = ("fp32", "bf16", "bf16-pure")
 OPTIMIZERS: dict[str, Callable[[], Any]] = {

@@ -3,7 +3,7 @@
 Two rules, both per device:
 
 * **Train state**: parameters x the classic bytes-per-parameter rule
-  (:func:`jaxmem.train_state.classic_bytes_per_param`: 16 B/param for Adam in fp32
+  (:func:`jaxmem.program.train_state.classic_bytes_per_param`: 16 B/param for Adam in fp32
   or in mixed precision), divided by the devices the layout shards it over
   (``dp``: replicated; ``fsdp``: the data axes; ``tp``: the model axis;
   ``fsdp_tp``: both).
@@ -37,8 +37,8 @@ import dataclasses
 import math
 from typing import Any
 
-from jaxmem import layouts
-from jaxmem.train_state import classic_bytes_per_param
+from jaxmem.program import layouts
+from jaxmem.program.train_state import classic_bytes_per_param
 
 _LAYERS = ("n_layer", "n_layers", "num_layers", "num_hidden_layers")
 _HEADS = ("n_head", "n_heads", "num_heads", "num_attention_heads")
@@ -131,7 +131,7 @@ def layer_output_elements(wl, batch) -> int:
     """Sum of the output elements of every Flax layer (Dense, Conv, norms...) for `batch`, abstractly."""
     import jax
 
-    from jaxmem import step
+    from jaxmem.program import step
 
     total = [0]
 

@@ -12,7 +12,7 @@ import itertools
 from jaxmem.analyze import AnalyzeOptions, analyze_workload
 from jaxmem.errors import UserError
 from jaxmem.report import Report
-from jaxmem.workload import load_workload
+from jaxmem.program.workload import load_workload
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES = {"layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str}
@@ -72,7 +72,7 @@ def largest_batch(wl, opts: AnalyzeOptions, path: str, limit: int = 1 << 16) -> 
     Peak memory grows with the batch, so: double from one sample per device until it
     does not fit, then bisect. Each probe is a full compile (without the explanation).
     """
-    from jaxmem import layouts
+    from jaxmem.program import layouts
 
     unit = layouts.parse_mesh(opts.mesh).data_size * opts.accum
     probes: dict[int, Report] = {}

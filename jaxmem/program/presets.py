@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Mapping, TypeVar
 
 from jaxmem.errors import UserError
-from jaxmem.workload import REMAT_POLICIES
+from jaxmem.program.workload import REMAT_POLICIES
 
 C = TypeVar("C")
 

@@ -68,7 +68,7 @@ class StepChoice:
     donate: bool = True
 
     def step_options(self):
-        from jaxmem.step import StepOptions
+        from jaxmem.program.step import StepOptions
 
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate)
 

@@ -13,7 +13,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from jaxmem.targets import Target
+from jaxmem.compiler.targets import Target
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from jaxmem.step import LeafInfo
+from jaxmem.program.step import LeafInfo
 
 
 @dataclasses.dataclass(frozen=True)

@@ -537,7 +537,7 @@ def read_dump(dump_dir: str | os.PathLike, module_name_hint: str | None = None) 
     if not names:
         raise FileNotFoundError(
             f"no '*after_optimizations*.hlo.pb' in {dump_dir}: was the program compiled with "
-            "jaxmem.buffers.compile_options(dump_dir)?")
+            "jaxmem.xla.buffers.compile_options(dump_dir)?")
     if module_name_hint:
         hinted = [n for n in names if module_name_hint in n]
         if not hinted:

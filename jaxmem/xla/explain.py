@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxmem.buffers import CATEGORIES, BufferAssignment
+from jaxmem.xla.buffers import CATEGORIES, BufferAssignment
 from jaxmem.report import BufferRow, ModuleRow, Warning
 
 TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small

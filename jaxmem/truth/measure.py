@@ -1,6 +1,6 @@
 """Ground truth: run one training step on this machine and measure its real peak.
 
-Every measurement runs in a fresh process (``python -m jaxmem.measure``, the case as
+Every measurement runs in a fresh process (``python -m jaxmem.truth.measure``, the case as
 JSON on stdin, the result as one JSON line on stdout), because
 
 * the OS peak (CPU) and the allocator peak (GPU) cannot be trusted after other work
@@ -29,7 +29,7 @@ every block of 64 KiB or more with its own mmap, so a freed buffer leaves the RS
 at once and the RSS follows the live buffers, not the allocator's history (without
 it, memory freed while the arguments were made is reused by the step unseen, or
 kept after it: up to 15% off on a data-parallel case here). The step is compiled
-by :func:`jaxmem.compiled.lower_and_compile`, exactly as ``jaxmem analyze`` does.
+by :func:`jaxmem.compiler.compiled.lower_and_compile`, exactly as ``jaxmem analyze`` does.
 
 GPU: ``device.memory_stats()["peak_bytes_in_use"]`` per device, the allocator's
 peak since the process started (arguments included), with
@@ -47,7 +47,7 @@ import sys
 import time
 
 from jaxmem.errors import UserError
-from jaxmem.workload import StepChoice
+from jaxmem.program.workload import StepChoice
 
 BUILTIN_PREFIX = "builtin:"
 MALLOC_MMAP_THRESHOLD = 65536
@@ -73,7 +73,7 @@ class Case(StepChoice):
 
     @property
     def n_devices(self) -> int:
-        from jaxmem import layouts
+        from jaxmem.program import layouts
 
         return layouts.parse_mesh(self.mesh).size
 
@@ -110,7 +110,7 @@ def run_case(case: Case, timeout: float = 600.0) -> dict:
     """Measure `case` in a fresh process; returns the child's result dict."""
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "jaxmem.measure"], input=json.dumps(case.to_json()),
+        proc = subprocess.run([sys.executable, "-m", "jaxmem.truth.measure"], input=json.dumps(case.to_json()),
                               capture_output=True, text=True, env=child_env(case), timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise MeasureError(f"the measuring process ran past {timeout:.0f} s") from None
@@ -163,7 +163,7 @@ def calibration_workload(width: int = 256, batch: int = 64):
     import jax.numpy as jnp
     import optax
 
-    from jaxmem.workload import Workload
+    from jaxmem.program.workload import Workload
 
     class Tiny(nn.Module):
         @nn.compact
@@ -178,7 +178,7 @@ def calibration_workload(width: int = 256, batch: int = 64):
 
 
 def load_case_workload(case: Case):
-    from jaxmem.workload import load_workload
+    from jaxmem.program.workload import load_workload
 
     if case.model_file.startswith(BUILTIN_PREFIX):
         name = case.model_file[len(BUILTIN_PREFIX):]
@@ -190,7 +190,7 @@ def load_case_workload(case: Case):
 
 def build_case(case: Case, devices):
     """The same step `analyze` builds, on `devices` (local ones)."""
-    from jaxmem import layouts, step
+    from jaxmem.program import layouts, step
 
     wl = load_case_workload(case)
     mesh_spec = layouts.parse_mesh(case.mesh)
@@ -256,8 +256,8 @@ def _per_device_bytes(arrays, devices) -> list[int]:
 
 
 def _compile(built):
-    """The same lower + compile as `jaxmem analyze` (jaxmem.compiled), so the measured program is the predicted one."""
-    from jaxmem import compiled as compiled_mod
+    """The same lower + compile as `jaxmem analyze` (jaxmem.compiler.compiled), so the measured program is the predicted one."""
+    from jaxmem.compiler import compiled as compiled_mod
 
     compiled, st = compiled_mod.lower_and_compile(built)
     xla = {"argument": st.argument, "output": st.output, "alias": st.alias, "temp": st.temp,

@@ -12,7 +12,7 @@ import time
 import jax
 
 from jaxmem.errors import UserError
-from jaxmem.step import BuiltStep
+from jaxmem.program.step import BuiltStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
     t1 = time.perf_counter()
     options = {}
     if dump_dir is not None:
-        from jaxmem import buffers
+        from jaxmem.xla import buffers
 
         options = buffers.compile_options(dump_dir)
     if built.mesh is not None and built.mesh.devices.flat[0].platform == "cpu":

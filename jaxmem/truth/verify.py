@@ -3,11 +3,11 @@
 ``verify`` predicts the step exactly as ``jaxmem analyze`` does for the local
 backend (``--gpu cpu`` or ``--gpu local``; the number compared is analyze's own
 ``per_device_peak_bytes``, runtime overhead included), then measures the same step
-on this machine in a fresh process (:mod:`jaxmem.measure`) and compares, per device.
+on this machine in a fresh process (:mod:`jaxmem.truth.measure`) and compares, per device.
 
 ``calibrate`` measures the runtime overhead that analyze adds to XLA's numbers --
 the memory a real run uses outside XLA's buffer assignment -- and stores it per
-device kind, with where and when it was measured (:func:`jaxmem.overhead.save`).
+device kind, with where and when it was measured (:func:`jaxmem.compiler.overhead.save`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import platform
 import statistics
 from typing import Any
 
-from jaxmem import measure, overhead
+from jaxmem.truth import measure
+from jaxmem.compiler import overhead
 from jaxmem.errors import UserError
-from jaxmem.workload import StepChoice
+from jaxmem.program.workload import StepChoice
 
 # Host memory a CPU measurement needs besides the step itself: the Python process,
 # jax and the compiled program (about 0.5 GB measured here), with room to spare.
@@ -78,7 +79,7 @@ class VerifyResult:
     def to_json(self) -> dict:
         r = self.report
         return {
-            "schema": "jaxmem.verify/1",
+            "schema": "jaxmem.truth.verify/1",
             "model": r.model,
             "source": r.source,
             "target": r.target.gpu,
@@ -102,7 +103,7 @@ def relative_error(predicted: int, measured: int) -> float:
 
 def local_backend(gpu: str | None) -> str:
     """'cpu' or 'gpu': where verify can run the step. None means the attached GPU, else the CPU."""
-    from jaxmem import targets
+    from jaxmem.compiler import targets
 
     key = (gpu or "").strip().lower()
     if key == "cpu":
@@ -118,7 +119,7 @@ def local_backend(gpu: str | None) -> str:
 
 def catalogue_key(device_kind: str) -> str | None:
     """The catalogue GPU a local device is (its CUDA name, exactly or as a prefix), if any."""
-    from jaxmem import targets
+    from jaxmem.compiler import targets
 
     kind = device_kind.strip().lower()
     for spec in targets.CATALOGUE.values():
@@ -142,7 +143,7 @@ def mem_available() -> int | None:
 
 def check_capacity(report, backend: str) -> None:
     """Refuse (UserError) when the local backend cannot hold the case; say how much it needs."""
-    from jaxmem.render import fmt_bytes
+    from jaxmem.present.render import fmt_bytes
 
     per_device = report.per_device_peak_bytes
     n = report.target.devices
@@ -178,7 +179,7 @@ def predict(path: str, opts):
         # a catalogue GPU, compiled for devicelessly: only comparable on that very GPU
         import jax
 
-        from jaxmem import targets
+        from jaxmem.compiler import targets
 
         kind = jax.devices("gpu")[0].device_kind
         if catalogue_key(kind) != targets.resolve_gpu_name(gpu):
@@ -307,7 +308,7 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
                      "out_of_pool_bytes": out_of_pool})
         kind = m["device"]
         if out_of_pool is None:  # no nvidia-smi: keep the out-of-pool estimate we ship
-            from jaxmem import targets
+            from jaxmem.compiler import targets
 
             fake = targets.Target(kind, "cuda", kind, None, False, (None,))
             out_of_pool = overhead.lookup(fake).out_of_pool_bytes
@@ -319,7 +320,7 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
                                 f"trivial step minus XLA's lower bound; {how}", today)
     path = ""
     if save:
-        from jaxmem import targets
+        from jaxmem.compiler import targets
 
         kinds = [kind]
         key = catalogue_key(kind) if kind != "cpu" else None

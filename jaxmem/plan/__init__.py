@@ -1,0 +1,1 @@
+"""Planning over many configurations: comparisons, fit searches, sweeps."""

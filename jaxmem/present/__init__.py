@@ -1,0 +1,1 @@
+"""Presentation: the Report rendered for a terminal, as HTML and as a PNG."""

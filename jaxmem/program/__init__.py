@@ -1,0 +1,1 @@
+"""What is compiled: the model-file contract (workload, presets), the sharding layouts, the training step and the analytic train state."""

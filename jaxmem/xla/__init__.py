@@ -1,0 +1,1 @@
+"""Reading XLA's answer: the buffer assignment it dumps, decoded and attributed to modules and categories."""
