@@ -1,4 +1,4 @@
-"""jaxmem.xla.buffers: the wire-format reader, XLA's memory curve, attribution and categories.
+"""jaxmem.xla (wire, hlo, opnames, timeline, categories, dump): the wire-format reader, XLA's memory curve, attribution and categories.
 
 The compiled tests build four small training programs (an MLP step, a scanned transformer
 step with a dominant logits buffer, a donated step, an FSDP-like sharded step with
@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxmem.xla import buffers
+from jaxmem.xla import categories, dump, hlo, opnames, wire
 from jaxmem.xla.buffers import Buffer, BufferAssignment
 
 # GpuTargetConfigProto of an H100 SXM 80GB (DESIGN.md §3), in text format.
@@ -90,7 +90,7 @@ def _packed(number: int, values: list[int]) -> bytes:
 def test_fields_reads_every_wire_type_and_skips_unwanted():
     data = (_msg((1, 5), (2, "abc"), (3, 300)) + _varint(4 << 3 | 1) + (7).to_bytes(8, "little")
             + _varint(5 << 3 | 5) + (9).to_bytes(4, "little") + _msg((6, 2**40)))
-    f = buffers._fields(data, 0, len(data), frozenset({1, 2, 4, 5, 6}))
+    f = wire.fields(data, 0, len(data), frozenset({1, 2, 4, 5, 6}))
     assert f[1] == [5]
     s, e = f[2][0]
     assert data[s:e] == b"abc"
@@ -100,16 +100,16 @@ def test_fields_reads_every_wire_type_and_skips_unwanted():
 
 def test_packed_unpacked_and_negative_int64():
     data = _packed(3, [1, 300, -1]) + _msg((3, 7), (3, -5))
-    f = buffers._fields(data, 0, len(data), frozenset({3}))
-    assert buffers._packed(data, f[3]) == [1, 300, -1, 7, -5]
+    f = wire.fields(data, 0, len(data), frozenset({3}))
+    assert wire.packed(data, f[3]) == [1, 300, -1, 7, -5]
 
 
 def test_truncated_and_unknown_wire_types_are_errors():
     data = _msg((2, "abcdef"))
     with pytest.raises((ValueError, IndexError)):
-        buffers._fields(data[:-2], 0, len(data) - 2, frozenset({2}))
+        wire.fields(data[:-2], 0, len(data) - 2, frozenset({2}))
     with pytest.raises(ValueError, match="wire type"):
-        buffers._fields(_varint(1 << 3 | 3), 0, 1, frozenset())
+        wire.fields(_varint(1 << 3 | 3), 0, 1, frozenset())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_truncated_and_unknown_wire_types_are_errors():
     ("", ""),
 ])
 def test_module_path(op_name, path):
-    assert buffers.module_path(op_name) == path
+    assert opnames.module_path(op_name) == path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _synthetic() -> bytes:
 
 
 def test_synthetic_curve_follows_xla_compute_peak_memory():
-    a = buffers.decode_buffer_assignment(_synthetic())
+    a = hlo.decode_buffer_assignment(_synthetic())
     assert a.timeline.tolist() == [160, 210, 210, 210, 230, 180, 160, 180, 160]
     assert (a.peak_bytes, a.peak_index) == (230, 4)
     assert a.traces == (1, 7)
@@ -212,7 +212,7 @@ def test_static_memory_counts_the_largest_buffer_of_each_allocation():
     logical = [_logical(0, 40), _logical(1, 64), _logical(2, 64)]
     allocations = [_allocation(0, 64, [(0, 0, 40), (1, 0, 64), (2, 0, 64)], live_out=True)]
     data = b"".join([*(_field(1, m) for m in logical), *(_field(3, m) for m in allocations)])
-    a = buffers.decode_buffer_assignment(data)
+    a = hlo.decode_buffer_assignment(data)
     assert a.timeline.tolist() == [64] and a.peak_bytes == 64
     assert [b.id for b in a.live_at(0)] == [1]                 # the first of the largest
 
@@ -227,25 +227,25 @@ def _buffer(**kw) -> Buffer:
 
 def test_categorize_rules():
     cats = ["params", "optimizer_state", "batch"]
-    assert buffers.categorize(_buffer(is_parameter=True, parameter_number=1), cats) == "optimizer_state"
+    assert categories.categorize(_buffer(is_parameter=True, parameter_number=1), cats) == "optimizer_state"
     # All arguments as one tuple parameter: the element index picks the category.
-    assert buffers.categorize(_buffer(is_parameter=True, parameter_number=0, parameter_shape_index=(2,)),
+    assert categories.categorize(_buffer(is_parameter=True, parameter_number=0, parameter_shape_index=(2,)),
                               cats) == "batch"
-    assert buffers.categorize(_buffer(is_parameter=True, parameter_number=0, dtype="tuple"), cats) == "other_state"
-    assert buffers.categorize(_buffer(is_parameter=True, parameter_number=7), cats) == "other_state"
-    assert buffers.categorize(_buffer(live_out=True), cats) == "outputs"
-    assert buffers.categorize(_buffer(opcode="all-gather-start", collective=True), cats) == "collectives"
+    assert categories.categorize(_buffer(is_parameter=True, parameter_number=0, dtype="tuple"), cats) == "other_state"
+    assert categories.categorize(_buffer(is_parameter=True, parameter_number=7), cats) == "other_state"
+    assert categories.categorize(_buffer(live_out=True), cats) == "outputs"
+    assert categories.categorize(_buffer(opcode="all-gather-start", collective=True), cats) == "collectives"
     a = BufferAssignment(buffers=(), timeline=np.zeros(10, np.int64), peak_bytes=0, peak_index=0,
                          backward_start=5, backward_end=8, param_shapes={(2,): (0,), (3,): (1,)})
     grad = _buffer(op_name="jit(s)/transpose(jvp(m))/mul", is_backward=True, start=6, end=9)
-    assert buffers.categorize(grad, cats, assignment=a) == "gradients"
+    assert categories.categorize(grad, cats, assignment=a) == "gradients"
     saved = _buffer(op_name="jit(s)/jvp(m)/mul", shape=(3,), start=2, end=7)
-    assert buffers.categorize(saved, cats, assignment=a) == "activations"
+    assert categories.categorize(saved, cats, assignment=a) == "activations"
     not_a_grad = _buffer(op_name="jit(s)/transpose(jvp(m))/mul", is_backward=True, shape=(3,), start=6, end=9)
-    assert buffers.categorize(not_a_grad, cats, assignment=a) == "temporaries"    # shaped like optimizer state
-    assert buffers.categorize(saved, cats) == "temporaries"
+    assert categories.categorize(not_a_grad, cats, assignment=a) == "temporaries"    # shaped like optimizer state
+    assert categories.categorize(saved, cats) == "temporaries"
     local = _buffer(op_name="jit(s)/jvp(m)/mul", start=2, end=3)
-    assert buffers.categorize(local, cats, assignment=a) == "temporaries"
+    assert categories.categorize(local, cats, assignment=a) == "temporaries"
 
 
 def test_hlo_proto_joins_names_shapes_and_op_names():
@@ -264,7 +264,7 @@ def test_hlo_proto_joins_names_shapes_and_op_names():
     allocations = [_allocation(0, 128, [(0, 0, 128)], param=0), _allocation(1, 128, [(1, 0, 128)])]
     trace = _msg((1, _event(ALLOC, 1)), (1, _event(FREE, 1)))
     assignment = b"".join([*(_field(1, m) for m in logical), *(_field(3, m) for m in allocations), _field(4, trace)])
-    a = buffers.decode_hlo_proto(_msg((1, module), (3, assignment)))
+    a = hlo.decode_hlo_proto(_msg((1, module), (3, assignment)))
     assert a.module_name == "jit_step"
     p, f = sorted(a.buffers, key=lambda b: b.id)
     assert (p.instruction, p.opcode, p.shape, p.dtype, p.op_name) == ("p0", "parameter", (4, 8), "f32", "params['w']")
@@ -285,9 +285,9 @@ def test_async_ops_wrapping_a_collective_are_collectives():
     logical = [_msg((1, 0), (2, 256), (3, _msg((4, start_id)))), _msg((1, 1), (2, 256), (3, _msg((4, done_id))))]
     allocations = [_allocation(0, 512, [(0, 0, 256), (1, 256, 256)])]
     assignment = b"".join([*(_field(1, m) for m in logical), *(_field(3, m) for m in allocations)])
-    a = buffers.decode_hlo_proto(_msg((1, module), (3, assignment)))
+    a = hlo.decode_hlo_proto(_msg((1, module), (3, assignment)))
     assert [(b.opcode, b.collective) for b in a.buffers] == [("async-start", True), ("async-done", True)]
-    assert buffers.categorize(a.buffers[1], []) == "collectives"
+    assert categories.categorize(a.buffers[1], []) == "collectives"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,11 +406,11 @@ class Compiled:
     def __init__(self, program, backend, mesh, dump_dir, **extra_options):
         step, args, donate, self.categories = PROGRAMS[program](mesh)
         lowered = jax.jit(step, donate_argnums=donate, keep_unused=True).lower(*args)
-        options = {**buffers.compile_options(dump_dir), **extra_options}
+        options = {**dump.compile_options(dump_dir), **extra_options}
         t0 = time.perf_counter()
         self.compiled = lowered.compile(compiler_options=options)
         t1 = time.perf_counter()
-        self.assignment = buffers.read_dump(dump_dir)
+        self.assignment = dump.read_dump(dump_dir)
         t2 = time.perf_counter()
         self.compile_s, self.decode_s = t1 - t0, t2 - t1
         self.stats = self.compiled.memory_analysis()
@@ -454,7 +454,7 @@ def test_peak_equals_xla_peak_memory(compiled):
     # (BufferAssignment::FromProto), which has no heap-simulator traces: its "peak" is the static
     # memory alone. Decoding that very proto gives exactly that number; the dump, with its trace,
     # gives the same static memory plus the temporaries' curve.
-    in_memory = buffers.decode_buffer_assignment(stats.serialized_buffer_assignment_proto)
+    in_memory = hlo.decode_buffer_assignment(stats.serialized_buffer_assignment_proto)
     assert in_memory.peak_bytes == stats.peak_memory_in_bytes
     assert len(in_memory.timeline) == 1 and in_memory.traces == ()
     assert a.timeline[0] == stats.peak_memory_in_bytes
@@ -468,9 +468,9 @@ def test_live_buffers_and_categories_sum_to_the_curve(compiled):
     for i in sorted({0, a.peak_index, len(a.timeline) // 2, len(a.timeline) - 1}):
         assert sum(b.size for b in a.live_at(i)) == a.timeline[i]
     at_peak = a.categories_at(a.peak_index, compiled.categories)
-    assert set(at_peak) == set(buffers.CATEGORIES)
+    assert set(at_peak) == set(categories.CATEGORIES)
     assert sum(at_peak.values()) == a.peak_bytes
-    assert {a.categorize(b, compiled.categories) for b in a.buffers} <= set(buffers.CATEGORIES)
+    assert {a.categorize(b, compiled.categories) for b in a.buffers} <= set(categories.CATEGORIES)
 
 
 def _shard_shape(leaf) -> tuple[int, ...]:
@@ -550,11 +550,11 @@ def test_dump_is_lean(request, tmp_path_factory):
 
 def test_read_dump_finds_nothing(tmp_path):
     with pytest.raises(FileNotFoundError, match="compile_options"):
-        buffers.read_dump(tmp_path)
+        dump.read_dump(tmp_path)
 
 
 def test_read_dump_module_hint(request, tmp_path_factory):
     c = _compiled("mlp", "cpu", request, tmp_path_factory)
-    assert buffers.read_dump(c.dump_dir, "jit_step").peak_bytes == c.assignment.peak_bytes
+    assert dump.read_dump(c.dump_dir, "jit_step").peak_bytes == c.assignment.peak_bytes
     with pytest.raises(FileNotFoundError, match="nope"):
-        buffers.read_dump(c.dump_dir, "nope")
+        dump.read_dump(c.dump_dir, "nope")

@@ -46,16 +46,6 @@ def test_leaf_module_strips_optax_levels():
     assert explain.leaf_module("optimizer_state:0/mu/layers/attn/wq/kernel") == "layers/attn/wq"
 
 
-def test_downsampled_curve_keeps_the_peak():
-    import numpy as np
-
-    curve = np.arange(10_000) % 977
-    curve[7777] = 10**9
-    small = explain.downsample(curve, 100)
-    assert len(small) == 100 and max(small) == 10**9
-    assert small[explain._downsampled_index(7777, 10_000, 100)] == 10**9
-
-
 def test_remat_audit_fires_when_activations_dominate():
     from jaxmem.report import BufferRow
 

@@ -12,9 +12,10 @@ import re
 from collections import defaultdict
 from typing import Sequence
 
-import numpy as np
-
-from jaxmem.xla.buffers import CATEGORIES, BufferAssignment
+from jaxmem.xla.buffers import BufferAssignment
+from jaxmem.xla.categories import CATEGORIES
+from jaxmem.xla.opnames import primitive
+from jaxmem.xla.timeline import downsample, downsampled_index
 from jaxmem.report import BufferRow, ModuleRow, Warning
 
 TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small
@@ -60,7 +61,7 @@ def explain(
         cats[cat] = cats.get(cat, 0) + b.size
         path = b.module_path
         if cat in STATE and b.is_parameter:
-            n = b.parameter_shape_index[0] if b.parameter_shape_index else (b.parameter_number or 0)
+            n = b.argument_index
             if 0 <= n < len(leaf_paths):
                 path = leaf_module(leaf_paths[n])
         if cat in STATE:
@@ -68,7 +69,7 @@ def explain(
         elif path:
             key = "/".join(path.split("/")[:depth])
         else:  # XLA-made or outside any module scope (e.g. the bf16 casts of the params): name the op
-            key = f"(no module: {_primitive(b.op_name) or b.opcode or 'unknown'})"
+            key = f"(no module: {primitive(b.op_name) or b.opcode or 'unknown'})"
         modules[key][0] += b.size
         modules[key][1] += 1
         rows.append(BufferRow(b.size, str(tuple(b.shape)), b.dtype, path, cat, b.instruction, b.op_name))
@@ -79,31 +80,10 @@ def explain(
         modules=tuple(mods),
         categories=cats,
         timeline=downsample(assignment.timeline, TIMELINE_POINTS),
-        peak_index=_downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
+        peak_index=downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
         peak_bytes=int(assignment.peak_bytes),
         warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
     )
-
-
-def _primitive(op_name: str) -> str:
-    """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast'."""
-    return re.sub(r"\.\d+$", "", op_name.rsplit("/", 1)[-1]) if op_name else ""
-
-
-def downsample(curve: np.ndarray, points: int) -> tuple[int, ...]:
-    """Max per bucket, so no peak is lost."""
-    curve = np.asarray(curve, dtype=np.int64)
-    if len(curve) <= points:
-        return tuple(int(x) for x in curve)
-    edges = np.linspace(0, len(curve), points + 1).astype(np.int64)
-    return tuple(int(x) for x in np.maximum.reduceat(curve, edges[:-1]))
-
-
-def _downsampled_index(i: int, n: int, points: int) -> int:
-    if n <= points:
-        return i
-    edges = np.linspace(0, n, points + 1).astype(np.int64)
-    return int(np.searchsorted(edges, i, side="right") - 1)
 
 
 def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[Warning]:
