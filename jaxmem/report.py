@@ -105,12 +105,37 @@ class Report:
         if total != self.per_device_peak_bytes:  # the contract: the breakdown explains the whole peak
             raise ValueError(f"breakdown sums to {total}, peak is {self.per_device_peak_bytes}")
 
-    def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
+    def to_json(self, *, timeline: bool = False, timings: bool = False) -> dict[str, Any]:
+        """The answer as plain JSON values. `timings` (this run's wall clock) are left out unless
+        asked: they differ from run to run, and a cached answer must equal a fresh one byte for byte."""
         d = dataclasses.asdict(self)
         d["mesh"] = dict(self.mesh)
         d["target"]["memory_bytes"] = self.target.memory_bytes
         if not timeline:
             d.pop("timeline")
             d.pop("timeline_peak_index")
+        if not timings:
+            d.pop("timings")
         d["schema"] = "jaxmem.report/1"
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Report":
+        """The Report that `to_json` wrote (`compare --from`, saved sweeps): its to_json is the same JSON.
+
+        Fields a newer writer added and this Report lacks are an error, not silently dropped."""
+        d = dict(d)
+        if d.pop("schema", "jaxmem.report/1") != "jaxmem.report/1":
+            raise ValueError("not a jaxmem.report/1 object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown Report fields {unknown} (written by a newer jaxmem?)")
+        d["target"] = TargetInfo(**d["target"])
+        d["mesh"] = tuple((str(k), int(v)) for k, v in d["mesh"].items())
+        d["warnings"] = tuple(Warning(**w) for w in d.get("warnings", ()))
+        d["top_buffers"] = tuple(BufferRow(**b) for b in d.get("top_buffers", ()))
+        d["modules"] = tuple(ModuleRow(**m) for m in d.get("modules", ()))
+        if "timeline" in d:
+            d["timeline"] = tuple(d["timeline"])
+        return cls(**d)

@@ -44,7 +44,23 @@ CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
-    """Returns (compiled, CompiledStats). `dump_dir` asks XLA for its buffer assignment."""
+    """Returns (compiled, CompiledStats). `dump_dir` asks XLA for its buffer assignment.
+
+    The executable is compiled with the default pipeline (`jaxmem verify` runs it); analyses go
+    through :func:`compile_step`, which may skip backend work and reuse cached answers.
+    """
+    lowered, lower_s = lower(built)
+    options = _base_options(built)
+    if dump_dir is not None:
+        from jaxmem.xla import dump
+
+        options = {**dump.compile_options(dump_dir), **options}
+    compiled, stats = _compile(lowered, options, dump_dir, lower_s)
+    return compiled, stats
+
+
+def lower(built: BuiltStep):
+    """Trace and lower the step: (jax Lowered, seconds). Errors in the user's code are UserErrors."""
     jitted = jax.jit(built.fn, donate_argnums=built.donate_argnums, keep_unused=True,
                      out_shardings=built.out_shardings)
     t0 = time.perf_counter()
@@ -53,14 +69,17 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
             lowered = jitted.lower(*built.args)
     except Exception as e:
         raise UserError(_explain_trace_error(e)) from None
-    t1 = time.perf_counter()
-    options = {}
-    if dump_dir is not None:
-        from jaxmem.xla import buffers
+    return lowered, time.perf_counter() - t0
 
-        options = buffers.compile_options(dump_dir)
+
+def _base_options(built: BuiltStep) -> dict:
     if built.mesh is not None and built.mesh.devices.flat[0].platform == "cpu":
-        options = {**options, **CPU_COMPILER_OPTIONS}
+        return dict(CPU_COMPILER_OPTIONS)
+    return {}
+
+
+def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
+    t1 = time.perf_counter()
     notes: list[str] = []
     try:
         with _xla_log(notes):
@@ -79,6 +98,7 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
             import shutil
 
             shutil.rmtree(dump_dir, ignore_errors=True)
+            os.makedirs(dump_dir, exist_ok=True)
         with _xla_log(notes):
             compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
@@ -89,9 +109,119 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
         argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes), alias=int(m.alias_size_in_bytes),
         temp=int(m.temp_size_in_bytes), generated_code=int(m.generated_code_size_in_bytes),
         peak=int(getattr(m, "peak_memory_in_bytes", 0) or 0), host_temp=int(m.host_temp_size_in_bytes),
-        lower_s=t1 - t0, compile_s=t2 - t1, notes=tuple(notes),
+        lower_s=lower_s, compile_s=t2 - t1, notes=tuple(notes),
     )
     return compiled, stats
+
+
+# XLA:GPU options that skip backend work the memory answer does not need. Buffer assignment is
+# done before any of it runs (it is the last HLO-level step; LLVM IR emission and PTX/cubin
+# compilation follow), so these cannot change it; tests/test_compiled.py compiles shipped models
+# with and without them and asserts identical XLA numbers and identical buffer lists.
+# Measured effect: docs/how-it-works.md, "Faster compiles".
+FAST_GPU_OPTIONS = {
+    "xla_backend_optimization_level": 0,           # LLVM -O0 on the emitted kernels
+    "xla_llvm_disable_expensive_passes": True,     # skip LLVM's expensive IR passes
+    "xla_gpu_disable_gpuasm_optimizations": True,  # ptxas -O0
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifacts:
+    """Everything an analysis reads from one compile, and nothing live: it is cached on disk and
+    re-processed identically, so a cached answer equals a fresh one.
+
+    stats: XLA's memory numbers. cost: ``compiled.cost_analysis()`` (flops, bytes accessed, ...;
+    empty where the backend gives none, as for deviceless GPU compiles). hlo_text: the optimized,
+    scheduled HLO (``compiled.as_text()``): collectives and replica groups are read from it.
+    dump: the serialized after-optimizations HloProto holding the buffer assignment (explain only).
+    """
+
+    stats: CompiledStats
+    cost: dict
+    hlo_text: str
+    dump: bytes | None = None
+    cached: bool = False     # read from the disk cache (not part of the answer: not serialized)
+
+    def to_json(self) -> dict:
+        import base64
+
+        return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes)}, "cost": self.cost,
+                "hlo_text": self.hlo_text,
+                "dump": None if self.dump is None else base64.b64encode(self.dump).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, d: dict, *, cached: bool = False) -> "Artifacts":
+        import base64
+
+        st = dict(d["stats"])
+        st["notes"] = tuple(st.get("notes", ()))
+        return cls(stats=CompiledStats(**st), cost=dict(d.get("cost") or {}), hlo_text=d["hlo_text"],
+                   dump=None if d.get("dump") is None else base64.b64decode(d["dump"]), cached=cached)
+
+
+def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
+    """The compiler options compile_step uses for `built` (without the dump options)."""
+    options = _base_options(built)
+    platform = built.mesh.devices.flat[0].platform if built.mesh is not None else jax.default_backend()
+    if fast and platform in ("cuda", "gpu"):
+        options = {**options, **FAST_GPU_OPTIONS}
+    return options
+
+
+def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: bool = True) -> Artifacts:
+    """Lower and compile `built` for its target: the Artifacts an analysis needs.
+
+    explain: also capture XLA's buffer assignment (a dump of the optimized module).
+    cache: answer from (and store into) the on-disk compile cache (jaxmem.compiler.cache), keyed
+    by the lowered program, the target, the compile options and the versions. Lowering always
+    runs (it is the key); the compile is what a hit saves.
+    fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
+    """
+    from jaxmem.compiler import cache as cache_mod
+
+    lowered, lower_s = lower(built)
+    options = compile_options(built, fast=fast)
+    keys = []
+    if cache:
+        # An answer compiled with the explanation serves a request without it (same compile,
+        # the dump is dropped); the reverse is a miss.
+        keys = [cache_mod.key(lowered, built, options, explain=True)]
+        if not explain:
+            keys.append(cache_mod.key(lowered, built, options, explain=False))
+        for k in keys:
+            hit = cache_mod.load(k)
+            if hit is not None:
+                art = Artifacts.from_json(hit, cached=True)
+                # this run's costs: it lowered, and compiled nothing
+                return dataclasses.replace(art, dump=art.dump if explain else None,
+                                           stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
+    dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
+    try:
+        full = options
+        if dump_dir is not None:
+            from jaxmem.xla import dump
+
+            full = {**dump.compile_options(dump_dir), **options}
+        compiled, stats = _compile(lowered, full, dump_dir, lower_s)
+        raw = None
+        if dump_dir is not None:
+            from jaxmem.xla import dump
+
+            raw = dump.read_dump_bytes(dump_dir)
+    finally:
+        if dump_dir is not None:
+            import shutil
+
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
+        cost = cost[0] if cost else None
+    cost = {str(k): float(v) for k, v in (cost or {}).items()}
+    art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw)
+    if cache:
+        cache_mod.store(keys[-1], art.to_json())
+    return art
 
 
 @contextlib.contextmanager

@@ -1,0 +1,113 @@
+"""The on-disk compile cache: never the same compile twice.
+
+An entry is the :class:`~jaxmem.compiler.compiled.Artifacts` of one compile, stored as gzipped
+JSON under a key made of everything that decides them:
+
+* the lowered program (StableHLO text with its debug locations: op names are what the
+  explanation attributes buffers to), so any change to the model file, its arguments or the
+  step's options that changes the program misses, and any change that does not (a comment)
+  hits with the same answer;
+* the target: platform, device kind, the GPU's target config (memory size, SM count ... change
+  XLA:GPU's decisions), the device ids and hosts of the mesh;
+* the compile options, whether the buffer assignment was dumped, and ``XLA_FLAGS``;
+* the jax, jaxlib, CUDA plugin and jaxmem versions, and this file's format version.
+
+Post-processing (categories, explanation, runtime overhead, fits) is re-done from the Artifacts
+on every run, so a cached answer equals a fresh one. Where: ``$JAXMEM_CACHE`` if set, else
+``$XDG_CACHE_HOME/jaxmem`` (default ``~/.cache/jaxmem``). Writes are atomic (a worker may die,
+and several write at once). Nothing is evicted: delete the directory to clear it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+FORMAT = 1   # bump when Artifacts' JSON changes
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("JAXMEM_CACHE")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxmem"
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    import jax
+    import jaxlib
+
+    import jaxmem
+
+    out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "jaxmem": jaxmem.__version__, "format": str(FORMAT)}
+    for dist in ("jax-cuda12-plugin", "jax-cuda12-pjrt"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _xla_flags() -> str:
+    # The forced host-device count only sizes the CPU client; the mesh's devices are keyed apart.
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                    if not f.startswith("--xla_force_host_platform_device_count"))
+
+
+def _target(built) -> dict:
+    from jaxmem.compiler import targets
+
+    devices = list(built.mesh.devices.flat) if built.mesh is not None else []
+    kind = devices[0].device_kind if devices else ""
+    platform = devices[0].platform if devices else ""
+    # A catalogue GPU's full target config (its memory size changes XLA's scheduling).
+    config = next((spec.target_config() for spec in targets.CATALOGUE.values() if spec.description == kind), None)
+    return {"platform": platform, "device_kind": kind, "target_config": config,
+            "mesh": None if built.mesh is None else [list(built.mesh.axis_names), list(built.mesh.devices.shape)],
+            "devices": [[d.id, getattr(d, "process_index", 0)] for d in devices]}
+
+
+def key(lowered, built, options: dict, *, explain: bool) -> str:
+    """The cache key of compiling `lowered` (of `built`) with `options`."""
+    program = hashlib.sha256(lowered.as_text(debug_info=True).encode()).hexdigest()
+    material = {"program": program, "target": _target(built),
+                "options": {k: str(v) for k, v in sorted(options.items())}, "explain": explain,
+                "xla_flags": _xla_flags(), "versions": _versions()}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _path(k: str) -> Path:
+    return cache_dir() / "compiles" / f"{k}.json.gz"
+
+
+def load(k: str) -> dict | None:
+    """The stored Artifacts JSON for key `k`, or None (missing or unreadable: a miss)."""
+    try:
+        with gzip.open(_path(k), "rt", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, EOFError, ValueError):
+        return None
+
+
+def store(k: str, payload: dict) -> None:
+    """Write atomically; a cache that cannot be written is skipped, not an error."""
+    path = _path(k)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.gz")
+        try:
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as f:
+                f.write(json.dumps(payload).encode("utf-8"))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
