@@ -1,4 +1,4 @@
-"""What jaxmem's activation constraints are worth under FSDP (DESIGN.md §2).
+"""What jaxmem's activation constraints are worth under FSDP (docs/how-it-works.md §4).
 
 Compiles the same Llama step for 8 H100s with FSDP twice: as jaxmem builds it
 (activations kept batch-sharded), and with the constraints switched off (XLA's
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jaxmem.compiler import compiled, targets  # noqa: E402
-from jaxmem.program import layouts, step  # noqa: E402
+from jaxmem.program import layouts, sharding, step  # noqa: E402
 from jaxmem.program.workload import load_workload  # noqa: E402
 
 
@@ -45,11 +45,11 @@ def main() -> None:
     for label, off in (("jaxmem (activations batch-sharded)", False), ("constraints off (XLA left alone)", True)):
         with contextlib.ExitStack() as stack:
             if off:
-                saved = step._activation_constraints, step._activation_rules
-                step._activation_constraints = lambda *a, **k: contextlib.nullcontext()
-                step._activation_rules = lambda *a, **k: ()
-                stack.callback(lambda: setattr(step, "_activation_constraints", saved[0]))
-                stack.callback(lambda: setattr(step, "_activation_rules", saved[1]))
+                saved = sharding.activation_constraints, sharding.activation_rules
+                sharding.activation_constraints = lambda *a, **k: contextlib.nullcontext()
+                sharding.activation_rules = lambda *a, **k: ()
+                stack.callback(lambda: setattr(sharding, "activation_constraints", saved[0]))
+                stack.callback(lambda: setattr(sharding, "activation_rules", saved[1]))
             built = step.build(wl, step.StepOptions(layout="fsdp"), mesh, ms)
             c, stats = compiled.lower_and_compile(built)
         rows.append((label, stats.temp, batch_gathers(c.as_text(), batch)))

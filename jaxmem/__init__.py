@@ -3,7 +3,7 @@
 import os
 
 # The CUDA plugin checks the driver at start-up and fails on machines without a
-# GPU; deviceless compilation needs the plugin but not the driver (DESIGN.md §2).
+# GPU; deviceless compilation needs the plugin but not the driver (docs/how-it-works.md §1).
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
 from jaxmem.program.presets import choose_preset  # noqa: E402

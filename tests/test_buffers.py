@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 from jaxmem.xla import categories, dump, hlo, opnames, wire
 from jaxmem.xla.buffers import Buffer, BufferAssignment
 
-# GpuTargetConfigProto of an H100 SXM 80GB (DESIGN.md §3), in text format.
+# GpuTargetConfigProto of an H100 SXM 80GB (docs/how-it-works.md §3), in text format.
 H100 = """
 gpu_device_info {
   threads_per_block_limit: 1024

@@ -21,7 +21,7 @@ def test_default_is_h100_without_a_gpu():
 
 @pytest.mark.parametrize("gpu", sorted(targets.CATALOGUE))
 def test_every_catalogue_gpu_compiles_a_sharded_step(gpu):
-    # DESIGN.md: a field newer than jaxlib's proto breaks text parsing; compile each config we ship.
+    # docs/how-it-works.md §1: a field newer than jaxlib's proto breaks text parsing; compile each config we ship.
     target = targets.make_target(gpu, 8)
     assert target.deviceless and len(target.devices) == 8
     assert target.devices[0].device_kind == targets.CATALOGUE[gpu].description
