@@ -201,13 +201,13 @@ def markdown(rows, backend: str, device: str | None, gpu_name: str, total_s: flo
     import jaxlib
     import optax
 
-    from jaxmem.compiler import overhead, targets
+    from jaxmem.compiler import runtime, targets
     from jaxmem.truth.verify import cpu_model
 
     s = summary(rows)
     if backend == "cpu":
         device = f"{cpu_model()} ({os.cpu_count()} cores), {N_DEVICES} forced host devices"
-        ovh = overhead.lookup(targets.Target("cpu", "cpu", "cpu", None, False, (None,) * N_DEVICES))
+        ovh = runtime.model(targets.Target("cpu", "cpu", "cpu", None, False, (None,) * N_DEVICES)).terms[0]
         how = ("peak RSS per process (`/proc/self/clear_refs` reset after the arguments are placed, glibc serving "
                "blocks >= 64 KiB with mmap): per device = its argument bytes + the step's RSS rise / 8 (one process "
                "holds the 8 host devices; the layouts are symmetric)")
@@ -224,7 +224,7 @@ def markdown(rows, backend: str, device: str | None, gpu_name: str, total_s: flo
         f"Python {sys.version.split()[0]}"),
         f"- Date: {datetime.date.today().isoformat()}; {len(rows)} cases in {total_s:.0f} s",
         f"- jaxmem predicted: {pred}, runtime overhead included"
-        + (f" ({ovh.in_pool_bytes / 1e6:.1f} MB per device: {ovh.source})" if ovh else ""),
+        + (f" ({ovh.bytes / 1e6:.1f} MB per device: {ovh.source})" if ovh else ""),
         f"- Measured: {how}",
         ("- Classic: parameters x 16 B (AdamW, fp32 or mixed precision) over the devices the layout shards them "
         "across, + Korthikanti et al. 2022 activations for transformers, + 2 x layer outputs (torchsummary) for "

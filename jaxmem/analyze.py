@@ -7,7 +7,7 @@ import time
 
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.program import layouts, step, train_state
-from jaxmem.compiler import overhead, targets
+from jaxmem.compiler import runtime, targets
 from jaxmem import report
 from jaxmem.errors import UserError
 from jaxmem.program.workload import StepChoice, Workload, load_workload
@@ -51,7 +51,9 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
         assignment = decode_hlo_proto(art.dump)
 
     state = train_state.summarize(built.leaves)
-    ovh = overhead.lookup(target)
+    # the collectives' device groups size NCCL's communicators (only multi-device GPU programs have any)
+    hlo_text = art.hlo_text if target.platform == "cuda" and mesh_spec.size > 1 else None
+    rt = runtime.model(target, hlo_text, mesh_spec.axes)
     ex = None
     if assignment is not None:
         from jaxmem.xla import explain
@@ -72,21 +74,29 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
         "activations_and_temporaries": stats.temp - gradients,
         "outputs_not_aliased": stats.output - stats.alias,
         "generated_code": stats.generated_code,
-        "runtime_overhead": ovh.in_pool_bytes,
+        "runtime_overhead": rt.in_pool_bytes,
     }
     # Arguments XLA counts that our leaves do not know of (should be none) stay visible.
     unexplained_args = stats.argument - state.arguments
     if unexplained_args:
         breakdown["other_state"] += unexplained_args
-    peak = stats.lower_bound + ovh.in_pool_bytes
+    peak = stats.lower_bound + rt.in_pool_bytes
 
-    usable_bytes, usable_note = _usable(target, opts.mem_fraction, ovh)
-    fits = None if usable_bytes is None else peak <= usable_bytes
+    bud = runtime.budget(target, opts.mem_fraction, rt)
+    usable_bytes, usable_note = bud.usable_bytes, bud.note
+    fits = None if usable_bytes is None else peak <= usable_bytes and bud.out_of_pool_fits
     headroom = None if usable_bytes is None else usable_bytes - peak
 
     warnings = [report.Warning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
                                "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
                 for n in built.notes]
+    if not bud.out_of_pool_fits:
+        warnings.append(report.Warning(
+            "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
+            f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
+            f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
+            f"memory fraction of at most {max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
+            rt.out_of_pool_bytes - bud.out_of_pool_room))
     warnings += [report.Warning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
                  for n in stats.notes]
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
@@ -118,7 +128,8 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
              "generated_code": stats.generated_code, "peak_memory": stats.peak, "lower_bound": stats.lower_bound},
         param_count=state.param_count,
         state_check={"analytic_argument_bytes": state.arguments, "compiled_argument_bytes": stats.argument},
-        runtime_overhead_source=ovh.source,
+        runtime_overhead_source=rt.summary(),
+        runtime=rt.to_json(),
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),
@@ -132,22 +143,6 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
                  "total_s": round(time.perf_counter() - t_start, 3), "cache_hit": float(art.cached)},
         versions={"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__},
     )
-
-
-def _usable(target: targets.Target, mem_fraction: float | None, ovh) -> tuple[int | None, str]:
-    if target.memory_bytes is None:
-        return None, "CPU: no fixed device memory; the OS decides"
-    if target.gpu.startswith("local:"):
-        return target.memory_bytes, "the allocator's bytes_limit on this GPU"
-    if mem_fraction is not None:
-        if not 0 < mem_fraction <= 1:
-            raise UserError(f"--mem-fraction {mem_fraction}: must be in (0, 1]")
-        frac, note = mem_fraction, f"--mem-fraction {mem_fraction}"
-    else:
-        frac, note = targets.usable_fraction()
-    # The pool cannot take memory the runtime holds outside it (CUDA context, NCCL).
-    usable = min(int(target.memory_bytes * frac), target.memory_bytes - ovh.out_of_pool_bytes)
-    return usable, note
 
 
 def _optimizer_name(wl: Workload) -> str:

@@ -99,6 +99,9 @@ class Report:
     timeline_peak_index: int = -1
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The runtime's own memory per device (jaxmem.compiler.runtime.Runtime.to_json): named terms in
+    # JAX's pool (their sum is breakdown["runtime_overhead"]) and outside it, each with its source.
+    runtime: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

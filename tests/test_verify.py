@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from jaxmem.truth import classic, verify
-from jaxmem.compiler import overhead, targets
+from jaxmem.compiler import runtime, targets
 from jaxmem.cli import main
 from jaxmem.program.workload import load_workload
 
@@ -68,9 +68,9 @@ def test_calibrate_stores_the_cpu_overhead(monkeypatch, tmp_path):
     # the runtime's own cost: a few MB to a few tens of MB per process on CPU
     assert 1 << 20 < entry["per_process_bytes"] + 2 * entry["in_pool_bytes"] < 200 << 20
     cpu2 = targets.Target("cpu", "cpu", "cpu", None, False, (None, None))
-    o = overhead.lookup(cpu2)
-    assert o.in_pool_bytes == entry["in_pool_bytes"] + entry["per_process_bytes"] // 2
-    assert o.measured_at == entry["measured_at"]
+    rt = runtime.model(cpu2)
+    assert rt.calibrated and rt.in_pool_bytes == entry["in_pool_bytes"] + entry["per_process_bytes"] // 2
+    assert rt.terms[0].source == entry["source"]
 
 
 # ---------------------------------------------------------------- the classic estimate

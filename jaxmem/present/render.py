@@ -38,6 +38,19 @@ def hints(r: Report) -> list[str]:
     return out
 
 
+def runtime_lines(r) -> list[str]:
+    """The runtime's terms, in JAX's pool (in the peak) and outside it (bounding the pool), with their sources."""
+    rt = r.runtime or {}
+    if not rt.get("terms"):
+        return [f"runtime_overhead: {r.runtime_overhead_source}"]
+    lines = [f"runtime per device: {fmt_bytes(rt['in_pool_bytes'])} in JAX's pool (runtime_overhead), "
+             f"{fmt_bytes(rt['out_of_pool_bytes'])} outside it (sources: --json, runtime.terms)"]
+    for t in rt["terms"]:
+        where = "in pool" if t["in_pool"] else "outside"
+        lines.append(f"  {where:<7} {t['name']:<18} {fmt_bytes(t['bytes']):>10}  {t.get('status', '')}: {t['detail']}")
+    return lines
+
+
 def render(r: Report, console: Console | None = None) -> None:
     console = console or Console()
     t = r.target
@@ -71,7 +84,8 @@ def render(r: Report, console: Console | None = None) -> None:
                 console.print(f"  hint: {h}")
     else:
         console.print(f"CPU target: {t.usable_note}")
-    console.print(f"[dim]runtime_overhead: {r.runtime_overhead_source}[/dim]")
+    for line in runtime_lines(r):
+        console.print(f"[dim]{escape(line)}[/dim]")
 
     for w in r.warnings:
         cost = f" (costs {fmt_bytes(w.bytes)} per device)" if w.bytes else ""

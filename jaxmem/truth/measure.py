@@ -310,47 +310,49 @@ def measure_cpu(case: Case) -> dict:
     }
 
 
-def _nvidia_smi_used() -> list[int] | None:
-    """Used memory per GPU in bytes (all processes), from nvidia-smi; None without it."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    try:
-        return [int(float(x)) * 1024 * 1024 for x in out.stdout.split()]
-    except ValueError:
-        return None
-
-
 def measure_gpu(case: Case) -> dict:
-    # NOTE: untested here -- the machines this was written on have no GPU. It follows JAX's
-    # documented allocator stats; `jaxmem verify` on a GPU machine is its test.
-    used_before = _nvidia_smi_used()  # before jax starts: other processes' memory
+    """The allocator's peak per device, with the card watched through NVML while the step runs.
+
+    Also what the process holds outside JAX's pool: NVML's per-process memory minus the
+    pool (the CUDA context, library handles, NCCL's buffers) -- or, where NVML cannot see
+    this process (some containers), the device's memory used after minus before, less the pool.
+    """
+    # NOTE: not yet run on a GPU here (no GPU was available to this project); the NVML side is
+    # tested against a fake of the NVML calls (tests/test_monitor.py).
+    from jaxmem.truth import monitor
+
+    nvml_ids = [monitor.nvml_index(i) for i in range(case.n_devices)]  # the mesh takes the first n GPUs
+    used_before = monitor.device_used_bytes(nvml_ids)  # before jax starts: other processes' memory
     import jax
 
     t0 = time.perf_counter()
     devices = jax.devices("gpu")
     built = build_case(case, devices)
     devices = list(built.mesh.devices.flat)
+    nvml_ids = [monitor.nvml_index(d.local_hardware_id if d.local_hardware_id is not None else d.id) for d in devices]
     compiled, xla = _compile(built)
     t_compiled = time.perf_counter()
     args, arrays = random_args(built)
     args_per_device = _per_device_bytes(arrays, devices)
     del arrays
-    out = compiled(*args)
-    jax.block_until_ready(out)
-    t_done = time.perf_counter()
+    with monitor.Monitor(nvml_ids) as watch:
+        t_run = time.perf_counter()
+        out = compiled(*args)
+        jax.block_until_ready(out)
+        t_done = time.perf_counter()
     stats = [d.memory_stats() or {} for d in devices]
     peaks = [int(s.get("peak_bytes_in_use", 0)) for s in stats]
     pools = [int(s.get("pool_bytes") or s.get("bytes_reserved") or s.get("peak_bytes_in_use", 0)) for s in stats]
-    out_of_pool = None
-    used_after = _nvidia_smi_used()
-    if used_before and used_after:
-        ids = [d.local_hardware_id if d.local_hardware_id is not None else d.id for d in devices]
-        out_of_pool = [max(used_after[i] - used_before[i] - p, 0) for i, p in zip(ids, pools)]
+    process = monitor.process_used_bytes(nvml_ids)
+    out_of_pool, how = None, None
+    if process is not None:
+        out_of_pool = [max(u - p, 0) for u, p in zip(process, pools)]
+        how = "NVML per-process memory minus the pool"
+    else:
+        used_after = monitor.device_used_bytes(nvml_ids)
+        if used_before and used_after:
+            out_of_pool = [max(a - b - p, 0) for a, b, p in zip(used_after, used_before, pools)]
+            how = "NVML device memory used after minus before, minus the pool"
     return {
         "backend": "gpu",
         "device": devices[0].device_kind,
@@ -359,9 +361,13 @@ def measure_gpu(case: Case) -> dict:
         "args_bytes": args_per_device,
         "bytes_limit": [int(s.get("bytes_limit", 0)) for s in stats],
         "pool_bytes": pools,
+        "process_used_bytes": process,
         "out_of_pool_bytes": out_of_pool,
+        "out_of_pool_method": how,
+        "monitor": watch.summary(),
+        "monitor_trace": watch.trace(),
         "xla": xla,
-        "timings": {"build_compile_s": round(t_compiled - t0, 2), "step_s": round(t_done - t_compiled, 2)},
+        "timings": {"build_compile_s": round(t_compiled - t0, 2), "step_s": round(t_done - t_run, 2)},
         "method": ("allocator peak: device.memory_stats()['peak_bytes_in_use'] per device in a fresh process, "
                    "XLA_PYTHON_CLIENT_PREALLOCATE=false"),
     }

@@ -7,7 +7,8 @@ on this machine in a fresh process (:mod:`jaxmem.truth.measure`) and compares, p
 
 ``calibrate`` measures the runtime overhead that analyze adds to XLA's numbers --
 the memory a real run uses outside XLA's buffer assignment -- and stores it per
-device kind, with where and when it was measured (:func:`jaxmem.compiler.overhead.save`).
+device kind, with where and when it was measured (:func:`jaxmem.compiler.calibration.save`).
+On a GPU the measured step is watched through NVML (:mod:`jaxmem.truth.monitor`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import statistics
 from typing import Any
 
 from jaxmem.truth import measure
-from jaxmem.compiler import overhead
+from jaxmem.compiler import calibration
 from jaxmem.errors import UserError
 from jaxmem.program.workload import StepChoice
 
@@ -60,6 +61,7 @@ class VerifyResult:
             "fresh_process": True,
             "runtime_overhead": {"bytes_per_device": self.report.breakdown.get("runtime_overhead", 0),
                                  "source": self.report.runtime_overhead_source},
+            "runtime": self.report.runtime,
             "wall_s": m.get("wall_s"),
         }
         if m["backend"] == "cpu":
@@ -73,8 +75,21 @@ class VerifyResult:
                 "allocator": "glibc with MALLOC_MMAP_THRESHOLD_=65536: freed blocks leave the RSS at once",
             })
         else:
-            out.update({"bytes_limit": m.get("bytes_limit"), "out_of_pool_bytes": m.get("out_of_pool_bytes")})
+            out.update({"bytes_limit": m.get("bytes_limit"), "out_of_pool_bytes": m.get("out_of_pool_bytes"),
+                        "out_of_pool_method": m.get("out_of_pool_method")})
         return out
+
+    @property
+    def monitor(self) -> dict | None:
+        """NVML's view of the card while the step ran (GPU only): min / median / max per metric."""
+        return self.measurement.get("monitor")
+
+    @property
+    def warnings(self) -> list[str]:
+        from jaxmem.truth.monitor import throttle_warning
+
+        w = throttle_warning(self.monitor or {})
+        return [w] if w else []
 
     def to_json(self) -> dict:
         r = self.report
@@ -92,6 +107,8 @@ class VerifyResult:
             "per_device": list(self.per_device),
             "method": self.method,
             "prediction": {"breakdown": r.breakdown, "xla": r.xla},
+            "monitor": self.monitor,
+            "warnings": self.warnings,
             "versions": r.versions,
         }
 
@@ -217,8 +234,8 @@ CALIBRATION_SIZES = ({"width": 256, "batch": 64}, {"width": 2048, "batch": 1024}
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    overhead: overhead.Overhead
-    kind: str                       # the overhead.json key: "cpu" or the GPU's name
+    overhead: calibration.Entry     # what is stored for this device kind
+    kind: str                       # the calibration key: "cpu" or the GPU's name
     runs: tuple[dict, ...]          # one per measured case: devices, size, measured, XLA's bound, excess
     path: str = ""
 
@@ -258,66 +275,98 @@ def _run_calibration_case(case: measure.Case) -> dict:
         raise UserError(f"calibration: measuring the trivial step failed: {e}") from None
 
 
+def _calibration_case(size: dict, n: int, backend: str) -> measure.Case:
+    return measure.Case(model_file=measure.BUILTIN_PREFIX + "calibration", model_args=tuple(size.items()),
+                        mesh=f"data={n}", layout="dp", backend=backend)
+
+
+def _calibrate_cpu(devices, sizes, repeats, today) -> tuple[calibration.Entry, list[dict]]:
+    """CPU: the trivial step at each size on each device count; excess = measured - XLA's lower
+    bound, summed over the devices; fitted as n_devices x per_device + per_process."""
+    runs = []
+    for n in devices:
+        for size in sizes:
+            for _ in range(repeats):
+                m = _run_calibration_case(_calibration_case(size, n, "cpu"))
+                runs.append({"devices": n, **size, "measured_bytes": sum(m["measured_peak_bytes"]),
+                             "xla_lower_bound_bytes": n * m["xla"]["lower_bound"], "excess_bytes": _excess(m)})
+    by_n = {n: statistics.median(r["excess_bytes"] for r in runs if r["devices"] == n) for n in devices}
+    ns = sorted(by_n)
+    if len(ns) >= 2:
+        slope = (by_n[ns[-1]] - by_n[ns[0]]) / (ns[-1] - ns[0])
+        per_device = max(int(slope), 0)
+        per_process = max(int(statistics.median(by_n[n] - per_device * n for n in ns)), 0)
+    else:
+        per_device, per_process = 0, max(int(by_n[ns[0]]), 0)
+    source = (f"measured by `jaxmem calibrate --gpu cpu` on {cpu_model()} ({os.cpu_count()} cores), {_versions()}: "
+              f"peak RSS of a trivial training step (2 sizes, on {', '.join(map(str, ns))} host devices) minus "
+              f"XLA's lower bound = {per_process} B per process + {per_device} B per device")
+    return calibration.Entry(per_device, 0, source, today, per_process), runs
+
+
+def _calibrate_gpu(sizes, repeats, today) -> tuple[calibration.Entry, list[dict], str]:
+    """GPU: the runtime model's terms, measured (docs/how-it-works.md, "Runtime memory").
+
+    * allocator (in the pool): peak_bytes_in_use of the trivial step on one GPU minus XLA's
+      lower bound (median over sizes and repeats);
+    * cuda_context (outside): the process's memory on that GPU (NVML) minus the pool;
+    * one NCCL communicator (outside), with 2+ GPUs: the same step data-parallel over all of
+      them (one all-reduce group: one communicator) -- its out-of-pool memory minus the context.
+    """
+    from jaxmem.compiler import targets
+
+    n_gpus = targets.local_gpu_count()
+    runs, in_pool, context = [], [], []
+    kind = ""
+    for size in sizes:
+        for _ in range(repeats):
+            m = _run_calibration_case(_calibration_case(size, 1, "gpu"))
+            kind = m["device"]
+            excess = max(max(m["measured_peak_bytes"]) - m["xla"]["lower_bound"], 0)
+            oop = (m.get("out_of_pool_bytes") or [None])[0]
+            in_pool.append(excess)
+            if oop is not None:
+                context.append(oop)
+            runs.append({"devices": 1, **size, "measured_bytes": max(m["measured_peak_bytes"]),
+                         "xla_lower_bound_bytes": m["xla"]["lower_bound"], "excess_bytes": excess,
+                         "out_of_pool_bytes": oop, "out_of_pool_method": m.get("out_of_pool_method")})
+    if not context:
+        raise UserError("calibration: NVML could not report this process's GPU memory (nvidia-ml-py and the "
+                        "driver's libnvidia-ml are needed; `jaxmem doctor` checks them), so the memory outside JAX's "
+                        "pool cannot be measured")
+    ctx = int(statistics.median(context))
+    nccl = None
+    how_nccl = "one GPU only: NCCL's communicator size stays the estimate"
+    if n_gpus >= 2:
+        m = _run_calibration_case(_calibration_case(sizes[0], n_gpus, "gpu"))
+        oop = m.get("out_of_pool_bytes")
+        if oop:
+            nccl = max(max(oop) - ctx, 0)
+            how_nccl = f"one communicator = out-of-pool memory of a data-parallel step on {n_gpus} GPUs - the context"
+            runs.append({"devices": n_gpus, **sizes[0], "measured_bytes": max(m["measured_peak_bytes"]),
+                         "xla_lower_bound_bytes": m["xla"]["lower_bound"],
+                         "excess_bytes": max(max(m["measured_peak_bytes"]) - m["xla"]["lower_bound"], 0),
+                         "out_of_pool_bytes": max(oop), "out_of_pool_method": m.get("out_of_pool_method")})
+    source = (f"measured by `jaxmem calibrate --gpu local` on {kind}, {_versions()}: allocator = peak_bytes_in_use "
+              f"of a trivial step minus XLA's lower bound; cuda_context = the process's GPU memory (NVML) minus the "
+              f"pool; {how_nccl}")
+    return calibration.Entry(int(statistics.median(in_pool)), ctx, source, today, 0, nccl), runs, kind
+
+
 def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, sizes: tuple[dict, ...] | None = None,
               repeats: int = 1, save: bool = True) -> Calibration:
-    """Measure the runtime overhead of this machine's backend and store it (overhead.save).
-
-    CPU: the trivial step at each size on each device count; excess = measured - XLA's
-    lower bound, summed over the devices; fitted as n_devices x per_device + per_process.
-    """
+    """Measure the runtime's own memory on this machine's backend and store it (calibration.save)."""
     devices = CPU_CALIBRATION_DEVICES if devices is None else devices
     sizes = CALIBRATION_SIZES if sizes is None else sizes
     backend = local_backend(gpu)
     today = datetime.date.today().isoformat()
-    runs = []
+    if save:
+        calibration.read_user()  # a bad file is refused before minutes of measuring, and never overwritten
     if backend == "cpu":
-        for n in devices:
-            for size in sizes:
-                for _ in range(repeats):
-                    case = measure.Case(model_file=measure.BUILTIN_PREFIX + "calibration",
-                                        model_args=tuple(size.items()),
-                                        mesh=f"data={n}", layout="dp", backend="cpu")
-                    m = _run_calibration_case(case)
-                    runs.append({"devices": n, **size, "measured_bytes": sum(m["measured_peak_bytes"]),
-                                 "xla_lower_bound_bytes": n * m["xla"]["lower_bound"], "excess_bytes": _excess(m)})
-        # excess(n) = n * per_device + per_process: fit over the device counts (median per count)
-        by_n = {n: statistics.median(r["excess_bytes"] for r in runs if r["devices"] == n) for n in devices}
-        ns = sorted(by_n)
-        if len(ns) >= 2:
-            slope = (by_n[ns[-1]] - by_n[ns[0]]) / (ns[-1] - ns[0])
-            per_device = max(int(slope), 0)
-            per_process = max(int(statistics.median(by_n[n] - per_device * n for n in ns)), 0)
-        else:
-            per_device, per_process = 0, max(int(by_n[ns[0]]), 0)
-        source = (f"measured by `jaxmem calibrate --gpu cpu` on {cpu_model()} ({os.cpu_count()} cores), {_versions()}: "
-                  f"peak RSS of a trivial training step (2 sizes, on {', '.join(map(str, ns))} host devices) minus "
-                  f"XLA's lower bound = {per_process} B per process + {per_device} B per device")
-        ovh = overhead.Overhead(per_device, 0, source, today, per_process)
+        entry, runs = _calibrate_cpu(devices, sizes, repeats, today)
         kind = "cpu"
     else:
-        # NOTE: untested here (written on machines without a GPU); see measure.measure_gpu.
-        case = measure.Case(model_file=measure.BUILTIN_PREFIX + "calibration", model_args=tuple(sizes[0].items()),
-                            mesh="data=1",
-                            layout="dp", backend="gpu")
-        m = _run_calibration_case(case)
-        in_pool = max(max(m["measured_peak_bytes"]) - m["xla"]["lower_bound"], 0)
-        oop = m.get("out_of_pool_bytes")
-        out_of_pool = max(oop) if oop else None
-        runs.append({"devices": 1, **sizes[0], "measured_bytes": max(m["measured_peak_bytes"]),
-                     "xla_lower_bound_bytes": m["xla"]["lower_bound"], "excess_bytes": in_pool,
-                     "out_of_pool_bytes": out_of_pool})
-        kind = m["device"]
-        if out_of_pool is None:  # no nvidia-smi: keep the out-of-pool estimate we ship
-            from jaxmem.compiler import targets
-
-            fake = targets.Target(kind, "cuda", kind, None, False, (None,))
-            out_of_pool = overhead.lookup(fake).out_of_pool_bytes
-            how = "out-of-pool kept from the shipped estimate (no nvidia-smi)"
-        else:
-            how = "out-of-pool = nvidia-smi memory.used delta - the allocator's pool"
-        ovh = overhead.Overhead(int(in_pool), int(out_of_pool),
-                                f"measured by `jaxmem calibrate` on {kind}, {_versions()}: peak_bytes_in_use of a "
-                                f"trivial step minus XLA's lower bound; {how}", today)
+        entry, runs, kind = _calibrate_gpu(sizes, repeats, today)
     path = ""
     if save:
         from jaxmem.compiler import targets
@@ -326,9 +375,8 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         key = catalogue_key(kind) if kind != "cpu" else None
         if key and targets.CATALOGUE[key].description != kind:  # analyze --gpu <catalogue name> looks it up so
             kinds.append(targets.CATALOGUE[key].description)
-        for k in kinds:
-            path = str(overhead.save(targets.Target(k, "cpu" if k == "cpu" else "cuda", k, None, False, (None,)), ovh))
-    return Calibration(ovh, kind, tuple(runs), path)
+        path = str(calibration.save(kinds, entry))
+    return Calibration(entry, kind, tuple(runs), path)
 
 
 def gpu_env_for_parent() -> None:
