@@ -10,7 +10,8 @@ from jaxmem.program import layouts, step, train_state
 from jaxmem.compiler import runtime, targets
 from jaxmem import report
 from jaxmem.errors import UserError
-from jaxmem.program.workload import StepChoice, Workload, load_workload
+from jaxmem.program import sizes
+from jaxmem.program.workload import StepChoice, Workload, load_workload, running_user_code
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,11 +34,28 @@ def analyze_file(path: str, opts: AnalyzeOptions) -> report.Report:
 
 
 def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None) -> report.Report:
+    # The model's code runs again while the step is traced: its stdout and exits are guarded.
+    with running_user_code(source):
+        try:
+            return _analyze_workload(wl.checked(source), opts, source, t_start)
+        except UserError:
+            raise
+        except Exception as e:
+            raise sizes.compile_limit_error(e) or e
+
+
+def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
     target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+    if opts.mem_fraction is not None and target.memory_bytes is None:
+        raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
+                        "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
     mesh = layouts.build_mesh(target.devices, mesh_spec)
     built = step.build(wl, opts.step_options(), mesh, mesh_spec)
+    import jax
+
+    sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
     t_built = time.perf_counter()
     # One compile (or its cached Artifacts); everything below is re-done from them, so a cached
     # answer is processed exactly as a fresh one.

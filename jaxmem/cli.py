@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import sys
@@ -11,7 +12,9 @@ import click
 from jaxmem.errors import UserError
 from jaxmem.program.workload import REMAT_POLICIES
 
-EXIT_FITS, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 2, 3
+EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
+# write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
+_OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
 
 
 def _parse_arg(text: str):
@@ -26,6 +29,62 @@ def _parse_arg(text: str):
     return key, {"true": True, "false": False, "none": None}.get(value.lower(), value)
 
 
+class _WholeNumber(click.ParamType):
+    """An integer in [min, 2^63 - 1]; '1e20' or '8.5' get a message that says what to write."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, what: str):
+        self.minimum, self.what = minimum, what
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip().replace("_", "")
+            try:
+                n = int(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number; give {self.what} in digits, e.g. 1024", param, ctx)
+        if n < self.minimum:
+            self.fail(f"{n} is not allowed: {self.what} must be at least {self.minimum}", param, ctx)
+        if n > 2**63 - 1:
+            self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
+        return n
+
+
+class _Fraction(click.ParamType):
+    """A share of device memory: a finite number in (0, 1]."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a share of the card in (0, 1], e.g. 0.9", param, ctx)
+        if not math.isfinite(x) or not 0 < x <= 1:
+            self.fail(f"{value} is not in (0, 1]; give a share of the card, e.g. 0.9", param, ctx)
+        return x
+
+
+class _Seconds(click.ParamType):
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(x) or x <= 0:
+            self.fail(f"{value}: give a positive, finite number of seconds, e.g. 600", param, ctx)
+        return x
+
+
 def step_options(f):
     """Options shared by every command that builds a training step."""
     decorators = [
@@ -34,14 +93,14 @@ def step_options(f):
                      "Default: the attached GPU, else h100."),
         click.option("--mesh", default="data=1", show_default=True, help="Device mesh, AXIS=N[,AXIS=N]. "
                      "An axis named model/tensor/tp is the tensor-parallel axis; the others are data axes."),
-        click.option("--hosts", type=int, default=None, help="Hosts the devices are spread over (default: 8 GPUs per host)."),
+        click.option("--hosts", type=click.IntRange(min=1), default=None, help="Hosts the devices are spread over (default: 8 GPUs per host)."),
         click.option("--layout", type=click.Choice(["dp", "fsdp", "tp", "fsdp_tp"]), default="fsdp", show_default=True),
-        click.option("--batch", type=int, default=None, help="Global batch size (overrides the model's)."),
+        click.option("--batch", type=_WholeNumber(1, "the global batch"), default=None, help="Global batch size (overrides the model's)."),
         click.option("--optimizer", default=None, help="sgd, momentum, adam, adamw, adafactor, lion (default: the workload's, else adamw)."),
         click.option("--precision", type=click.Choice(["fp32", "bf16", "bf16-pure"]), default="fp32", show_default=True,
                      help="bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16."),
         click.option("--remat", type=click.Choice(REMAT_POLICIES), default="none", show_default=True),
-        click.option("--accum", type=int, default=1, show_default=True, help="Gradient-accumulation microbatches."),
+        click.option("--accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient-accumulation microbatches."),
         click.option("--no-donate", "no_donate", is_flag=True, help="Do not donate the train state (shows the cost)."),
         click.option("--arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="Keyword argument for the model file's workload(), e.g. --arg preset=8b. Repeatable."),
@@ -51,12 +110,69 @@ def step_options(f):
 
 
 def _run(fn):
-    """User errors: one message, exit 2, no traceback."""
+    """The one top-level handler of every command.
+
+    User errors: one message, exit 2, no traceback. A signal: temporary files removed,
+    exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
+    it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
+    """
+    import os
+
+    from jaxmem import scratch
+    from jaxmem.errors import HOW_TO_REPORT, bug_summary
+
+    code = EXIT_BUG
     try:
-        return fn()
+        with scratch.run_scope():
+            try:
+                fn()
+                code = EXIT_FITS
+            except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
+                code = e.code if isinstance(e.code, int) else EXIT_BUG
+        _flush_stdout()
     except UserError as e:
         click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_USER_ERROR)
+        code = EXIT_USER_ERROR
+    except (click.ClickException, click.exceptions.Exit, click.Abort):  # click reports these itself (exit 2)
+        raise
+    except KeyboardInterrupt as e:
+        code = e.exit_code if isinstance(e, scratch.Interrupted) else 130
+        click.echo(f"\njaxmem: stopped by {e.args[0] if e.args else 'SIGINT'}; temporary files removed", err=True)
+    except OSError as e:
+        if e.errno not in _OUTPUT_ERRNOS:
+            if os.environ.get("JAXMEM_DEBUG"):
+                raise
+            click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
+            code = EXIT_BUG
+        else:
+            what = e.filename or "the output (stdout)"
+            click.echo(f"error: cannot write {what}: {e.strerror or e}", err=True)
+            code = EXIT_USER_ERROR
+            if not e.filename:
+                _silence_stdout()
+    except Exception as e:
+        if os.environ.get("JAXMEM_DEBUG"):
+            raise
+        click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
+        code = EXIT_BUG
+    sys.exit(code)
+
+
+def _flush_stdout() -> None:
+    """Output errors (a full disk, a closed pipe) surface here, not at interpreter exit."""
+    sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    # After a failed write, the interpreter's own flush at exit would fail again, with a traceback.
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _prepare(mesh: str) -> None:
@@ -89,10 +205,10 @@ def main():
 
 @main.command()
 @step_options
-@click.option("--mem-fraction", type=float, default=None,
+@click.option("--mem-fraction", type=_Fraction(), default=None,
               help="Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).")
-@click.option("--top", type=int, default=10, show_default=True, help="Largest buffers live at the peak to list.")
-@click.option("--depth", type=int, default=3, show_default=True, help="Module-path depth of the per-module roll-up.")
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Largest buffers live at the peak to list.")
+@click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Module-path depth of the per-module roll-up.")
 @click.option("--no-explain", is_flag=True, help="Skip decoding XLA's buffer assignment (faster; no top buffers).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
@@ -142,7 +258,7 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 @click.option("--optimizers", default=None, help="Optimizers to compare, e.g. adamw,adafactor.")
 @click.option("--meshes", default=None, help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
 @click.option("--gpus", "gpu_list", default=None, help="GPUs to compare, e.g. a100-80g,h100,h200.")
-@click.option("--mem-fraction", type=float, default=None, help="As for analyze.")
+@click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
 @click.option("--find-batch", is_flag=True, help="Also find, for each row, the largest global batch that fits "
               "(a search of full compiles: slower).")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, mem_fraction, find_batch, **kw):
@@ -220,7 +336,7 @@ def gpus(as_json):
 
 @main.command()
 @step_options
-@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds the measuring process may run.")
+@click.option("--timeout", type=_Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
 def verify(as_json, timeout, **kw):
     """Run MODEL_FILE's step on this machine and compare analyze's prediction with the measured peak.
 
@@ -269,7 +385,7 @@ def verify(as_json, timeout, **kw):
 
 @main.command()
 @click.option("--gpu", default=None, help="cpu, or local (the attached GPU). Default: the attached GPU, else cpu.")
-@click.option("--repeats", type=int, default=1, show_default=True, help="Measurements per case (the median is kept).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Measurements per case (the median is kept).")
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not store.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def calibrate(gpu, repeats, dry_run, as_json):

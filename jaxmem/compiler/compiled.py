@@ -67,6 +67,8 @@ def lower(built: BuiltStep):
     try:
         with built.trace_context():
             lowered = jitted.lower(*built.args)
+    except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
+        raise
     except Exception as e:
         raise UserError(_explain_trace_error(e)) from None
     return lowered, time.perf_counter() - t0

@@ -14,9 +14,11 @@ checkpoints per layer, where they belong.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -117,26 +119,174 @@ class Workload:
         if self.loss is None:
             raise UserError(f"{source}: Workload has no `loss`; give loss(model, batch) -> scalar.")
 
+    def _check_arrays(self, source: str) -> None:
+        import jax
+
+        trees = [("batch", self.batch)] + ([("state", self.state)] if self.is_custom_step else [])
+        for name, tree in trees:
+            flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+            if not flat:
+                raise UserError(f"{source}: Workload `{name}` has no arrays; give a pytree of jax.ShapeDtypeStruct.")
+            for path, leaf in flat:
+                shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+                where = f"{name}{jax.tree_util.keystr(path)}"
+                if shape is None or dtype is None:
+                    raise UserError(f"{source}: {where} is a {type(leaf).__name__} ({leaf!r:.40}), not an array; every "
+                                    f"leaf of `{name}` must be a jax.ShapeDtypeStruct (or an array).")
+                if any(not isinstance(d, int) or d < 0 for d in shape):
+                    raise UserError(f"{source}: {where} has shape {tuple(shape)}; dimensions must be non-negative integers.")
+
+    def checked(self, source: str) -> "Workload":
+        """This workload with the user's callables checked where they return: the loss must give a
+        scalar, a custom step `(new_state, anything)` (errors that name the culprit, not jax's)."""
+        if getattr(self.loss, "_jaxmem_checked", False) or getattr(self.step, "_jaxmem_checked", False):
+            return self
+        self._check_arrays(source)
+        if self.is_custom_step:
+            step = self.step
+
+            def checked_step(state, batch):
+                out = step(state, batch)
+                if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                    got = f"an array of shape {tuple(out.shape)}" if hasattr(out, "shape") else f"a {type(out).__name__}"
+                    raise UserError(f"{source}: step(state, batch) returned {got}; it must return (new_state, anything), "
+                                    "e.g. `return new_state, loss`.")
+                return out
+
+            checked_step._jaxmem_checked = True
+            return dataclasses.replace(self, step=checked_step)
+        loss = self.loss
+
+        def checked_loss(*args, **kwargs):
+            out = loss(*args, **kwargs)
+            if isinstance(out, (tuple, list, dict)):
+                raise UserError(f"{source}: loss(model, batch) returned a {type(out).__name__}; it must return the "
+                                "scalar loss. If yours returns (loss, aux), give jaxmem "
+                                "`loss=lambda model, batch: your_loss(model, batch)[0]`.")
+            shape = getattr(out, "shape", ())
+            if tuple(shape) != ():
+                raise UserError(f"{source}: loss(model, batch) returned an array of shape {tuple(shape)}; it must return "
+                                "a scalar: reduce it over the batch (e.g. `.mean()`).")
+            return out
+
+        checked_loss._jaxmem_checked = True
+        return dataclasses.replace(self, loss=checked_loss)
+
+
+class _ModelCalledOsExit(BaseException):
+    """Raised in place of os._exit while a model file's code runs (not an Exception: a model's
+    `except Exception` cannot swallow it)."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+_guard = {"depth": 0}
+
+
+@contextlib.contextmanager
+def running_user_code(source: str | Path):
+    """While a model file's code runs (its import, ``workload()``, tracing its model and loss):
+
+    * its stdout goes to stderr (Python's and file descriptor 1), so ``--json`` stays clean;
+    * its own ``sys.exit``/``SystemExit``, ``os._exit`` or ``KeyboardInterrupt`` (one no signal
+      sent) is a UserError that says so -- never jaxmem's exit 0 ("fits") or 3 ("does not fit").
+
+    Re-entrant: only the outermost use redirects and patches.
+    """
+    if _guard["depth"]:
+        _guard["depth"] += 1
+        try:
+            yield
+        finally:
+            _guard["depth"] -= 1
+        return
+    path = Path(source)
+    owner, real_os_exit = os.getpid(), os._exit
+
+    def refuse_os_exit(status=0):
+        if os.getpid() != owner:  # a child the model forked exits as it means to
+            real_os_exit(status)
+        raise _ModelCalledOsExit(status)
+
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        saved_fd1 = None
+        try:
+            saved_fd1 = os.dup(1)
+            os.dup2(2, 1)
+        except OSError:  # no fd 1 or 2 (embedded use): Python's stdout is still redirected
+            saved_fd1 = None
+        if saved_fd1 is not None:
+            stack.callback(os.close, saved_fd1)
+            stack.callback(os.dup2, saved_fd1, 1)
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        os._exit = refuse_os_exit
+        stack.callback(setattr, os, "_exit", real_os_exit)
+        _guard["depth"] += 1
+        stack.callback(_guard.__setitem__, "depth", 0)
+        try:
+            yield
+        except SystemExit as e:
+            raise UserError(f"{path}: the model file called sys.exit({e.code!r}){_where(e, path)}; jaxmem stopped "
+                            "without a verdict. A model file must not exit: remove the call, or put it under "
+                            "`if __name__ == \"__main__\":`.") from None
+        except _ModelCalledOsExit as e:
+            raise UserError(f"{path}: the model file called os._exit({e.status!r}){_where(e, path)}; jaxmem stopped "
+                            "without a verdict. A model file must not exit: remove the call, or put it under "
+                            "`if __name__ == \"__main__\":`.") from None
+        except KeyboardInterrupt as e:
+            from jaxmem import scratch
+
+            if scratch.interrupted_by_signal():
+                raise
+            raise UserError(f"{path}: the model file raised KeyboardInterrupt{_where(e, path)} (no signal was "
+                            "sent); jaxmem stopped without a verdict.") from None
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+
+
+def _where(e: BaseException, path: Path) -> str:
+    """` (file.py, line N)` for the deepest frame of the exception in the user's file, else ``""``."""
+    where = ""
+    with contextlib.suppress(OSError):
+        target = path.resolve()
+        for frame in traceback.extract_tb(e.__traceback__):
+            if Path(frame.filename).resolve() == target:
+                where = f" ({path.name}, line {frame.lineno})"
+    return where
+
 
 def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -> Workload:
     """Import a model file and call its ``workload(**model_args)``.
 
     Errors in the user's file become one UserError that quotes the user's own
-    frame, not ours.
+    frame, not ours. The model's code runs under :func:`running_user_code`.
     """
-    path = Path(path)
+    with running_user_code(path):
+        return _load_workload(Path(path), remat, model_args)
+
+
+def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; give the model file (a .py defining workload()).")
     if not path.is_file():
         raise UserError(f"model file not found: {path}")
     module_name = f"jaxmem_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise UserError(f"{path}: not a Python file that can be imported")
+        raise UserError(f"{path}: not a Python file that can be imported (a model file ends in .py)")
     module = importlib.util.module_from_spec(spec)
     # Model files may import siblings (e.g. a shared layers.py).
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
+    except UserError:
+        raise
     except Exception as e:  # the user's file failed to import: say where
         raise UserError(f"{path}: failed to import: {_user_frame(e, path)}") from None
     finally:
@@ -150,6 +300,7 @@ def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -
     if unknown:
         takes = ", ".join(p for p in params) or "no arguments"
         raise UserError(f"{path}: workload() has no argument {unknown[0]!r} (--arg); it takes: {takes}")
+    _check_arg_types(path, params, model_args)
     kwargs = dict(model_args)
     if "remat" in params or accepts_any:
         kwargs["remat"] = remat
@@ -164,7 +315,7 @@ def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -
     except UserError:
         raise
     except Exception as e:
-        raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}") from None
+        raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}{_arg_hint(e, model_args)}") from None
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")
     wl.validate(str(path))
@@ -173,13 +324,53 @@ def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -
     return wl
 
 
+def _check_arg_types(path: Path, params, model_args: dict[str, Any]) -> None:
+    """`--arg hidden=abc` where workload(hidden: int = 128): the user's typo, named as theirs.
+
+    The expected type is the parameter's annotation when it is a plain int/float/bool/str,
+    else the type of its default.
+    """
+    names = {"int": int, "float": float, "bool": bool, "str": str}
+    for key, value in model_args.items():
+        p = params.get(key)
+        if p is None:
+            continue
+        want = p.annotation if p.annotation in (int, float, bool, str) else names.get(p.annotation) \
+            if isinstance(p.annotation, str) else None
+        if want is None and p.default is not p.empty and type(p.default) in (int, float, bool):
+            want = type(p.default)
+        if want is None or value is None:
+            continue
+        ok = (isinstance(value, want) and not (want is int and isinstance(value, bool))) or \
+            (want is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            shown = f" (default {p.default!r})" if p.default is not p.empty else ""
+            raise UserError(f"--arg {key}={value}: workload() expects {key} to be {want.__name__}{shown}, "
+                            f"got {type(value).__name__} {value!r}. Give e.g. --arg {key}="
+                            f"{_example(want, p.default)}.")
+
+
+def _example(want: type, default: Any) -> str:
+    if default is not inspect.Parameter.empty and isinstance(default, want):
+        return str(default).lower() if want is bool else str(default)
+    return {int: "8", float: "0.5", bool: "true", str: "name"}[want]
+
+
+def _arg_hint(e: Exception, model_args: dict[str, Any]) -> str:
+    """When workload() fails on a --arg value that stayed a string, say it was one."""
+    strings = [f"--arg {k}={v}" for k, v in model_args.items() if isinstance(v, str)]
+    if strings and isinstance(e, (TypeError, ValueError, KeyError)):
+        return f" [note: {', '.join(strings)} reached workload() as a string]"
+    return ""
+
+
 def _user_frame(e: BaseException, path: Path) -> str:
     """`ExcType: message (file.py, line N)` for the deepest frame in the user's file."""
-    where = ""
-    for frame in traceback.extract_tb(e.__traceback__):
-        if Path(frame.filename).resolve() == path.resolve():
-            where = f" ({path.name}, line {frame.lineno})"
-    if isinstance(e, SyntaxError) and e.lineno:
-        where = f" ({path.name}, line {e.lineno})"
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    where = _where(e, path)
+    text = str(e).strip()
+    if isinstance(e, SyntaxError):  # str() already ends in "(file, line N)": say it once
+        text = (e.msg or "").strip()
+        if e.lineno:
+            where = f" ({path.name}, line {e.lineno})"
+    msg = text.splitlines()[0] if text else ""
     return f"{type(e).__name__}: {msg}{where}"
