@@ -305,6 +305,43 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--require-gpu", is_flag=True, help="Fail (instead of warn) when this machine has no NVIDIA GPU.")
+@click.option("--no-smoke", is_flag=True, help="Skip the tiny forward/backward step on the GPU.")
+@click.option("--no-compile", is_flag=True, help="Skip the deviceless compile for each catalogue GPU.")
+def doctor(as_json, require_gpu, no_smoke, no_compile):
+    """Check this machine's GPU stack for JAX: driver and GPUs, versions, a smoke step, memory settings.
+
+    Each check passes, warns or fails with the fix: the NVIDIA driver and GPUs
+    (NVML, nvidia-smi); jax / jaxlib / CUDA plugin / CUDA runtime / cuDNN / cuBLAS
+    / NCCL versions, as the CUDA plugin itself checks them; a tiny Flax step on the
+    GPU that must really run there (no silent CPU fall-back); the memory settings in
+    force and what they mean for nvidia-smi; and a tiny deviceless compile for every
+    catalogue GPU (what analyze does, GPU or not). Without a GPU: says so (a
+    warning) and proves analyze works. Exit code: 0 when no check fails, 3 when one
+    fails, 2 on a user error.
+
+    \b
+    Example:
+      jaxmem doctor
+      jaxmem doctor --require-gpu --json
+    """
+
+    def go():
+        from jaxmem.truth import doctor as doctor_mod
+
+        d = doctor_mod.diagnose(require_gpu=require_gpu, smoke=not no_smoke, deviceless=not no_compile)
+        if as_json:
+            click.echo(json.dumps(d.to_json(), indent=2))
+        else:
+            for line in doctor_mod.render_lines(d):
+                click.echo(line)
+        sys.exit(d.exit_code)
+
+    _run(go)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus(as_json):
     """List the GPU catalogue jaxmem compiles for devicelessly.
 
@@ -379,6 +416,12 @@ def verify(as_json, timeout, **kw):
                        f"for all {m['devices']} device(s); {m['split']}")
         click.echo(f"  runtime overhead in the prediction: {fmt_bytes(m['runtime_overhead']['bytes_per_device'])} "
                    f"per device ({m['runtime_overhead']['source']})")
+        from jaxmem.truth.monitor import monitor_lines
+
+        for line in monitor_lines(result.monitor):
+            click.echo(line)
+        for w in result.warnings:
+            click.echo(f"warning: {w}")
 
     _run(go)
 

@@ -214,3 +214,25 @@ def throttle_warning(summary: dict) -> str | None:
     reasons = ", ".join(f"{k} ({v} of {summary['samples']} samples)" for k, v in summary["throttle_reasons"].items())
     return (f"the GPU slowed its clocks while the step ran: {reasons}; timings from this run are not representative "
             "(check cooling, power limits: nvidia-smi -q -d PERFORMANCE)")
+
+
+def monitor_lines(summary: dict | None) -> list[str]:
+    """The terminal lines for a monitor summary (verify on a GPU)."""
+    if not summary:
+        return []
+    if not summary.get("available"):
+        return [f"GPU monitoring: unavailable ({summary.get('error', 'NVML')})"]
+    m = summary["metrics"]
+
+    def trio(key, fmt):
+        s = m.get(key)
+        return "n/a" if s is None else " / ".join(fmt(s[k]) for k in ("min", "median", "max"))
+
+    return [
+        f"GPU while the step ran (NVML, {summary['samples']} samples over {summary['window_s']:.2f} s, "
+        f"min / median / max):",
+        f"  utilization {trio('utilization_pct', lambda v: f'{v:.0f}%')}; "
+        f"memory used {trio('memory_used_bytes', lambda v: f'{v / 2**30:.2f} GiB')}",
+        f"  power {trio('power_w', lambda v: f'{v:.0f} W')}; temperature {trio('temperature_c', lambda v: f'{v:.0f} C')}"
+        + ("; throttled: " + ", ".join(summary["throttle_reasons"]) if summary.get("throttled") else "; no throttling"),
+    ]
