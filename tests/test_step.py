@@ -5,7 +5,7 @@ import re
 import pytest
 
 from jaxmem.compiler import compiled, targets
-from jaxmem.program import layouts, step
+from jaxmem.program import layouts, sharding, step, train_state
 from jaxmem.program.workload import load_workload
 
 LLAMA = __import__("pathlib").Path(__file__).resolve().parent.parent / "models" / "llama.py"
@@ -27,12 +27,15 @@ def gathered_shapes(hlo: str) -> list[tuple[int, ...]]:
     return shapes
 
 
-def compile_llama(layout, mesh_text, monkeypatch=None):
+def build_llama(layout, mesh_text):
     wl = load_workload(LLAMA, preset="tiny", batch_size=GLOBAL_BATCH)
     ms = layouts.parse_mesh(mesh_text)
     mesh = layouts.build_mesh(targets.make_target("h100", ms.size).devices, ms)
-    built = step.build(wl, step.StepOptions(layout=layout), mesh, ms)
-    return compiled.lower_and_compile(built)
+    return step.build(wl, step.StepOptions(layout=layout), mesh, ms)
+
+
+def compile_llama(layout, mesh_text):
+    return compiled.lower_and_compile(build_llama(layout, mesh_text))
 
 
 def test_fsdp_gathers_weights_not_activations(monkeypatch):
@@ -44,9 +47,9 @@ def test_fsdp_gathers_weights_not_activations(monkeypatch):
 
     # Without jaxmem's batch-sharding constraints (its module-output interceptor and the
     # logical-axis rules for the model's own constraints) XLA gathers whole-batch
-    # activations instead (DESIGN.md §2): the test proves the constraints prevent it.
-    monkeypatch.setattr(step, "_activation_constraints", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr(step, "_activation_rules", lambda *a, **k: ())
+    # activations instead (docs/how-it-works.md §4): the test proves the constraints prevent it.
+    monkeypatch.setattr(sharding, "activation_constraints", lambda *a, **k: contextlib.nullcontext())
+    monkeypatch.setattr(sharding, "activation_rules", lambda *a, **k: ())
     c2, stats2 = compile_llama("fsdp", "data=8")
     assert [s for s in gathered_shapes(c2.as_text()) if s and s[0] == GLOBAL_BATCH]
     assert stats2.temp > 2 * stats.temp
@@ -54,20 +57,39 @@ def test_fsdp_gathers_weights_not_activations(monkeypatch):
 
 def test_the_interceptor_alone_keeps_activations_sharded(monkeypatch):
     # models without logical constraints of their own rely on jaxmem's module-output interceptor
-    monkeypatch.setattr(step, "_activation_rules", lambda *a, **k: ())
+    monkeypatch.setattr(sharding, "activation_rules", lambda *a, **k: ())
     c, _ = compile_llama("fsdp", "data=8")
     assert not [s for s in gathered_shapes(c.as_text()) if s and s[0] == GLOBAL_BATCH]
 
 
-def test_fsdp_gathers_inside_the_scanned_layer_loop():
-    c, _ = compile_llama("fsdp", "data=8")
+def test_fsdp_gathers_one_layer_at_a_time_inside_the_scanned_layer_loop():
+    built = build_llama("fsdp", "data=8")
+    c, _ = compiled.lower_and_compile(built)
     hlo = c.as_text()
-    # per-layer gathers: weights of ONE layer (no leading layer axis of n_layers=2 x ...) inside the while body
-    body_gathers = [l for l in hlo.splitlines() if "all-gather" in l and "while/body" in l]
-    assert body_gathers
+    # dims compared sorted: XLA may gather a weight transposed
+    dims = lambda shape: tuple(sorted(shape))  # noqa: E731
+    stacked = {leaf.shape for leaf in built.leaves
+               if leaf.category == "params" and leaf.path.split(":", 1)[1].startswith("layers/")}
+    assert stacked and all(shape[0] == 2 for shape in stacked)  # the tiny preset's 2 scanned layers
+    one_layer = {dims(shape[1:]) for shape in stacked}
+    body = "\n".join(l for l in hlo.splitlines() if "all-gather" in l and "while/body" in l)
+    gathered = {dims(shape) for shape in gathered_shapes(body)}
+    assert gathered, "FSDP must gather weights inside the layer loop"
+    # every weight gathered in the loop is ONE layer's slice of a stacked (n_layers, ...) weight
+    assert gathered <= one_layer, gathered - one_layer
+    assert not gathered & {dims(shape) for shape in stacked}
 
 
 @pytest.mark.parametrize("layout,mesh", [("tp", "data=2,model=4"), ("fsdp_tp", "data=2,model=4"), ("dp", "data=8")])
 def test_other_layouts_compile_and_keep_the_state_exact(layout, mesh):
-    c, stats = compile_llama(layout, mesh)
+    built = build_llama(layout, mesh)
+    c, stats = compiled.lower_and_compile(built)
+    state = train_state.summarize(built.leaves)
+    # XLA's argument bytes are the analytic per-device bytes of every leaf under its sharding
+    assert stats.argument == state.arguments
+    params = [leaf for leaf in built.leaves if leaf.category == "params"]
+    if layout == "dp":
+        assert all(leaf.shards == 1 for leaf in params)
+    else:  # the model axis splits some weights 4 ways
+        assert any(leaf.shards % 4 == 0 for leaf in params)
     assert stats.temp > 0

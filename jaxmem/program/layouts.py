@@ -134,7 +134,7 @@ def check_layout(layout: str, mesh: MeshSpec) -> None:
         raise UserError(f"--layout {layout} needs a data axis in --mesh (e.g. --mesh data=8); got {mesh}")
 
 
-def _spec_axes(axes: tuple[str, ...]):
+def spec_axes(axes: tuple[str, ...]):
     """A PartitionSpec entry: one axis name or a tuple of several."""
     return axes[0] if len(axes) == 1 else axes
 
@@ -172,12 +172,12 @@ def leaf_spec(
             _shard_largest(path, shape, nbytes, spec, names, (axis,), mesh, issues, prefer=())
 
     if layout in ("fsdp", "fsdp_tp"):
-        _shard_largest(path, shape, nbytes // mesh.axis_size(_used_axes(spec)), spec, names,
+        _shard_largest(path, shape, nbytes // mesh.axis_size(used_axes(spec)), spec, names,
                        mesh.data_axes, mesh, issues, prefer=FSDP_PREFERRED)
     return tuple(spec)
 
 
-def _used_axes(spec) -> tuple[str, ...]:
+def used_axes(spec) -> tuple[str, ...]:
     out: list[str] = []
     for s in spec:
         if s is None:
@@ -202,10 +202,10 @@ def _shard_largest(path, shape, nbytes, spec, names, axes, mesh, issues, prefer)
         for p in prefer:
             hit = [i for i in candidates if names[i] == p]
             if hit:
-                spec[hit[0]] = _spec_axes(axes)
+                spec[hit[0]] = spec_axes(axes)
                 return
     best = max(candidates, key=lambda i: (shape[i], i))
-    spec[best] = _spec_axes(axes)
+    spec[best] = spec_axes(axes)
 
 
 def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str):
@@ -219,4 +219,4 @@ def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str):
             f"batch leaf {path!r}: global batch {shape[0]} is not divisible by the {size} devices of the data "
             f"axes ({'x'.join(data)}); use a --batch that is a multiple of {size}"
         )
-    return (_spec_axes(data) if data and size > 1 else None,) + (None,) * (len(shape) - 1)
+    return (spec_axes(data) if data and size > 1 else None,) + (None,) * (len(shape) - 1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from jaxmem.program.step import LeafInfo
+from jaxmem.program.sharding import LeafInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +46,8 @@ def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
         if leaf.category in glob:
             glob[leaf.category] += leaf.global_bytes
         if leaf.category == "params":
-            count += leaf.global_bytes // leaf.itemsize
-            if "float" in leaf.dtype:  # integer leaves get no gradient
+            count += leaf.size
+            if "float" in leaf.dtype and leaf.trainable is not False:  # integer and frozen leaves get no gradient
                 grads += leaf.device_bytes
     return StateBytes(dev["params"], dev["optimizer_state"], dev["other_state"], dev["batch"], grads, count,
                       glob["params"], glob["optimizer_state"])

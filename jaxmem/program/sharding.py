@@ -1,0 +1,243 @@
+"""Where every leaf of the abstract state lives: its PartitionSpec (from the layout rules
+in ``layouts.py``) and memory kind, and the sharding constraints on activations.
+
+`shard_state` turns an :class:`~jaxmem.program.state.AbstractState` into the step's
+arguments (``ShapeDtypeStruct``s carrying ``NamedSharding``s), one :class:`LeafInfo`
+per argument leaf in flattened order, and the output shardings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxmem.program import layouts
+from jaxmem.program.state import AbstractState, path_str
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafInfo:
+    path: str
+    category: str                   # params | optimizer_state | other_state | batch
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int                   # numpy's bytes per element (1 for the 4-bit types)
+    spec: tuple                     # PartitionSpec entries
+    shards: int                     # how many ways the leaf is split
+    trainable: bool | None = None   # params: differentiated and updated (None: a custom step's, unknown)
+    memory_kind: str = "device"     # "device" | "pinned_host"
+    bits: int | None = None         # storage bits per element; None: 8 * itemsize
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def global_bytes(self) -> int:
+        return self._bytes(self.size)
+
+    @property
+    def device_bytes(self) -> int:
+        return self._bytes(self.size // self.shards)
+
+    def _bytes(self, n: int) -> int:
+        # XLA packs sub-byte types (int4, uint4: two per byte); whole-byte types are n * itemsize
+        bits = self.bits or 8 * self.itemsize
+        return -(-n * bits // 8)
+
+
+@dataclasses.dataclass
+class ShardedState:
+    """The step's arguments, in order (trainable, frozen, optimizer state, mutable, rng, batch)."""
+
+    trainable: Any
+    frozen: Any
+    opt_state: Any
+    mutable: Any
+    rng: Any
+    batch: Any
+    leaves: list[LeafInfo]
+    issues: list[layouts.ShardingIssue]
+    tp_rules: dict[str, str | None]
+
+    @property
+    def args(self) -> tuple:
+        return (self.trainable, self.frozen, self.opt_state, self.mutable, self.rng, self.batch)
+
+    def shardings(self, tree):
+        return jax.tree.map(lambda a: a.sharding, tree)
+
+
+def tp_rules_for(axis_rules, mesh_spec: layouts.MeshSpec) -> dict[str, str | None]:
+    """jaxmem's logical-name rules for the tp layouts, with the workload's own tried first."""
+    rules = dict(layouts.DEFAULT_TP_RULES)
+    for logical, axis in axis_rules:
+        rules[logical] = "model" if axis is not None and axis == mesh_spec.model_axis else None
+    return rules
+
+
+def shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves: list[LeafInfo], *, trainable: bool | None = None,
+               memory_kind: str = "device"):
+    """ShapeDtypeStructs with NamedShardings for every leaf; each leaf recorded in `leaves`.
+
+    `category` is a name or a function of the leaf path (the escape hatch sorts its state).
+    """
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    out = []
+    kind = None if memory_kind == "device" else memory_kind
+    for path, x in flat:
+        ps = path_str(path)
+        spec = spec_fn(ps, x)
+        cat = category(ps) if callable(category) else category
+        leaves.append(LeafInfo(f"{cat}:{ps}", cat, tuple(x.shape), str(x.dtype), x.dtype.itemsize, spec,
+                               mesh_spec.axis_size(layouts.used_axes(spec)), trainable, memory_kind,
+                               jax.dtypes.itemsize_bits(x.dtype)))
+        out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(*spec), memory_kind=kind)))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def param_specs(st: AbstractState, layout: str, mesh_spec, tp_rules, issues) -> dict[str, tuple[tuple, tuple]]:
+    """Path -> (shape, PartitionSpec entries) for every parameter, trainable or frozen."""
+
+    def names_for(path_keys):
+        try:
+            node = st.param_names
+            for k in path_keys:
+                node = node[getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))]
+            return tuple(node) if node is not None else None
+        except (KeyError, IndexError, TypeError):
+            return None
+
+    out: dict[str, tuple[tuple, tuple]] = {}
+    for tree in (st.trainable, st.frozen):
+        for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            ps = path_str(path)
+            spec = layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names_for(path), layout, mesh_spec,
+                                     tp_rules, issues)
+            out[ps] = (tuple(x.shape), spec)
+    return out
+
+
+def shard_state(st: AbstractState, axis_rules, layout: str, mesh, mesh_spec: layouts.MeshSpec) -> ShardedState:
+    tp_rules = tp_rules_for(axis_rules, mesh_spec)
+    issues: list[layouts.ShardingIssue] = []
+    leaves: list[LeafInfo] = []
+    specs = param_specs(st, layout, mesh_spec, tp_rules, issues)
+
+    def opt_spec(ps: str, x) -> tuple:
+        # optax states mirror the params tree ('0/mu/<param path>'): the same path suffix and
+        # shape -> the param's spec; anything else (counts, factored moments) by the fallback rule.
+        parts = ps.split("/")
+        for i in range(len(parts)):
+            hit = specs.get("/".join(parts[i:]))
+            if hit is not None and hit[0] == tuple(x.shape):
+                return hit[1]
+        return layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, None, layout, mesh_spec, tp_rules, [])
+
+    def tree(t, category, spec_fn, **kw):
+        return shard_tree(t, category, spec_fn, mesh, mesh_spec, leaves, **kw)
+
+    replicated = lambda ps, x: (None,) * len(x.shape)  # noqa: E731
+    a_train = tree(st.trainable, "params", lambda ps, x: specs[ps][1], trainable=True)
+    a_frozen = tree(st.frozen, "params", lambda ps, x: specs[ps][1], trainable=False)
+    a_opt = tree(st.opt_state, "optimizer_state", opt_spec)
+    a_mut = tree(st.mutable, "other_state", replicated)
+    a_rng = tree(st.rng, "other_state", replicated)
+    a_batch = tree(st.batch, "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps))
+    return ShardedState(a_train, a_frozen, a_opt, a_mut, a_rng, a_batch, leaves, issues, tp_rules)
+
+
+# ---------------------------------------------------------------- activations
+
+
+def activation_rules(layout, mesh_spec, tp_rules) -> tuple:
+    """Logical-axis rules for activations the model constrains itself (nn.with_logical_constraint),
+    as MaxText does: batch over the data axes; under tp layouts the Megatron names over the model axis."""
+    data = mesh_spec.data_axes
+    rules = [("batch", layouts.spec_axes(data) if data else None)]
+    if layout in ("tp", "fsdp_tp"):
+        rules += [(name, mesh_spec.model_axis) for name, role in tp_rules.items() if role == "model"]
+    return tuple(rules)
+
+
+@contextlib.contextmanager
+def tracing(mesh, rules):
+    """The context the step is traced in: the mesh and the logical-axis rules."""
+    import flax.linen as nn
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        yield
+
+
+def activation_constraints(mesh, mesh_spec, layout, micro_batch, nnx_model, model):
+    """Keep module outputs whose leading dim is the batch sharded over the data axes.
+
+    Without them XLA gathers whole-batch activations instead of weights under FSDP
+    (benchmarks/results/fsdp-constraints-1b.md: 7.1x the temporaries on a 1B Llama).
+    dp/fsdp: the other dims replicated (what FSDP runs); tp layouts: the other dims
+    left to XLA (Megatron splits them inside attention/MLP).
+    """
+    data = mesh_spec.data_axes
+    if not data or mesh_spec.data_size == 1 or micro_batch is None:
+        return contextlib.nullcontext()
+    lead = layouts.spec_axes(data)
+    rest = None if layout in ("dp", "fsdp") else P.UNCONSTRAINED
+
+    def one(x):
+        if isinstance(x, jax.Array) and x.ndim >= 1 and x.shape[0] == micro_batch:
+            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(lead, *([rest] * (x.ndim - 1)))))
+        return x
+
+    return module_outputs(model if nnx_model else None, lambda out: jax.tree.map(one, out))
+
+
+@contextlib.contextmanager
+def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool] | None = None):
+    """While active, Flax module calls return ``fn(output)``.
+
+    linen (``model`` None): every method but ``setup``, through ``nn.intercept_methods``.
+    NNX has no method interceptor, so each module class in ``model``'s graph has its
+    ``__call__`` wrapped for the duration (restored on exit). ``which`` narrows it to the
+    ``__call__`` of the module classes it accepts.
+    """
+    if model is None:
+        import flax.linen as nn
+
+        def interceptor(next_fun, args, kwargs, context):
+            out = next_fun(*args, **kwargs)
+            if which is not None:
+                hit = context.method_name == "__call__" and which(type(context.module))
+            else:
+                hit = context.method_name != "setup"
+            return fn(out) if hit else out
+
+        with nn.intercept_methods(interceptor):
+            yield
+        return
+
+    from flax import nnx
+
+    saved = {}
+    classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+    for cls in (c for c in classes if which is None or which(c)):
+        orig = cls.__dict__.get("__call__")
+        if orig is None:
+            continue
+        saved[cls] = orig
+
+        def wrapped(self, *a, __orig=orig, **k):
+            return fn(__orig(self, *a, **k))
+
+        cls.__call__ = wrapped
+    try:
+        yield
+    finally:
+        for cls, orig in saved.items():
+            cls.__call__ = orig

@@ -1,0 +1,179 @@
+"""The abstract train state: which leaves exist, which are trained, where they live.
+
+Everything here is shapes and dtypes (``jax.ShapeDtypeStruct``), never arrays. The
+state is the step's arguments before sharding: the parameters split into a
+*trainable* and a *frozen* tree (the same structure, ``None`` where the other tree
+holds the leaf, so both flatten to the paths the full tree has), the optimizer
+state (built over the trainable tree only), the mutable collections, the RNG and
+the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxmem.errors import UserError
+from jaxmem.program.workload import Workload
+
+PRECISIONS = ("fp32", "bf16", "bf16-pure")
+OPTIMIZERS: dict[str, Callable[[], Any]] = {
+    "sgd": lambda: optax.sgd(1e-2),
+    "momentum": lambda: optax.sgd(1e-2, momentum=0.9),
+    "adam": lambda: optax.adam(1e-3),
+    "adamw": lambda: optax.adamw(1e-3),
+    "adafactor": lambda: optax.adafactor(1e-3),
+    "lion": lambda: optax.lion(1e-4),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    layout: str = "fsdp"
+    precision: str = "fp32"
+    optimizer: str | None = None    # None: the workload's, else AdamW
+    batch_size: int | None = None   # global; overrides the leading dim of every batch leaf
+    accum: int = 1
+    donate: bool = True
+
+
+@dataclasses.dataclass
+class AbstractState:
+    """The step's inputs, abstractly, and what the step needs to rebuild the model from them."""
+
+    kind: str                   # "linen" | "nnx"
+    model: Any                  # the linen module, or the NNX graphdef
+    trainable: Any              # params pytree; None where a leaf is frozen
+    frozen: Any                 # params pytree; None where a leaf is trainable ({} when nothing is frozen)
+    param_names: Any            # logical axis names, the full params tree
+    opt_state: Any              # tx.init(trainable)
+    mutable: Any                # linen collections / NNX non-Param state
+    rng: Any
+    batch: Any
+    tx: optax.GradientTransformation
+    micro_size: int | None      # leading dim of one microbatch
+
+    def params(self, trainable, frozen):
+        """The full params tree from its two parts (inside the step: traced values)."""
+        if not jax.tree.leaves(frozen):
+            return trainable
+        return jax.tree.map(lambda t, f: t if f is None else f, trainable, frozen, is_leaf=lambda x: x is None)
+
+
+def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
+    tx = optimizer(wl, opts)
+    if is_nnx(wl):
+        kind = "nnx"
+        model, params, mutable, param_names = _abstract_nnx(wl)
+    else:
+        import flax.linen as nn
+
+        if not isinstance(wl.model, nn.Module):
+            raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
+        kind, model = "linen", wl.model
+        params, mutable, param_names = _abstract_linen(wl, micro(batch, opts.accum))
+    if opts.precision == "bf16-pure":
+        params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
+    trainable, frozen = params, {}
+    opt_state = jax.eval_shape(tx.init, trainable)
+    rng = {"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
+    leaves = jax.tree.leaves(batch)
+    micro_size = leaves[0].shape[0] // opts.accum if leaves and leaves[0].shape else None
+    return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size)
+
+
+def path_str(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def is_float(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def override_batch(batch, batch_size: int | None):
+    def one(x):
+        x = x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+        if batch_size is not None and x.shape:
+            x = jax.ShapeDtypeStruct((batch_size,) + tuple(x.shape[1:]), x.dtype)
+        return x
+
+    return jax.tree.map(one, batch)
+
+
+def micro(batch, accum: int):
+    """One microbatch of `batch`, abstractly."""
+    if accum == 1:
+        return batch
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // accum,) + tuple(x.shape[1:]), x.dtype), batch)
+
+
+def optimizer(wl: Workload, opts: StepOptions):
+    if opts.optimizer is None:
+        return wl.optimizer if wl.optimizer is not None else optax.adamw(1e-3)
+    name = opts.optimizer.lower()
+    if name not in OPTIMIZERS:
+        raise UserError(f"unknown optimizer {opts.optimizer!r}. Known: {', '.join(OPTIMIZERS)}.")
+    return OPTIMIZERS[name]()
+
+
+def is_nnx(wl: Workload) -> bool:
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover
+        return False
+    import flax.linen as nn
+
+    if isinstance(wl.model, nn.Module):
+        return False
+    return isinstance(wl.model, nnx.Module) or callable(wl.model)
+
+
+def first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else ""
+
+
+def _abstract_linen(wl: Workload, batch):
+    import flax.linen as nn
+
+    rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
+    try:
+        boxed = jax.eval_shape(lambda r, b: wl.model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
+    except UserError:
+        raise
+    except Exception as e:
+        raise UserError(f"initializing the model through loss(model, batch) failed: {type(e).__name__}: {first_line(e)}") from None
+    names = nn.get_partition_spec(boxed)
+    variables = nn.unbox(boxed)
+    params = variables.get("params", {})
+    mutable = {k: v for k, v in variables.items() if k not in ("params", "intermediates")}
+    param_names = names.get("params", {})
+    return params, mutable, param_names
+
+
+def _abstract_nnx(wl: Workload):
+    from flax import nnx
+    from jax.sharding import PartitionSpec as P
+
+    model = wl.model
+    if not isinstance(model, nnx.Module):
+        with nnx.use_eager_sharding(False):
+            try:
+                model = nnx.eval_shape(lambda: wl.model(nnx.Rngs(0)))
+            except Exception as e:
+                raise UserError(f"building the NNX model failed: {type(e).__name__}: {first_line(e)}") from None
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def names_of(v):
+        meta = v.get_metadata() if hasattr(v, "get_metadata") else {}
+        return P(*meta["out_sharding"]) if meta.get("out_sharding") else None
+
+    is_var = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
+    param_names = jax.tree.map(names_of, params, is_leaf=is_var)
+    sds = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), t)  # noqa: E731
+    return graphdef, sds(params), sds(rest), param_names
