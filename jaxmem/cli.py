@@ -123,6 +123,9 @@ def _run(fn):
 
     code = EXIT_BUG
     try:
+        from jaxmem import env
+
+        env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
         with scratch.run_scope():
             try:
                 fn()
@@ -156,6 +159,32 @@ def _run(fn):
         click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
         code = EXIT_BUG
     sys.exit(code)
+
+
+def _check_writable(option: str, path: str) -> None:
+    """A side output's directory (or the nearest one that exists: the writer creates the rest) is writable."""
+    import os
+
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{option} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: the directory {parent} is not writable; give a path you can write")
+
+
+def _write_side_outputs(report, html_path: str | None, png_path: str | None) -> None:
+    """After the analysis is printed: a side output failing never loses it (exit 2 with its error)."""
+    from jaxmem.present import html
+
+    for option, path, write in (("--html", html_path, html.write), ("--png", png_path, html.write_png)):
+        if path:
+            try:
+                write(report, path)
+            except Exception as e:  # noqa: BLE001 - any failure of a side output is reported the same way
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+                raise UserError(f"{option} {path}: not written ({reason}); the analysis above is complete") from None
 
 
 def _flush_stdout() -> None:
@@ -229,21 +258,17 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 
         opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
                         explain=not no_explain or bool(html_path or png_path))
+        for option, path in (("--html", html_path), ("--png", png_path)):
+            if path:
+                _check_writable(option, path)  # before the compile, not after
         report = analyze_file(kw["model_file"], opts)
-        if html_path:
-            from jaxmem.present import html
-
-            html.write(report, html_path)
-        if png_path:
-            from jaxmem.present import html
-
-            html.write_png(report, png_path)
         if as_json:
             click.echo(json.dumps(report.to_json(), indent=2))
         else:
             from jaxmem.present.render import render
 
             render(report)
+        _write_side_outputs(report, html_path, png_path)
         sys.exit(EXIT_DOES_NOT_FIT if report.fits is False else EXIT_FITS)
 
     _run(go)
@@ -424,6 +449,12 @@ def verify(as_json, timeout, **kw):
             click.echo(f"warning: {w}")
 
     _run(go)
+
+
+# verify runs the step here: its default target is this machine's, not the catalogue's.
+for _p in verify.params:
+    if _p.name == "gpu":
+        _p.help = "cpu, or local (the attached GPU). Default: the attached GPU, else the CPU."
 
 
 @main.command()

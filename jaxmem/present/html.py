@@ -562,6 +562,14 @@ def write(report: Report, path) -> Path:
 
 def write_png(report: Report, path, *, dpi: int = 110) -> Path:
     """A static figure: the curve with its peak marked, and the breakdown as one stacked bar."""
+    import matplotlib
+
+    # Model names and module paths are the user's text: a `$` prints as a `$` instead of starting mathtext.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _write_png(report, path, dpi=dpi)
+
+
+def _write_png(report: Report, path, *, dpi: int) -> Path:
     from matplotlib.figure import Figure  # no pyplot: no global state, no display; savefig renders with Agg
 
     r = report
