@@ -59,6 +59,9 @@ class Case(StepChoice):
 
     model_file: str = ""                  # a model file, or "builtin:calibration"
     backend: str = "cpu"                  # "cpu" or "gpu": where the step runs
+    # True: compile with XLA's default options (on CPU: YNNPACK fusions on) instead of the options
+    # jaxmem compiles with -- the program a user's own jax.jit runs (benchmarks/accuracy.py measures both)
+    xla_defaults: bool = False
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -113,7 +116,8 @@ def run_case(case: Case, timeout: float = 600.0) -> dict:
         proc = subprocess.run([sys.executable, "-m", "jaxmem.truth.measure"], input=json.dumps(case.to_json()),
                               capture_output=True, text=True, env=child_env(case), timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise MeasureError(f"the measuring process ran past {timeout:.0f} s") from None
+        raise MeasureError(f"the measuring process ran past --timeout {timeout:g} s; give it more time "
+                           f"(e.g. --timeout {max(600, 10 * timeout):g})") from None
     result = None
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
@@ -137,7 +141,7 @@ def run_case(case: Case, timeout: float = 600.0) -> dict:
 # ---------------------------------------------------------------- child side
 
 
-def _proc_status() -> dict[str, int]:
+def proc_status() -> dict[str, int]:
     out = {}
     with open("/proc/self/status") as f:
         for line in f:
@@ -147,7 +151,7 @@ def _proc_status() -> dict[str, int]:
     return out
 
 
-def _reset_peak_rss() -> None:
+def reset_peak_rss() -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS (proc(5))
@@ -245,7 +249,7 @@ def random_args(built, seed: int = 0):
     return jax.tree.unflatten(treedef, arrays), arrays
 
 
-def _per_device_bytes(arrays, devices) -> list[int]:
+def per_device_bytes(arrays, devices) -> list[int]:
     index = {d.id: i for i, d in enumerate(devices)}
     out = [0] * len(devices)
     for a in arrays:
@@ -255,14 +259,71 @@ def _per_device_bytes(arrays, devices) -> list[int]:
     return out
 
 
-def _compile(built):
-    """The same lower + compile as `jaxmem analyze` (jaxmem.compiler.compiled), so the measured program is the predicted one."""
+def _compile(built, xla_defaults: bool = False):
+    """The same lower + compile as `jaxmem analyze` (jaxmem.compiler.compiled), so the measured program is the
+    predicted one; with `xla_defaults`, the same step compiled with XLA's default options instead (what a
+    user's plain jax.jit gets: on CPU, YNNPACK fusions on)."""
     from jaxmem.compiler import compiled as compiled_mod
 
+    if xla_defaults:
+        lowered, _ = compiled_mod.lower(built)
+        compiled = lowered.compile()
+        return compiled, xla_numbers(compiled)
     compiled, st = compiled_mod.lower_and_compile(built)
     xla = {"argument": st.argument, "output": st.output, "alias": st.alias, "temp": st.temp,
            "generated_code": st.generated_code, "lower_bound": st.lower_bound}
     return compiled, xla
+
+
+def xla_numbers(compiled) -> dict[str, int]:
+    """XLA's per-device memory numbers of a compiled program, as `_compile` reports them."""
+    m = compiled.memory_analysis()
+    xla = {"argument": int(m.argument_size_in_bytes), "output": int(m.output_size_in_bytes),
+           "alias": int(m.alias_size_in_bytes), "temp": int(m.temp_size_in_bytes),
+           "generated_code": int(m.generated_code_size_in_bytes)}
+    xla["lower_bound"] = xla["generated_code"] + xla["argument"] + xla["output"] - xla["alias"] + xla["temp"]
+    return xla
+
+
+CPU_METHOD = ("peak RSS: /proc/self/clear_refs reset after the arguments were placed; per device = argument bytes on "
+              "the device + (VmHWM - VmRSS) / n_devices (one process holds all host devices)")
+
+
+def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
+    """Run `compiled(*args)` once and measure its peak as described in the module doc.
+
+    `arrays` are the argument arrays already placed on `devices` (their shards are the
+    argument bytes per device). Shared by jaxmem's own measurement and the hand-written
+    steps of benchmarks/handwritten, so both are measured by the same code.
+    """
+    import gc
+
+    import jax
+
+    n = len(devices)
+    args_per_device = per_device_bytes(arrays, devices)
+    del arrays
+    gc.collect()
+    reset_peak_rss()
+    base = proc_status()["VmRSS"]
+    t_run = time.perf_counter()
+    out = compiled(*args)
+    jax.block_until_ready(out)
+    t_done = time.perf_counter()
+    status = proc_status()
+    step_extra = max(status["VmHWM"] - base, 0)
+    return {
+        "backend": "cpu",
+        "device": devices[0].device_kind,
+        "n_devices": n,
+        "measured_peak_bytes": [a + step_extra // n for a in args_per_device],
+        "args_bytes": args_per_device,
+        "step_extra_bytes": step_extra,
+        "rss_before_step": base,
+        "rss_after_step": status["VmRSS"],
+        "step_s": round(t_done - t_run, 2),
+        "method": CPU_METHOD,
+    }
 
 
 def measure_cpu(case: Case) -> dict:
@@ -271,43 +332,23 @@ def measure_cpu(case: Case) -> dict:
     import jax
 
     t0 = time.perf_counter()
-    devices = jax.devices("cpu")
-    built = build_case(case, devices)
-    n = len(built.mesh.devices.flat)
+    built = build_case(case, jax.devices("cpu"))
     devices = list(built.mesh.devices.flat)
-    compiled, xla = _compile(built)
+    compiled, xla = _compile(built, case.xla_defaults)
     t_compiled = time.perf_counter()
-    rss_before_args = _proc_status()["VmRSS"]
+    rss_before_args = proc_status()["VmRSS"]
     args, arrays = random_args(built)
     gc.collect()
-    rss_args = _proc_status()["VmRSS"]
-    args_per_device = _per_device_bytes(arrays, devices)
+    rss_args = proc_status()["VmRSS"]
+    result = peak_of_one_cpu_run(compiled, args, arrays, devices)
     del arrays
-
-    _reset_peak_rss()
-    base = _proc_status()["VmRSS"]
-    t_run = time.perf_counter()
-    out = compiled(*args)
-    jax.block_until_ready(out)
-    t_done = time.perf_counter()
-    status = _proc_status()
-    step_extra = max(status["VmHWM"] - base, 0)
-    per_device = [a + step_extra // n for a in args_per_device]
-    return {
-        "backend": "cpu",
-        "device": devices[0].device_kind,
-        "n_devices": n,
-        "measured_peak_bytes": per_device,
-        "args_bytes": args_per_device,
-        "step_extra_bytes": step_extra,
-        "rss_before_step": base,
+    result.update({
         "rss_args_delta": rss_args - rss_before_args,
-        "rss_after_step": status["VmRSS"],
         "xla": xla,
-        "timings": {"build_compile_s": round(t_compiled - t0, 2), "step_s": round(t_done - t_run, 2)},
-        "method": ("peak RSS: /proc/self/clear_refs reset after the arguments were placed; per device = argument "
-                   "bytes on the device + (VmHWM - VmRSS) / n_devices (one process holds all host devices)"),
-    }
+        "xla_defaults": case.xla_defaults,
+        "timings": {"build_compile_s": round(t_compiled - t0, 2), "step_s": result.pop("step_s")},
+    })
+    return result
 
 
 def measure_gpu(case: Case) -> dict:
@@ -333,7 +374,7 @@ def measure_gpu(case: Case) -> dict:
     compiled, xla = _compile(built)
     t_compiled = time.perf_counter()
     args, arrays = random_args(built)
-    args_per_device = _per_device_bytes(arrays, devices)
+    args_per_device = per_device_bytes(arrays, devices)
     del arrays
     with monitor.Monitor(nvml_ids) as watch:
         t_run = time.perf_counter()
