@@ -399,7 +399,9 @@ def gpus(as_json):
 @main.command()
 @step_options
 @click.option("--timeout", type=_Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
-def verify(as_json, timeout, **kw):
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write an HTML report (on a GPU: NVML's trace of the card while the step ran).")
+def verify(as_json, timeout, html_path, **kw):
     """Run MODEL_FILE's step on this machine and compare analyze's prediction with the measured peak.
 
     The prediction is analyze's for the local backend (--gpu cpu, or the attached
@@ -421,8 +423,16 @@ def verify(as_json, timeout, **kw):
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"])
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
+
+        def side_outputs():  # after the result is printed: a failed side output never loses it
+            if html_path:
+                from jaxmem.present import verify_html
+
+                verify_html.write(result, html_path)
+
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
+            side_outputs()
             return
         from jaxmem.present.render import fmt_bytes
 
@@ -447,6 +457,7 @@ def verify(as_json, timeout, **kw):
             click.echo(line)
         for w in result.warnings:
             click.echo(f"warning: {w}")
+        side_outputs()
 
     _run(go)
 

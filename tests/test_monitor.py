@@ -104,3 +104,30 @@ def test_monitor_stops_its_thread(monkeypatch, interval):
     with monitor.Monitor([0], interval=interval):
         assert any(t.name == "jaxmem-nvml" for t in threading.enumerate())
     assert not any(t.name == "jaxmem-nvml" for t in threading.enumerate())
+
+
+def test_verify_html_has_the_trace_and_the_throttle_warning(monkeypatch, tmp_path):
+    """The HTML of a GPU verify: min/median/max, one line per GPU in each chart, the throttle warning."""
+    from jaxmem.analyze import AnalyzeOptions, analyze_file
+    from jaxmem.present import verify_html
+    from jaxmem.truth import measure, verify
+
+    FakeNvml([_gpu(util=[20, 80, 90], used=[1 * GiB, 2 * GiB, 2 * GiB], reasons=[0, HW_SLOWDOWN, 0]),
+              _gpu(util=[25, 85, 95], used=[1 * GiB, 2 * GiB, 2 * GiB])]).install(monkeypatch)
+    mon = monitor.Monitor([0, 1], interval=3600)
+    with mon:
+        mon.sample()
+    fixture = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "mlp_small.py")
+    rep = analyze_file(fixture, AnalyzeOptions(gpu="cpu", mesh="data=2", layout="dp", explain=False))
+    m = {"method": "allocator peak", "backend": "gpu", "device": "NVIDIA H100 80GB HBM3", "n_devices": 2,
+         "measured_peak_bytes": [rep.per_device_peak_bytes] * 2, "monitor": mon.summary(),
+         "monitor_trace": mon.trace()}
+    result = verify.combine(rep, measure.Case(model_file=fixture, backend="gpu", mesh="data=2"), m)
+    assert result.to_json()["monitor"]["throttle_reasons"] == {"hw_slowdown": 1}
+    assert result.to_json()["warnings"] == [monitor.throttle_warning(mon.summary())]
+    path = tmp_path / "verify.html"
+    verify_html.write(result, str(path))
+    page = path.read_text()
+    assert page.count("<svg") == 4 and page.count("<polyline") == 8     # 4 metrics x 2 GPUs
+    assert "hw_slowdown (1 of 6 samples)" in page and "GPU utilization" in page   # 3 per GPU
+    assert "<td>20.0 %</td><td>82.5 %</td><td>95.0 %</td>" in page             # min / median / max over both GPUs

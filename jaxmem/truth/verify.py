@@ -129,8 +129,8 @@ def local_backend(gpu: str | None) -> str:
     if not key:
         return "gpu" if n_gpus else "cpu"
     if n_gpus == 0:
-        raise UserError(f"verify measures on this machine, which has no GPU: use --gpu cpu (or no --gpu), "
-                        f"not --gpu {gpu}")
+        raise UserError(f"verify and calibrate measure on this machine, which has no GPU: use --gpu cpu (or no "
+                        f"--gpu), not --gpu {gpu}")
     return "gpu"
 
 
