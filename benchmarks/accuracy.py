@@ -450,6 +450,49 @@ def predict(case: BenchCase, mesh: str, gpu_name: str) -> dict:
             "runtime_overhead_source": rep.runtime_overhead_source}
 
 
+def build_rows(cases, predictions: dict, runs: dict, errors: dict, meshes: dict) -> list[dict]:
+    """Table rows from the predictions and the measured runs (keyed by case id; runs by (id, xla_defaults))."""
+    rows = []
+    for c in cases:
+        p = predictions.get(c.id, {"error": "not predicted"})
+        own = runs.get((c.id, False), [])
+        extra = {"mesh": meshes.get(c.id, c.mesh), "xla_temp": p.get("xla_temp"), "xla_argument": p.get("xla_argument")}
+        if c.handwritten and own:
+            extra.update(hand_xla_temp=own[0]["xla"].get("temp"), hand_xla_argument=own[0]["xla"].get("argument"))
+        err = (p.get("error", "") + errors.get(c.id, "")).strip()
+        if err:
+            extra["error"] = err
+        rows.append(make_row(c, p.get("predicted"), own, runs.get((c.id, True), []), p.get("classic"),
+                             p.get("simulator"), **extra))
+    return rows
+
+
+def save_raw(path: Path, meta: dict, predictions: dict, runs: dict, errors: dict, meshes: dict) -> None:
+    """Everything measured so far, as JSON (rewritten after every run): `--from-json` renders it again."""
+    import json
+
+    raw = {"meta": meta, "predictions": predictions, "errors": errors, "meshes": meshes,
+           "runs": [{"case": cid, "xla_defaults": xd, "runs": rs} for (cid, xd), rs in runs.items()]}
+    path.write_text(json.dumps(raw, indent=1, default=str) + "\n")
+
+
+def render_raw(path: Path, out_path: Path | None) -> list[dict]:
+    import json
+
+    raw = json.loads(path.read_text())
+    by_id = {c.id: c for c in CASES}
+    runs = {(r["case"], r["xla_defaults"]): r["runs"] for r in raw["runs"]}
+    cases = [by_id[cid] for cid in raw["meshes"] if cid in by_id]
+    rows = build_rows(cases, raw["predictions"], runs, raw["errors"], raw["meshes"])
+    if out_path is not None:
+        meta = dict(raw["meta"])
+        done = {len(rs) for rs in runs.values()}
+        meta["repeats"] = f"{min(done)}-{max(done)}" if len(done) > 1 else (done.pop() if done else 0)
+        out_path.write_text(markdown(rows, meta))
+        print(f"wrote {out_path}")
+    return rows
+
+
 def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> list[dict]:
     backend = "gpu" if gpu else "cpu"
     gpu_name, n_gpus, device = "cpu", N_DEVICES, None
@@ -483,10 +526,14 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
               f"classic {_fmt(p.get('classic')):>12} {p.get('error', '')}", flush=True)
     runs: dict[tuple[str, bool], list[dict]] = {}
     errors: dict[str, str] = {}
+    raw_path = out_path.with_suffix(".json") if out_path is not None else None
     for cid, xd, rep, fut in jobs:
         try:
             m = fut.result()
             runs.setdefault((cid, xd), []).append(m)
+            if raw_path is not None:
+                save_raw(raw_path, _meta(backend, device, gpu_name, time.perf_counter() - t_start, repeats,
+                                         predictions, command), predictions, runs, errors, meshes)
             p = predictions[cid].get("predicted")
             print(f"measured  {cid:24s} {'xla-defaults' if xd else 'jaxmem-opts '} repeat {rep + 1}: "
                   f"{_fmt(m['peak']):>12} (jaxmem {_pct(relative_error(p, m['peak']) if p else None)}) "
@@ -494,22 +541,13 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
         except Exception as e:  # noqa: BLE001 -- as above
             errors[cid] = errors.get(cid, "") + f" measure: {type(e).__name__}: {str(e).splitlines()[0]}"
     pool.shutdown()
-    rows = []
-    for c in cases:
-        p = predictions[c.id]
-        own = runs.get((c.id, False), [])
-        extra = {"mesh": meshes[c.id], "xla_temp": p.get("xla_temp"), "xla_argument": p.get("xla_argument")}
-        if c.handwritten and own:
-            extra.update(hand_xla_temp=own[0]["xla"].get("temp"), hand_xla_argument=own[0]["xla"].get("argument"))
-        err = (p.get("error", "") + errors.get(c.id, "")).strip()
-        if err:
-            extra["error"] = err
-        rows.append(make_row(c, p.get("predicted"), own, runs.get((c.id, True), []), p.get("classic"),
-                             p.get("simulator"), **extra))
+    rows = build_rows(cases, predictions, runs, errors, meshes)
     total_s = time.perf_counter() - t_start
     if out_path is not None:
-        out_path.write_text(markdown(rows, _meta(backend, device, gpu_name, total_s, repeats, predictions, command)))
-        print(f"wrote {out_path} ({total_s:.0f} s)")
+        meta = _meta(backend, device, gpu_name, total_s, repeats, predictions, command)
+        save_raw(raw_path, meta, predictions, runs, errors, meshes)
+        out_path.write_text(markdown(rows, meta))
+        print(f"wrote {out_path} and {raw_path.name} ({total_s:.0f} s)")
     return rows
 
 
@@ -533,7 +571,7 @@ def _meta(backend, device, gpu_name, total_s, repeats, predictions, command) -> 
             "date": datetime.date.today().isoformat(), "how": how, "command": command,
             "versions": (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
                          f"optax {optax.__version__}; Python {sys.version.split()[0]}"),
-            "overhead": "; ".join(sorted(sources)) or "-"}
+            "overhead": " | ".join(sorted(sources)) or "-"}
 
 
 def main(argv=None) -> int:
@@ -542,7 +580,11 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="only the cases whose id contains this text (writes no file)")
     p.add_argument("--repeats", type=int, default=3, help="measured runs per case and setting (default 3)")
     p.add_argument("--out", default=None, help="Markdown file to write (default: benchmarks/results/accuracy-<backend>.md)")
+    p.add_argument("--from-json", default=None, help="render the Markdown again from a run's raw JSON (no measuring)")
     a = p.parse_args(argv)
+    if a.from_json:
+        rows = render_raw(Path(a.from_json), Path(a.out) if a.out else Path(a.from_json).with_suffix(".md"))
+        return 1 if summary(rows)["failed"] else 0
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     if a.gpu:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the card to the measuring process
