@@ -507,6 +507,11 @@ def calibrate(gpu, repeats, dry_run, as_json):
         o = cal.overhead
         click.echo(f"{cal.kind}: in-pool {fmt_bytes(o.in_pool_bytes)} per device + {fmt_bytes(o.per_process_bytes)} "
                    f"per process, out-of-pool {fmt_bytes(o.out_of_pool_bytes)} (measured {o.measured_at})")
+        if cal.kind != "cpu":
+            nccl = "not measured (one GPU): the estimate stays" if o.nccl_communicator_bytes is None else \
+                fmt_bytes(o.nccl_communicator_bytes)
+            click.echo(f"  runtime terms: allocator {fmt_bytes(o.in_pool_bytes)} in the pool; cuda_context "
+                       f"{fmt_bytes(o.out_of_pool_bytes)} outside; one NCCL communicator {nccl}")
         click.echo(f"stored in {cal.path}" if cal.path else "not stored (--dry-run)")
 
     _run(go)

@@ -1,7 +1,7 @@
 """The runtime's own memory: named, sized and sourced terms beside XLA's buffers.
 
 XLA's buffer assignment covers the program's buffers. A real run also holds, per device
-(docs/how-it-works.md, "Runtime memory"):
+(docs/how-it-works.md §7, "Runtime memory outside XLA's buffers"):
 
 * in JAX's pool: the allocator's rounding and fragmentation (``allocator``) -- added to the
   predicted peak (``runtime_overhead`` in the breakdown);

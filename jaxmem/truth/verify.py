@@ -305,7 +305,7 @@ def _calibrate_cpu(devices, sizes, repeats, today) -> tuple[calibration.Entry, l
 
 
 def _calibrate_gpu(sizes, repeats, today) -> tuple[calibration.Entry, list[dict], str]:
-    """GPU: the runtime model's terms, measured (docs/how-it-works.md, "Runtime memory").
+    """GPU: the runtime model's terms, measured (docs/how-it-works.md §7).
 
     * allocator (in the pool): peak_bytes_in_use of the trivial step on one GPU minus XLA's
       lower bound (median over sizes and repeats);
