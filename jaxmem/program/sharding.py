@@ -91,6 +91,9 @@ def shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves: list[LeafInfo],
     """
     flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
     out = []
+    # On real devices the argument is declared in host memory. Deviceless topology devices list no
+    # memories and JAX drops the kind (docs/how-it-works.md, "Host offload"): the step's own
+    # device_put to jax.memory.Space.Host, donated, is what places it there for XLA.
     kind = None if memory_kind == "device" else memory_kind
     for path, x in flat:
         ps = path_str(path)
@@ -98,9 +101,17 @@ def shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves: list[LeafInfo],
         cat = category(ps) if callable(category) else category
         leaves.append(LeafInfo(f"{cat}:{ps}", cat, tuple(x.shape), str(x.dtype), x.dtype.itemsize, spec,
                                mesh_spec.axis_size(layouts.used_axes(spec)), trainable, memory_kind,
-                               jax.dtypes.itemsize_bits(x.dtype)))
+                               _storage_bits(x.dtype)))
         out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(*spec), memory_kind=kind)))
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _storage_bits(dtype) -> int:
+    """Bits per element as XLA stores it: 4 for int4/uint4; typed PRNG keys by their key data."""
+    try:
+        return jax.dtypes.itemsize_bits(dtype)
+    except ValueError:
+        return 8 * dtype.itemsize
 
 
 def param_specs(st: AbstractState, layout: str, mesh_spec, tp_rules, issues) -> dict[str, tuple[tuple, tuple]]:
@@ -110,9 +121,14 @@ def param_specs(st: AbstractState, layout: str, mesh_spec, tp_rules, issues) -> 
         try:
             node = st.param_names
             for k in path_keys:
-                node = node[getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))]
+                if node is None or isinstance(node, P):  # NNX: the Variable's names, its /value below
+                    break
+                if isinstance(k, jax.tree_util.GetAttrKey):  # qwix's WithAux / QArray
+                    node = getattr(node, k.name)
+                else:
+                    node = node[getattr(k, "key", getattr(k, "idx", None))]
             return tuple(node) if node is not None else None
-        except (KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             return None
 
     out: dict[str, tuple[tuple, tuple]] = {}
@@ -147,7 +163,7 @@ def shard_state(st: AbstractState, axis_rules, layout: str, mesh, mesh_spec: lay
     replicated = lambda ps, x: (None,) * len(x.shape)  # noqa: E731
     a_train = tree(st.trainable, "params", lambda ps, x: specs[ps][1], trainable=True)
     a_frozen = tree(st.frozen, "params", lambda ps, x: specs[ps][1], trainable=False)
-    a_opt = tree(st.opt_state, "optimizer_state", opt_spec)
+    a_opt = tree(st.opt_state, "optimizer_state", opt_spec, memory_kind=st.opt_memory)
     a_mut = tree(st.mutable, "other_state", replicated)
     a_rng = tree(st.rng, "other_state", replicated)
     a_batch = tree(st.batch, "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps))

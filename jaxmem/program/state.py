@@ -19,6 +19,8 @@ import numpy as np
 import optax
 
 from jaxmem.errors import UserError
+from jaxmem.program import finetune
+from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import Workload
 
 PRECISIONS = ("fp32", "bf16", "bf16-pure")
@@ -40,6 +42,7 @@ class StepOptions:
     batch_size: int | None = None   # global; overrides the leading dim of every batch leaf
     accum: int = 1
     donate: bool = True
+    finetune: FineTune = FineTune()
 
 
 @dataclasses.dataclass
@@ -57,6 +60,7 @@ class AbstractState:
     batch: Any
     tx: optax.GradientTransformation
     micro_size: int | None      # leading dim of one microbatch
+    opt_memory: str = "device"  # where the optimizer state lives between steps: "device" | "pinned_host"
 
     def params(self, trainable, frozen):
         """The full params tree from its two parts (inside the step: traced values)."""
@@ -66,25 +70,32 @@ class AbstractState:
 
 
 def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
+    ft = opts.finetune
+    finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl)
+        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, opts.accum))
     else:
         import flax.linen as nn
 
         if not isinstance(wl.model, nn.Module):
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
-        kind, model = "linen", wl.model
-        params, mutable, param_names = _abstract_linen(wl, micro(batch, opts.accum))
+        kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
+        params, mutable, param_names = _abstract_linen(wl, model, micro(batch, opts.accum))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
-    trainable, frozen = params, {}
-    opt_state = jax.eval_shape(tx.init, trainable)
+    if ft.freeze or ft.lora_rank:
+        trainable, frozen = finetune.split(params, ft)
+        frozen = finetune.store_base(frozen, ft, opts.precision)
+    else:
+        trainable, frozen = params, {}
+    opt_state = jax.eval_shape(tx.init, trainable)   # over the trainable tree only
     rng = {"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
     leaves = jax.tree.leaves(batch)
     micro_size = leaves[0].shape[0] // opts.accum if leaves and leaves[0].shape else None
-    return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size)
+    return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size,
+                         "pinned_host" if ft.offload_optimizer else "device")
 
 
 def path_str(path) -> str:
@@ -138,12 +149,12 @@ def first_line(e: BaseException) -> str:
     return s.splitlines()[0] if s else ""
 
 
-def _abstract_linen(wl: Workload, batch):
+def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
     rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
     try:
-        boxed = jax.eval_shape(lambda r, b: wl.model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
+        boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
     except UserError:
         raise
     except Exception as e:
@@ -156,15 +167,24 @@ def _abstract_linen(wl: Workload, batch):
     return params, mutable, param_names
 
 
-def _abstract_nnx(wl: Workload):
+def _abstract_nnx(wl: Workload, ft: FineTune, batch):
     from flax import nnx
     from jax.sharding import PartitionSpec as P
 
     model = wl.model
-    if not isinstance(model, nnx.Module):
+    make = (lambda: model) if isinstance(model, nnx.Module) else (lambda: wl.model(nnx.Rngs(0)))
+    if ft.lora_rank:
+        try:
+            model = finetune.wrap_nnx(make, ft, wl.loss, batch)
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {type(e).__name__}: "
+                            f"{first_line(e)}") from None
+    elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:
-                model = nnx.eval_shape(lambda: wl.model(nnx.Rngs(0)))
+                model = nnx.eval_shape(make)
             except Exception as e:
                 raise UserError(f"building the NNX model failed: {type(e).__name__}: {first_line(e)}") from None
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

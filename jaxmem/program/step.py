@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
-from jaxmem.program import layouts, sharding, state
+from jaxmem.program import finetune, layouts, sharding, state
 from jaxmem.program.sharding import LeafInfo, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, PRECISIONS, StepOptions, is_nnx  # noqa: F401
 from jaxmem.program.workload import Workload
@@ -83,6 +83,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     gradients nor optimizer state.
     """
     tx = st.tx
+    offload = st.opt_memory == "pinned_host"
     act_ctx = functools.partial(sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size,
                                 st.kind == "nnx")
     trainable_sh = sh.shardings(sh.trainable)
@@ -146,7 +147,11 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             loss = loss / opts.accum
         # Gradients live where their params live: reduce-scatter under FSDP.
         grads = jax.lax.with_sharding_constraint(grads, trainable_sh)
+        if offload:  # the state lives in pinned host memory between steps: in for the update, back out
+            opt_state = finetune.to_device(opt_state)
         updates, opt_state = tx.update(grads, opt_state, trainable)
+        if offload:
+            opt_state = finetune.to_host(opt_state)
         trainable = optax.apply_updates(trainable, updates)
         return trainable, opt_state, mutable, {"rng": jax.random.key_data(jax.random.fold_in(key, 1))}, loss
 
@@ -155,6 +160,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
 
 def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> BuiltStep:
     """The escape hatch: the user's own step(state, batch) and abstract state."""
+    finetune.check(opts.finetune, custom_step=True)
     if opts.precision != "fp32" or opts.optimizer or opts.accum != 1:
         raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
     issues: list[layouts.ShardingIssue] = []

@@ -1,0 +1,270 @@
+"""Fine-tuning: which parameters train, LoRA / QLoRA adapters (through qwix), the frozen
+base's storage dtype, and optimizer state in pinned host memory.
+
+* ``--freeze REGEX``: parameters whose path (as the report prints it, e.g.
+  ``layers/attn/q_proj/kernel``) matches are frozen: the step differentiates the
+  trainable tree only and the optimizer is built over it, so XLA never sees a
+  frozen gradient or moment.
+* ``--lora RANK``: qwix's ``LoraProvider`` wraps the model; every dense/einsum/conv
+  weight whose *module* path matches ``--lora-targets`` gets ``<weight>_lora_a`` and
+  ``<weight>_lora_b`` (applied to the activations: ``x @ A @ B``). Only adapters train.
+* ``--base-dtype``: the frozen base in bf16, or quantized by qwix (int8, int4, nf4;
+  per-channel scales in the weight's dtype, qwix's default) and dequantized in the step.
+* ``--offload optimizer``: optimizer state in pinned host memory, moved to the device
+  for the update and back inside the step (docs/how-it-works.md, "Host offload").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxmem.errors import UserError
+
+BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
+OFFLOADS = ("optimizer",)
+# qwix names the adapters of weight W `W_lora_a` and `W_lora_b` (NNX paths end in the Variable's /value).
+ADAPTER = re.compile(r"_lora_[ab](/value)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTune:
+    """The fine-tuning choices of one step (all off by default)."""
+
+    freeze: str | None = None
+    lora_rank: int = 0
+    lora_targets: str | None = None
+    lora_alpha: float | None = None
+    base_dtype: str | None = None
+    offload: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.freeze or self.lora_rank or self.base_dtype or self.offload)
+
+    @property
+    def offload_optimizer(self) -> bool:
+        return self.offload == "optimizer"
+
+
+def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", donate: bool = True) -> None:
+    """Refuse impossible combinations before anything is traced."""
+    if custom_step and ft.active:
+        raise UserError("--freeze/--lora/--base-dtype/--offload apply to steps jaxmem builds; this workload gives its "
+                        "own `step`: freeze, adapt or offload inside it")
+    for flag, rx in (("--freeze", ft.freeze), ("--lora-targets", ft.lora_targets)):
+        if rx is not None:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise UserError(f"{flag} {rx!r} is not a valid regular expression: {e}") from None
+    if ft.lora_rank < 0:
+        raise UserError(f"--lora {ft.lora_rank}: the rank must be positive (0 turns LoRA off)")
+    if not ft.lora_rank and (ft.lora_targets is not None or ft.lora_alpha is not None):
+        raise UserError("--lora-targets/--lora-alpha need --lora RANK")
+    if ft.base_dtype is not None and ft.base_dtype not in BASE_DTYPES:
+        raise UserError(f"unknown --base-dtype {ft.base_dtype!r}. Known: {', '.join(BASE_DTYPES)}.")
+    if ft.base_dtype is not None and not ft.lora_rank:
+        raise UserError(f"--base-dtype {ft.base_dtype} stores the frozen base of a LoRA fine-tune; add --lora RANK "
+                        "(a quantized weight cannot be trained)")
+    if ft.base_dtype == "bf16" and precision == "fp32":
+        raise UserError("--base-dtype bf16 with --precision fp32: a bf16 base in an fp32 step mixes dtypes inside "
+                        "the model (and would be upcast per layer); use --precision bf16 (or bf16-pure)")
+    if ft.offload_optimizer and not donate:
+        raise UserError("--offload optimizer needs the state donated (drop --no-donate): without a GPU, JAX cannot "
+                        "declare an argument in host memory, and XLA places the optimizer state there only by "
+                        "aliasing it to the step's host-resident output (docs/how-it-works.md, 'Host offload')")
+    if ft.offload is not None and ft.offload not in OFFLOADS:
+        if ft.offload == "activations":
+            raise UserError("--offload activations is not supported: jaxmem places checkpoints through the model's "
+                            "own remat policy; offload activations there (jax.checkpoint_policies.offload_dot_with_no_"
+                            "batch_dims) and analyze that model. Known: --offload optimizer.")
+        raise UserError(f"unknown --offload {ft.offload!r}. Known: {', '.join(OFFLOADS)}.")
+
+
+# ---------------------------------------------------------------- LoRA / QLoRA through qwix
+
+
+def _qtype(base_dtype: str | None):
+    return {"int8": jnp.int8, "int4": jnp.int4, "nf4": "nf4"}.get(base_dtype or "")
+
+
+def provider(ft: FineTune):
+    """qwix's (Q)LoRA provider: adapters on the targets; the base quantized everywhere qwix can."""
+    import qwix
+
+    # --lora-targets is searched in the module path (like --freeze in the param path); qwix full-matches.
+    targets = ".*" if ft.lora_targets is None else f".*(?:{ft.lora_targets}).*"
+    qtype = _qtype(ft.base_dtype)
+    rules = [qwix.LoraRule(module_path=targets, rank=ft.lora_rank,
+                           alpha=float(ft.lora_alpha if ft.lora_alpha is not None else ft.lora_rank),
+                           weight_qtype=qtype)]
+    if qtype is not None:  # QLoRA quantizes the whole base, not only the adapted weights
+        rules.append(qwix.QuantizationRule(module_path=".*", weight_qtype=qtype))
+    return _LoraProvider(rules)
+
+
+def _provider_class():
+    import qwix
+    from qwix._src.providers import lora as qwix_lora
+    from qwix._src.providers import ptq as qwix_ptq
+    from qwix._src.utils import flax_util
+
+    class LoraProvider(qwix.LoraProvider):
+        """qwix's LoraProvider, less one line: qwix 0.1.8's ``einsum`` stores a debug string on the
+        module (``setattr(module, name + '_lora_einsum_str', ...)``), which a frozen linen module
+        refuses (SetAttributeFrozenModuleError), so einsum layers of linen models could not take
+        adapters. The same computation otherwise, from qwix's own helpers: x @ A @ B on activations."""
+
+        def einsum(self, einsum_str, *operands, **kwargs):
+            res = qwix_ptq.PtqProvider.einsum(self, einsum_str, *operands, **kwargs)
+            rule, _ = self._get_current_rule_and_op_id("einsum", repeated_call=True)
+            if not isinstance(rule, qwix_lora.LoraRule) or len(operands) != 2:
+                return res
+            lhs, rhs = operands
+            weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
+            if weight_name is None:  # rhs is not a weight
+                return res
+            a_shape, b_shape, lora_str, a_t, b_t = qwix_lora._parse_einsum_str_for_lora(
+                lhs.shape, rhs.shape, einsum_str, rule.rank)
+            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+                name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
+                a_sharding_transpose=a_t, b_sharding_transpose=b_t)
+            return res + jnp.einsum(lora_str, lhs, lora_a, lora_b, **kwargs) * (rule.alpha / rule.rank)
+
+    return LoraProvider
+
+
+def _LoraProvider(rules):  # noqa: N802 (a class made on first use: qwix is imported only for fine-tuning)
+    return _provider_class()(rules)
+
+
+def wrap_linen(model, ft: FineTune):
+    """The linen model with qwix's adapters (and quantized base) intercepting its ops."""
+    import qwix
+
+    return qwix.apply_lora_to_model(model, provider(ft))
+
+
+def wrap_nnx(make_model, ft: FineTune, loss, batch):
+    """An NNX model with qwix's adapters, built abstractly.
+
+    qwix initializes NNX adapters by calling the model once with its own inputs; jaxmem
+    knows only ``loss(model, batch)``, so the inputs of that first call are captured from
+    the loss and handed to ``qwix.apply_lora_to_model`` (all under ``nnx.eval_shape``).
+    """
+    import qwix
+    from flax import nnx
+
+    class _Captured(Exception):
+        pass
+
+    def build():
+        model = make_model()
+        cls = type(model)
+        orig = cls.__call__
+        seen: dict[str, Any] = {}
+
+        def capture(self, *a, **k):
+            if self is model:
+                seen["args"], seen["kwargs"] = a, k
+                raise _Captured
+            return orig(self, *a, **k)
+
+        cls.__call__ = capture
+        try:
+            loss(model, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch))
+        except _Captured:
+            pass
+        finally:
+            cls.__call__ = orig
+        if "args" not in seen:
+            raise UserError("--lora on an NNX model: loss(model, batch) never calls model(...), so qwix cannot "
+                            "initialize the adapters (it runs the model's __call__ once)")
+        return qwix.apply_lora_to_model(model, provider(ft), *seen["args"], rngs=nnx.Rngs(0), **seen["kwargs"])
+
+    with nnx.use_eager_sharding(False):
+        return nnx.eval_shape(build)
+
+
+# ---------------------------------------------------------------- trainable / frozen
+
+
+def split(params, ft: FineTune):
+    """(trainable, frozen): two trees of `params`' structure, None where the other holds the leaf.
+
+    Under LoRA only the adapters train; --freeze then freezes adapters too. Integer
+    leaves (quantized weights) are never trainable.
+    """
+    from jaxmem.program.state import is_float, path_str
+
+    freeze = re.compile(ft.freeze) if ft.freeze else None
+
+    def trains(path, x) -> bool:
+        ps = path_str(path)
+        if not is_float(x.dtype):
+            return False
+        if ft.lora_rank and not ADAPTER.search(ps):
+            return False
+        return not (freeze and freeze.search(ps))
+
+    mask = jax.tree_util.tree_map_with_path(trains, params)
+    trainable = jax.tree.map(lambda m, x: x if m else None, mask, params)
+    frozen = jax.tree.map(lambda m, x: None if m else x, mask, params)
+    n_train = len(jax.tree.leaves(trainable))
+    if ft.lora_rank and not any(ADAPTER.search(path_str(p)) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]):
+        where = f" (--lora-targets {ft.lora_targets!r}, searched in module paths like 'layers/attn/q_proj')" \
+            if ft.lora_targets else ""
+        raise UserError(f"--lora {ft.lora_rank}: no dense/einsum/conv weight took an adapter{where}")
+    if ft.freeze and not len(jax.tree.leaves(frozen)):
+        raise UserError(f"--freeze {ft.freeze!r} matches no parameter path (paths look like "
+                        f"{_example_path(params)!r})")
+    if n_train == 0:
+        raise UserError(f"--freeze {ft.freeze!r} freezes every parameter: nothing left to train")
+    return trainable, frozen
+
+
+def store_base(frozen, ft: FineTune, precision: str):
+    """The frozen base's storage under --base-dtype: bf16 for every frozen float leaf qwix did not
+    quantize (embeddings, norms; all of it for --base-dtype bf16) when the step computes in bf16.
+    Under --precision fp32 those stay fp32: a bf16 leaf would mix dtypes in an fp32 model."""
+    if ft.base_dtype is None or precision == "fp32":
+        return frozen
+    from jaxmem.program.state import is_float
+
+    def one(path, x):
+        if x is None or not is_float(x.dtype) or _is_qwix_scale(path):
+            return x
+        return jax.ShapeDtypeStruct(x.shape, jnp.bfloat16)
+
+    return jax.tree_util.tree_map_with_path(one, frozen, is_leaf=lambda x: x is None)
+
+
+def _is_qwix_scale(path) -> bool:
+    # qwix stores a quantized weight as WithAux(array=QArray(qvalue, scale, ...)): its scales keep their dtype
+    names = [getattr(k, "name", None) for k in path]
+    return "array" in names and names[-1] != "qvalue"
+
+
+def _example_path(params) -> str:
+    from jaxmem.program.state import path_str
+
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    return path_str(flat[0][0]) if flat else ""
+
+
+# ---------------------------------------------------------------- host offload
+
+
+def to_device(tree):
+    """Inside the step: host-resident state onto the device for the update."""
+    return jax.device_put(tree, jax.memory.Space.Device)
+
+
+def to_host(tree):
+    """Inside the step: the updated state back to pinned host memory."""
+    return jax.device_put(tree, jax.memory.Space.Host)
