@@ -99,6 +99,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if unexplained_args:
         breakdown["other_state"] += unexplained_args
     peak = stats.lower_bound + rt.in_pool_bytes
+    from jaxmem.compiler import steptime
+
+    step_time = steptime.estimate(art.hlo_text, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu,
+                                  precision=opts.precision)
 
     bud = runtime.budget(target, opts.mem_fraction, rt)
     usable_bytes, usable_note = bud.usable_bytes, bud.note
@@ -172,3 +176,60 @@ def _global_batch(built: step.BuiltStep) -> int | None:
         if leaf.category == "batch" and leaf.shape:
             return leaf.shape[0]
     return None
+        step_time=step_time,
+
+
+def command_line(path: str, options: AnalyzeOptions, command: str = "analyze") -> str:
+    """The exact `jaxmem analyze` command (shell-quoted) that reproduces `options` on `path`.
+
+    `command="advise"` gives the `jaxmem advise` command for the same step (the display
+    options of analyze left out). Every AnalyzeOptions field has its flag here: whoever adds
+    an option adds its rendering (tests/test_advise.py round-trips it through the CLI's parser).
+    """
+    import shlex
+
+    defaults = AnalyzeOptions()
+    parts = ["jaxmem", command, str(path)]
+
+    def add(flag: str, value) -> None:
+        parts.extend([flag, str(value)])
+
+    if options.gpu is not None:
+        add("--gpu", options.gpu)
+    add("--mesh", options.mesh)
+    if options.hosts is not None:
+        add("--hosts", options.hosts)
+    add("--layout", options.layout)
+    if options.batch is not None:
+        add("--batch", options.batch)
+    if options.optimizer is not None:
+        add("--optimizer", options.optimizer)
+    add("--precision", options.precision)
+    add("--remat", options.remat)
+    if options.accum != defaults.accum:
+        add("--accum", options.accum)
+    if not options.donate:
+        parts.append("--no-donate")
+    for key, value in options.model_args:
+        add("--arg", f"{key}={_arg_text(value)}")
+    if options.mem_fraction is not None:
+        add("--mem-fraction", repr(float(options.mem_fraction)))
+    if command == "analyze":
+        if not options.explain:
+            parts.append("--no-explain")
+        if options.top != defaults.top:
+            add("--top", options.top)
+        if options.module_depth != defaults.module_depth:
+            add("--depth", options.module_depth)
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _arg_text(value) -> str:
+    """A --arg value as the CLI parses it back (true/false/none, numbers, text)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

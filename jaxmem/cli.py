@@ -484,6 +484,15 @@ def calibrate(gpu, repeats, dry_run, as_json):
     \b
     Example:
       jaxmem calibrate --gpu cpu
+    import dataclasses
+
+    from jaxmem.compiler.targets import performance
+
+    def perf(key):  # the published peak rates the step-time estimate uses, each with its source
+        p = performance(key)
+        return None if p is None else {**dataclasses.asdict(p), "sources": [{"fields": f, "source": src}
+                                                                          for f, src in p.sources]}
+
       jaxmem calibrate --gpu local --json
     """
 

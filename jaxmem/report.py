@@ -102,6 +102,9 @@ class Report:
     # The runtime's own memory per device (jaxmem.compiler.runtime.Runtime.to_json): named terms in
     # JAX's pool (their sum is breakdown["runtime_overhead"]) and outside it, each with its source.
     runtime: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # An estimated step time from the compiled program (jaxmem.compiler.steptime.estimate): compute,
+    # memory and communication times, the estimate and its rule; {"available": False, "reason"} off-catalogue.
+    step_time: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

@@ -2,6 +2,7 @@
 
     jaxmem analyze models/llama.py --arg preset=8b --remat full
     jaxmem analyze models/llama.py --arg preset=70b --arg batch_size=32 --arg seq_len=4096
+    jaxmem analyze models/llama.py --arg preset=2-7b --arg attention=cudnn --precision bf16 --mesh data=8
 
 Written the way large JAX models are (MaxText, the flax examples): the decoder
 layers run under ``nn.scan`` (one compiled layer, parameters stacked on a leading
@@ -49,6 +50,7 @@ class Config:
     seq_len: int = 2048  # default sequence length (RoPE has no table: any length works)
     batch_size: int = 8  # default global batch, in sequences
     remat: str = "none"  # a jaxmem.REMAT_POLICIES name; "none" keeps every activation
+    attention: str = "xla"  # "xla": attention written out in jnp; "cudnn": cuDNN flash attention (in bf16)
 
     @property
     def hd(self) -> int:
@@ -66,6 +68,11 @@ PRESETS = {
     "8b": Config(),
     # Llama 3 70B: 70.55 B
     "70b": Config(d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim=28672),
+    # Llama 2 7B: 6.74 B (multi-head attention, 32k vocabulary, RoPE base 10000)
+    "2-7b": Config(vocab_size=32000, n_kv_heads=32, ffn_dim=11008, rope_theta=10000.0, seq_len=4096),
+    # Llama 2 70B: 68.98 B
+    "2-70b": Config(vocab_size=32000, d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim=28672,
+                    rope_theta=10000.0, seq_len=4096),
 }
 
 # Every parameter is created through _param_init: its initializer with logical axis names.
@@ -138,6 +145,12 @@ class Attention(nn.Module):
         q = _constrain(q, "batch", "length", "heads", None)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
+        if cfg.attention == "cudnn":  # cuDNN's fused flash attention: no (T, T) scores in memory
+            dt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else jnp.bfloat16  # cuDNN takes no fp32
+            out = jax.nn.dot_product_attention(q.astype(dt), k.astype(dt), v.astype(dt), is_causal=True,
+                                               implementation="cudnn").astype(q.dtype)  # (B, T, H, D)
+            out = _constrain(out, "batch", "length", "heads", None)
+            return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), name="o_proj")(out)
         # Group the query heads by the K/V head they share; K and V are never repeated.
         q = q.reshape(B, T, K, H // K, D)  # (B, T, K, G, D)
         scores = jnp.einsum("btkgd,bskd->bkgts", q, k) / math.sqrt(D)  # (B, K, G, T, T)
@@ -244,6 +257,8 @@ def _config(preset: str, overrides: dict) -> Config:
     cfg = jaxmem.choose_preset("llama", PRESETS, preset, overrides)
     if cfg.n_heads % cfg.n_kv_heads:
         raise UserError(f"llama: n_heads={cfg.n_heads} is not a multiple of n_kv_heads={cfg.n_kv_heads}")
+    if cfg.attention not in ("xla", "cudnn"):
+        raise UserError(f"llama: attention={cfg.attention!r}; expected 'xla' or 'cudnn'")
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
         raise UserError(f"llama: d_model={cfg.d_model} is not a multiple of n_heads={cfg.n_heads}; give head_dim")
     return cfg

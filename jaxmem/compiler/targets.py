@@ -81,6 +81,74 @@ DEFAULT_GPU = "h100"
 
 
 @dataclasses.dataclass(frozen=True)
+class Performance:
+    """Published peak rates of one GPU, for the step-time estimate (jaxmem.compiler.steptime).
+
+    FLOP/s are dense (NVIDIA's datasheets also print 2x "with sparsity" numbers: not used).
+    Bandwidths are bytes/s per GPU in one direction: NVIDIA prints NVLink as the
+    bidirectional total (900 GB/s on H100 = 450 GB/s each way); a ring collective sends and
+    receives at the one-way rate at the same time.
+    """
+
+    bf16_flops: float            # dense bf16 tensor-core FLOP/s
+    tf32_flops: float            # dense TF32 tensor-core FLOP/s: fp32 dots at JAX's default precision
+    fp32_flops: float            # fp32 non-tensor FLOP/s (fp32 dots at precision=HIGHEST)
+    hbm_bandwidth: float         # device-memory bytes/s
+    intra_host_bandwidth: float  # bytes/s per GPU, one way, to GPUs of the same host
+    inter_host_bandwidth: float  # bytes/s per GPU, one way, to GPUs of other hosts
+    intra_host_link: str
+    inter_host_link: str
+    sources: tuple[tuple[str, str], ...]   # (fields, published source)
+
+
+_DGX_NET = "NVIDIA DGX {0} user guide: 8 x ConnectX-7 400 Gb/s InfiniBand, one per GPU (50 GB/s each way)"
+PERFORMANCE: dict[str, Performance] = {
+    "a100-80g": Performance(
+        312e12, 156e12, 19.5e12, 2.039e12, 300e9, 25e9, "NVLink 3", "HDR InfiniBand 200 Gb/s per GPU",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS (624 sparse), TF32 156 (312 sparse), "
+          "FP32 19.5 TFLOPS, 2,039 GB/s HBM2e, NVLink 600 GB/s (bidirectional)"),
+         ("inter_host_bandwidth", "NVIDIA DGX A100 user guide: 8 x ConnectX-6 200 Gb/s HDR InfiniBand for compute, "
+          "one per GPU (25 GB/s each way)"))),
+    "h100": Performance(
+        989.4e12, 494.7e12, 66.9e12, 3.35e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
+          "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 3.35 TB/s HBM3, NVLink 900 GB/s (bidirectional)"),
+         ("inter_host_bandwidth", _DGX_NET.format("H100")))),
+    "h200": Performance(
+        989.4e12, 494.7e12, 66.9e12, 4.8e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
+          "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4.8 TB/s HBM3e, NVLink 900 GB/s (bidirectional)"),
+         ("inter_host_bandwidth", _DGX_NET.format("H200")))),
+    "b200": Performance(
+        2.25e15, 1.1e15, 75e12, 7.7e12, 900e9, 50e9, "NVLink 5", "NDR InfiniBand 400 Gb/s per GPU",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          "NVIDIA HGX B200 specifications (per GPU): FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), TF32 2.2 "
+          "PFLOPS with sparsity (1.1 dense), FP32 75 TFLOPS, 7.7 TB/s HBM3e, NVLink 5 1.8 TB/s (bidirectional)"),
+         ("inter_host_bandwidth", _DGX_NET.format("B200")))),
+    "rtx-a6000": Performance(
+        154.8e12, 77.4e12, 38.7e12, 768e9, 32e9, 25e9, "PCIe 4.0 x16", "200 Gb/s per GPU (assumed)",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth",
+          "NVIDIA RTX A6000 datasheet / Ampere GA102 whitepaper: BF16 tensor with FP32 accumulate 154.8 TFLOPS "
+          "(309.7 sparse), TF32 tensor 77.4 (154.8 sparse), FP32 38.7 TFLOPS, 768 GB/s GDDR6"),
+         ("intra_host_bandwidth", "PCIe 4.0 x16: 64 GB/s bidirectional (32 GB/s each way); the A6000's NVLink "
+          "bridge joins pairs of cards only, so an 8-GPU host talks over PCIe"),
+         ("inter_host_bandwidth", "no NVIDIA reference system for RTX A6000 hosts: assumed one 200 Gb/s NIC per "
+          "GPU, as in DGX A100"))),
+}
+
+
+def performance(gpu: str) -> Performance | None:
+    """The published peak rates of a catalogue GPU (None for cpu / unknown local cards)."""
+    if gpu.startswith("local:"):
+        desc = gpu[len("local:"):]
+        gpu = next((s.key for s in CATALOGUE.values() if s.description == desc), gpu)
+    return PERFORMANCE.get(gpu)
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     """A resolved compile target: the devices a mesh is built from."""
 

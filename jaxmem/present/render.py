@@ -80,6 +80,44 @@ def render(r: Report, console: Console | None = None) -> None:
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         if not r.fits:
+def fmt_seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 1:
+        return f"{x:.2f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x * 1e6:.1f} us"
+
+
+def _step_estimate(r: Report) -> str:
+    st = r.step_time or {}
+    return fmt_seconds(st["estimate_s"]) if st.get("available") else "-"
+
+
+def _si(x: float, unit: str) -> str:
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:,.1f} {prefix}{unit}"
+    return f"{x:,.0f} {unit}"
+
+
+def step_time_lines(st: dict) -> list[str]:
+    """The estimated step time: the number, its parts, and the rule (always called an estimate)."""
+    if not st:
+        return []
+    if not st.get("available"):
+        return [f"step time: no estimate ({st.get('reason', 'unavailable')})"]
+    comm = ", ".join(f"{c['kind']} {fmt_seconds(c['time_s'])} over {'+'.join(c['axes']) or '-'} ({c['link']})"
+                     for c in st["collectives"] if c["time_s"] > 0)
+    return [f"step time (estimate): {fmt_seconds(st['estimate_s'])} = max(compute {fmt_seconds(st['compute_s'])}, "
+            f"memory {fmt_seconds(st['memory_s'])}) + communication {fmt_seconds(st['communication_s'])}"
+            + (f" [{comm}]" if comm else "") + f"; {fmt_seconds(st['overlapped_s'])} if communication overlapped",
+            f"  {_si(st['flops'], 'FLOP')} and {_si(st['bytes_accessed'], 'B')} accessed per device per step "
+            f"(XLA's cost analysis, loops x trip count) at peak {st['peak_flops'] / 1e12:,.0f} TFLOP/s "
+            f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
+
+
             for h in hints(r):
                 console.print(f"  hint: {h}")
     else:
@@ -128,6 +166,8 @@ def render_comparison(cells, console: Console | None = None) -> None:
     axes = list(cells[0].choice) if cells else []
     table = Table(title="per-device peak by choice", title_justify="left")
     for a in axes:
+    for i, line in enumerate(step_time_lines(r.step_time)):
+        console.print(escape(line) if i == 0 else f"[dim]{escape(line)}[/dim]")
         table.add_column(a)
     find = any(c.max_batch is not None for c in cells)
     for col in ("peak", "state", "acts+temps", "fits", "headroom") + (("max batch",) if find else ()):

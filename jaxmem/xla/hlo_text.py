@@ -35,6 +35,7 @@ _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s+=\s+")
 _CALLED = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _CALLED_LIST = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
 _COMMENT = re.compile(r"/\*.*?\*/")
+_STACK_FRAME = re.compile(r"\s*stack_frame_id=\d+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +150,11 @@ class Module:
             yield from comp.instructions
 
     @cached_property
+    def by_name(self) -> dict[str, Instruction]:
+        """Instruction name -> instruction (names are unique in a module)."""
+        return {ins.name: ins for ins in self.instructions()}
+
+    @cached_property
     def trip_counts(self) -> dict[str, int | None]:
         """While instruction name -> its known trip count (None when XLA proved none)."""
         out = {}
@@ -221,7 +227,8 @@ class Module:
             lines = list(self.computations[name].lines)
             header = re.sub(r"^ENTRY\s+", "", lines[0])
             lines[0] = f"ENTRY {header}" if name == root else header
-            parts.append("\n".join(lines) + "\n")
+            # stack frame ids index a table printed with the whole module only
+            parts.append(_STACK_FRAME.sub("", "\n".join(lines)) + "\n")
         return "\n".join(parts)
 
 

@@ -1,0 +1,287 @@
+"""An estimated step time, from the compiled program itself.
+
+The rule (an estimate, and labelled one wherever it is shown):
+
+    compute       = FLOPs / the card's peak dense FLOP/s for the compute precision
+    memory        = bytes accessed / the card's HBM bandwidth
+    communication = sum over collectives of their ring wire bytes / the link they cross
+    estimate      = max(compute, memory) + communication
+
+* FLOPs and bytes accessed are XLA's own ``HloCostAnalysis`` of the optimized, per-device
+  program (``compiled.as_text()``). XLA counts a ``while`` body once, whatever its trip
+  count; here each loop body is costed on its own and multiplied by the trip count XLA
+  proved (``known_trip_count``), so the 32 layers of a scanned model count 32 times, and
+  recomputation from remat appears as more FLOPs. GEMMs and attention that XLA hands to
+  cuBLAS / cuDNN as custom calls are invisible to the analysis; their FLOPs are added from
+  their shapes (see :func:`_custom_call_flops`).
+* The peak is the tensor-core rate: bf16 for ``--precision bf16`` / ``bf16-pure``; TF32 for
+  ``fp32``, because JAX's default matmul precision on GPU runs fp32 dots in TF32
+  (``jax.lax.Precision.DEFAULT``). Element-wise FLOPs are counted at that rate too: they are
+  a few percent of a transformer's.
+* Communication follows NCCL's ring algorithms: an all-gather, reduce-scatter or all-to-all
+  over n devices moves (n-1)/n of the full buffer through each device's link, an all-reduce
+  twice that, a collective-permute the buffer once; at the NVLink (PCIe) bandwidth when the
+  group stays within a host, at the per-GPU network bandwidth when it spans hosts.
+* ``max(compute, memory)``: a roofline for the whole program (kernels are either
+  compute- or bandwidth-bound; the larger total dominates). Communication is added, not
+  overlapped: XLA's latency-hiding scheduler overlaps async collectives with compute, but
+  how much it hides depends on flags and the schedule, which a deviceless compile does not
+  run. ``overlapped_s = max(compute, memory, communication)`` is reported beside it: the
+  time if every collective were hidden.
+
+What it leaves out: kernel efficiency below peak (real GEMMs reach 60-80% of it, attention
+and small kernels less), kernel launch and collective latencies, host-side work (input
+pipeline, Python dispatch), and NCCL protocol and topology effects (NVLS, tree algorithms,
+bandwidth sharing between concurrent collectives). It ranks alternatives of one model on one
+card; its absolute value is optimistic (see ``benchmarks/results/steptime.md`` for how far,
+against published step times).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import defaultdict
+from typing import Any
+
+from jaxmem.xla import hlo_text
+from jaxmem.xla.collectives import Collective, collectives
+
+RULE = ("estimate = max(compute, memory) + communication: compute = XLA's FLOPs at the card's peak dense "
+        "tensor-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, communication = ring-algorithm "
+        "wire bytes at NVLink/PCIe (within a host) or network (across hosts) bandwidth, not overlapped with "
+        "compute; loops counted by their trip counts")
+LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
+              "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramCost:
+    """Per-device cost of one step of the program, loops counted by their trip counts."""
+
+    flops: float
+    bytes_accessed: float
+    transcendentals: float
+    xla_flops: float            # XLA's cost analysis of the module as it stands (each loop body once)
+    custom_call_flops: float    # cuBLAS / cuDNN custom calls, from their shapes (XLA counts 0)
+    loops: tuple[tuple[str, int | None], ...] = ()   # (while instruction, trip count)
+
+
+def _cpu_client():
+    import jax
+
+    return jax.devices("cpu")[0].client
+
+
+def _xla_cost(text: str) -> dict[str, float]:
+    """XLA's HloCostAnalysis of an HLO module given as text (the analysis is backend-neutral
+    for FLOPs and bytes; the CPU client only provides its shape-size function)."""
+    from jax._src.lib import _jax
+    from jaxlib import _hlo
+
+    module = _hlo.hlo_module_from_text(text)
+    cost = _jax.hlo_module_cost_analysis(_cpu_client(), module)
+    return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
+
+
+def program_cost(module: hlo_text.Module) -> ProgramCost:
+    """FLOPs, bytes accessed and transcendentals of one execution of the entry computation.
+
+    XLA's HloCostAnalysis visits a while body once. So the entry and every loop body are
+    analysed as modules of their own, and each contributes its own cost (its total minus the
+    loop bodies directly inside it) times the number of times it runs per step.
+    """
+    roots = [module.entry]
+    bodies_in: dict[str, list[str]] = defaultdict(list)  # computation -> loop bodies directly inside it
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            if ins.opcode == "while":
+                body = dict(ins.called).get("body")
+                if body in module.computations:
+                    bodies_in[comp.name].append(body)
+                    roots.append(body)
+    # A body reached through a non-loop call (a conditional branch, a call) belongs to the
+    # nearest loop-or-entry root above it: find it by walking the callers.
+    root_set = set(roots)
+    owner: dict[str, str] = {}
+    for root in roots:
+        stack = [root]
+        while stack:
+            name = stack.pop()
+            for ins in module.computations[name].instructions:
+                for attr, callee in ins.called:
+                    if callee not in module.computations:
+                        continue
+                    if ins.opcode == "while" and attr == "body":
+                        owner.setdefault(callee, root)
+                    elif callee not in root_set:
+                        stack.append(callee)
+    inner: dict[str, list[str]] = defaultdict(list)
+    for body, root in owner.items():
+        inner[root].append(body)
+
+    whole = {r: _xla_cost(module.submodule_text(r)) for r in dict.fromkeys(roots)}
+    mult = module.multiplicity
+    total = defaultdict(float)
+    for root, cost in whole.items():
+        own = {k: v - sum(whole[b][k] for b in inner.get(root, ())) for k, v in cost.items()}
+        for k, v in own.items():
+            total[k] += max(v, 0.0) * mult.get(root, 0)
+    custom = sum(_custom_call_flops(module, ins) * mult.get(ins.computation, 0) for ins in module.instructions()
+                 if ins.opcode == "custom-call")
+    return ProgramCost(
+        flops=total["flops"] + custom, bytes_accessed=total["bytes accessed"],
+        transcendentals=total["transcendentals"], xla_flops=whole[module.entry]["flops"],
+        custom_call_flops=custom, loops=tuple(sorted(module.trip_counts.items())),
+    )
+
+
+def _operand_shapes(module: hlo_text.Module, ins: hlo_text.Instruction) -> list:
+    by_name = module.by_name
+    return [by_name[n].shape if n in by_name else None for n in re.findall(r"%([\w.\-]+)", ins.operands)]
+
+
+def _dims(d: dict, key: str) -> list[int]:
+    return [int(x) for x in d.get(key, [])]
+
+
+def _dot_flops(lhs: hlo_text.Array, rhs: hlo_text.Array, dn: dict) -> float:
+    """2 x batch x lhs-free x rhs-free x contracted, from XLA dot dimension numbers."""
+    lc, rc = _dims(dn, "lhs_contracting_dimensions"), _dims(dn, "rhs_contracting_dimensions")
+    lb, rb = _dims(dn, "lhs_batch_dimensions"), _dims(dn, "rhs_batch_dimensions")
+    batch = math.prod(lhs.dims[i] for i in lb)
+    contract = math.prod(lhs.dims[i] for i in lc)
+    lfree = math.prod(d for i, d in enumerate(lhs.dims) if i not in lc and i not in lb)
+    rfree = math.prod(d for i, d in enumerate(rhs.dims) if i not in rc and i not in rb)
+    return 2.0 * batch * lfree * rfree * contract
+
+
+# Q·Kᵀ for (batch, seq, heads, head_dim) operands: contract head_dim, batch over batch and heads.
+_BTHD_SCORES = {"lhs_contracting_dimensions": [3], "rhs_contracting_dimensions": [3],
+                "lhs_batch_dimensions": [0, 2], "rhs_batch_dimensions": [0, 2]}
+
+
+def _custom_call_flops(module: hlo_text.Module, ins: hlo_text.Instruction) -> float:
+    """FLOPs of the custom calls XLA's cost analysis counts as zero.
+
+    cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``): from the operand shapes and
+    the dot dimension numbers in their backend config. cuDNN fused attention
+    (``__cudnn$fmha*``): the forward pass is two GEMMs of the size of Q·Kᵀ (scores, then
+    probabilities·V), the backward five (recomputed scores, dV, dP, dQ, dK); a causal mask
+    halves both, as cuDNN skips the masked tiles.
+    """
+    target = (ins.attr("custom_call_target") or "").strip('"')
+    cfg = ins.backend_config
+    shapes = _operand_shapes(module, ins)
+    arrays = [s for s in shapes if isinstance(s, hlo_text.Array)]
+    if target.startswith("__cublas$") and "gemm" in target.lower() or target == "__cublas$lt$matmul":
+        dn = cfg.get("gemm_backend_config", {}).get("dot_dimension_numbers")
+        if dn is None or len(arrays) < 2:
+            return 0.0
+        return _dot_flops(arrays[0], arrays[1], dn)
+    if target.startswith("__cudnn$fmha"):
+        fmha = cfg.get("cudnn_fmha_backend_config", {})
+        if len(arrays) < 2:
+            return 0.0
+        backward = "Backward" in target
+        # Q·Kᵀ from operands 0 and 1 (Q, K in both directions). The backward config names only its
+        # gradient GEMMs; Q and K then come in jax's (batch, seq, heads, head_dim) order.
+        dn = fmha.get("bmm1_dot_dimension_numbers", _BTHD_SCORES)
+        one = _dot_flops(arrays[0], arrays[1], dn)
+        causal = str(fmha.get("mask_type", "")).upper() == "CAUSAL"
+        return one * (5 if backward else 2) * (0.5 if causal else 1.0)
+    return 0.0
+
+
+def _wire_factor(c: Collective) -> float:
+    n = c.group_size
+    if n <= 1:
+        return 0.0
+    if c.kind == "all-reduce":
+        return 2.0 * (n - 1) / n
+    if c.kind in ("collective-permute", "collective-broadcast"):
+        return 1.0
+    return (n - 1) / n
+
+
+def _crosses_hosts(c: Collective, devices_per_host: int) -> bool:
+    return any(len({d // devices_per_host for d in g}) > 1 for g in c.replica_groups)
+
+
+def communication(colls: list[Collective], perf, devices_per_host: int) -> tuple[float, list[dict]]:
+    """Seconds the collectives take per step (ring algorithms, see the module docstring), and one
+    row per (kind, mesh axes, link) with its count, bytes, wire bytes and time."""
+    rows: dict[tuple, dict] = {}
+    total = 0.0
+    for c in colls:
+        inter = _crosses_hosts(c, devices_per_host)
+        bw = perf.inter_host_bandwidth if inter else perf.intra_host_bandwidth
+        wire = _wire_factor(c) * c.bytes_per_step
+        t = wire / bw
+        total += t
+        key = (c.kind, c.axes, "network" if inter else perf.intra_host_link)
+        row = rows.setdefault(key, {"kind": c.kind, "axes": list(c.axes), "link": key[2], "count": 0,
+                                    "bytes": 0, "wire_bytes": 0.0, "time_s": 0.0})
+        row["count"] += c.count_in_loop
+        row["bytes"] += c.bytes_per_step
+        row["wire_bytes"] += wire
+        row["time_s"] += t
+    for row in rows.values():
+        row["wire_bytes"] = int(row["wire_bytes"])
+    return total, sorted(rows.values(), key=lambda r: -r["time_s"])
+
+
+def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, precision: str) -> dict[str, Any]:
+    """The step-time estimate of a compiled program, as the Report's ``step_time`` (plain values).
+
+    `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate.
+    """
+    from jaxmem.compiler import targets
+
+    perf = targets.performance(gpu)
+    if perf is None:
+        return {"label": "estimate", "available": False,
+                "reason": f"no published peak rates for {gpu!r}: step times are estimated for the catalogue GPUs"}
+    if not hlo:
+        return {"label": "estimate", "available": False, "reason": "the backend printed no optimized program"}
+    try:
+        module = hlo if isinstance(hlo, hlo_text.Module) else hlo_text.parse_module(hlo)
+        cost = program_cost(module)
+        colls = collectives(module, mesh_axes)
+    except Exception as e:  # an unreadable program gets no number rather than a wrong one, or a crash
+        return {"label": "estimate", "available": False,
+                "reason": f"could not cost the compiled program ({type(e).__name__}: {str(e)[:200]})"}
+    n_devices = math.prod(s for _, s in mesh_axes) or 1
+    per_host = max(n_devices // max(hosts, 1), 1)
+    peak, peak_name = (perf.bf16_flops, "bf16 dense tensor") if precision.startswith("bf16") \
+        else (perf.tf32_flops, "tf32 dense tensor (fp32 dots at JAX's default precision)")
+    compute_s = cost.flops / peak
+    memory_s = cost.bytes_accessed / perf.hbm_bandwidth
+    comm_s, rows = communication(colls, perf, per_host)
+    return {
+        "label": "estimate",
+        "available": True,
+        "estimate_s": max(compute_s, memory_s) + comm_s,
+        "overlapped_s": max(compute_s, memory_s, comm_s),
+        "compute_s": compute_s,
+        "memory_s": memory_s,
+        "communication_s": comm_s,
+        "bound": "compute" if compute_s >= memory_s else "memory",
+        "flops": cost.flops,
+        "xla_flops_loops_once": cost.xla_flops,
+        "custom_call_flops": cost.custom_call_flops,
+        "bytes_accessed": cost.bytes_accessed,
+        "collective_bytes": sum(c.bytes_per_step for c in colls),
+        "collectives": rows,
+        # loops XLA proved no trip count for count once: the estimate is then low, and says so
+        "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
+        "loops_counted_once": [n for n, t in cost.loops if t is None],
+        "peak_flops": peak,
+        "peak_flops_kind": peak_name,
+        "hbm_bandwidth": perf.hbm_bandwidth,
+        "intra_host_bandwidth": perf.intra_host_bandwidth,
+        "inter_host_bandwidth": perf.inter_host_bandwidth,
+        "rule": RULE,
+        "leaves_out": LEAVES_OUT,
+    }

@@ -1,0 +1,152 @@
+"""The step-time estimate: XLA's FLOPs and bytes with loops counted, custom calls, communication, the catalogue."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jaxmem.compiler import steptime, targets
+from jaxmem.xla import hlo_text
+from jaxmem.xla.collectives import Collective
+
+
+def _compile(model: str, **kw):
+    """(optimized HLO text, options) of a deviceless H100 compile."""
+    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.compiler import compiled
+    from jaxmem.program import layouts, step
+    from jaxmem.program.workload import load_workload
+
+    opts = AnalyzeOptions(gpu="h100", **kw)
+    wl = load_workload(model, remat=opts.remat, **dict(opts.model_args))
+    spec = layouts.parse_mesh(opts.mesh)
+    target = targets.make_target(opts.gpu, spec.size)
+    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    exe, _ = compiled.lower_and_compile(built)
+    return exe.as_text()
+
+
+def _llama(n_layers: int, remat: str = "none") -> str:
+    return _compile("models/llama.py", mesh="data=1", layout="dp", remat=remat,
+                    model_args=(("preset", "tiny"), ("n_layers", n_layers)))
+
+
+@pytest.fixture(scope="module")
+def llama_costs():
+    """Loop-aware costs of the tiny scanned Llama with 2, 3 and 4 layers, and 2 layers under full remat."""
+    out = {}
+    for key, (n, remat) in {"2": (2, "none"), "3": (3, "none"), "4": (4, "none"), "2full": (2, "full")}.items():
+        module = hlo_text.parse_module(_llama(n, remat))
+        out[key] = (module, steptime.program_cost(module))
+    return out
+
+
+def test_flops_and_bytes_equal_xla_cost_analysis_for_a_loop_free_step():
+    text = _compile("models/mlp.py", mesh="data=1", layout="dp", model_args=(("preset", "tiny"),))
+    module = hlo_text.parse_module(text)
+    assert module.trip_counts == {}  # no loops: XLA's own analysis counts every instruction once, correctly
+    xla = steptime._xla_cost(text)
+    cost = steptime.program_cost(module)
+    assert cost.flops == xla["flops"] > 0
+    assert cost.bytes_accessed == xla["bytes accessed"] > 0
+    assert cost.custom_call_flops == 0
+
+
+def test_loop_bodies_count_their_trip_count(llama_costs):
+    f = {k: c.flops for k, (_, c) in llama_costs.items()}
+    module, cost = llama_costs["4"]
+    assert sorted(t for _, t in cost.loops) == [4, 4]  # the forward and backward layer loops
+    # XLA's own number visits each loop body once, so it hardly grows with the layers
+    assert llama_costs["4"][1].xla_flops - llama_costs["2"][1].xla_flops < 0.1 * llama_costs["2"][1].xla_flops
+    # ours grows by one layer's FLOPs per layer: linear in the number of layers
+    per_layer = f["3"] - f["2"]
+    assert per_layer > 0
+    assert f["4"] - f["2"] == pytest.approx(2 * per_layer, rel=1e-3)
+    # and the layer loops are most of the step
+    assert 4 * per_layer > 0.5 * f["4"]
+
+
+def test_full_remat_reports_more_flops_than_none(llama_costs):
+    none, full = llama_costs["2"][1].flops, llama_costs["2full"][1].flops
+    assert full > none
+    # recomputing the forward of the layers: at most one more forward pass (a third of fwd + bwd)
+    assert full < none * 1.5
+
+
+SYNTHETIC = """HloModule m
+
+ENTRY %main (q: bf16[2,64,4,32], k: bf16[2,64,4,32], v: bf16[2,64,4,32], a: f32[16,32], b: f32[32,8]) -> f32[16,8] {
+  %q = bf16[2,64,4,32]{3,2,1,0} parameter(0)
+  %k = bf16[2,64,4,32]{3,2,1,0} parameter(1)
+  %v = bf16[2,64,4,32]{3,2,1,0} parameter(2)
+  %a = f32[16,32]{1,0} parameter(3)
+  %b = f32[32,8]{1,0} parameter(4)
+  %fwd = (bf16[2,4,64,32]{3,1,2,0}, f32[2,4,64]{2,1,0}, u8[0]{0}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", backend_config={"cudnn_fmha_backend_config": {"mask_type": "CAUSAL", "bmm1_dot_dimension_numbers": {"lhs_contracting_dimensions": ["3"], "rhs_contracting_dimensions": ["3"], "lhs_batch_dimensions": ["0", "2"], "rhs_batch_dimensions": ["0", "2"]}}}
+  %bwd = (bf16[2,64,4,32]{3,2,1,0}, bf16[2,64,4,32]{3,2,1,0}, bf16[2,64,4,32]{3,2,1,0}, u8[0]{0}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmaxBackward", backend_config={"cudnn_fmha_backend_config": {"mask_type": "NO_MASK"}}
+  %gemm = (f32[16,8]{1,0}, s8[4194304]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config": {"dot_dimension_numbers": {"lhs_contracting_dimensions": ["1"], "rhs_contracting_dimensions": ["0"], "lhs_batch_dimensions": [], "rhs_batch_dimensions": []}}}
+  ROOT %r = f32[16,8]{1,0} get-tuple-element(%gemm), index=0
+}
+"""
+
+
+def test_custom_call_flops_from_shapes():
+    m = hlo_text.parse_module(SYNTHETIC)
+    by = m.by_name
+    scores = 2 * 2 * 4 * 64 * 64 * 32  # Q·Kᵀ: 2 x batch x heads x Tq x Tk x head_dim
+    assert steptime._custom_call_flops(m, by["fwd"]) == 2 * scores * 0.5  # two GEMMs, half of them masked
+    assert steptime._custom_call_flops(m, by["bwd"]) == 5 * scores       # five GEMMs, no mask
+    assert steptime._custom_call_flops(m, by["gemm"]) == 2 * 16 * 8 * 32
+
+
+def test_communication_follows_ring_algorithms_and_the_link_crossed():
+    perf = targets.PERFORMANCE["h100"]
+    ag = Collective("all-gather", 8_000, ((0, 1, 2, 3), (4, 5, 6, 7)), ("data",), 3)
+    ar = Collective("all-reduce", 1_000, ((0, 8),), ("data",), 1)      # devices 0 and 8: two hosts of 8
+    total, rows = steptime.communication([ag, ar], perf, devices_per_host=8)
+    t_ag = 3 * 8_000 * 3 / 4 / perf.intra_host_bandwidth
+    t_ar = 1_000 * 2 * 1 / 2 / perf.inter_host_bandwidth
+    assert total == pytest.approx(t_ag + t_ar, rel=1e-12)
+    by_kind = {r["kind"]: r for r in rows}
+    assert by_kind["all-gather"]["link"] == perf.intra_host_link and by_kind["all-reduce"]["link"] == "network"
+    assert by_kind["all-gather"]["count"] == 3 and by_kind["all-gather"]["bytes"] == 24_000
+
+
+def test_estimate_states_its_parts_and_rule(llama_costs):
+    module, cost = llama_costs["2"]
+    st = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100", precision="fp32")
+    perf = targets.PERFORMANCE["h100"]
+    assert st["label"] == "estimate" and st["available"]
+    assert st["flops"] == cost.flops
+    assert st["compute_s"] == pytest.approx(cost.flops / perf.tf32_flops)   # fp32 dots run in TF32 by default
+    assert st["memory_s"] == pytest.approx(cost.bytes_accessed / perf.hbm_bandwidth)
+    assert st["communication_s"] == 0 and st["collectives"] == []          # one device: nothing to communicate
+    assert st["estimate_s"] == max(st["compute_s"], st["memory_s"]) + st["communication_s"]
+    assert "max(compute, memory) + communication" in st["rule"]
+    bf16 = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100", precision="bf16")
+    assert bf16["compute_s"] == pytest.approx(cost.flops / perf.bf16_flops)
+
+
+def test_no_estimate_off_the_catalogue():
+    st = steptime.estimate("HloModule m", mesh_axes=(("data", 1),), hosts=1, gpu="cpu", precision="fp32")
+    assert st["available"] is False and "cpu" in st["reason"]
+
+
+def test_every_catalogue_gpu_has_sourced_peak_rates_in_gpus_json():
+    from click.testing import CliRunner
+
+    from jaxmem.cli import main
+
+    res = CliRunner().invoke(main, ["gpus", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert {r["name"] for r in rows} == set(targets.CATALOGUE)
+    for r in rows:
+        p = r["performance"]
+        for field in ("bf16_flops", "tf32_flops", "fp32_flops", "hbm_bandwidth", "intra_host_bandwidth",
+                      "inter_host_bandwidth"):
+            assert p[field] > 0
+            assert any(field in s["fields"] for s in p["sources"]), (r["name"], field)
+        assert p["bf16_flops"] > p["tf32_flops"] > p["fp32_flops"]
+    h100 = next(r for r in rows if r["name"] == "h100")["performance"]
+    assert (h100["bf16_flops"], h100["fp32_flops"]) == (989.4e12, 66.9e12)  # the H100 SXM datasheet, dense
