@@ -379,7 +379,7 @@ def gpus(as_json):
 
     rows = [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
              "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
-             "default": s.key == DEFAULT_GPU} for s in CATALOGUE.values()]
+             "default": s.key == DEFAULT_GPU, "performance": perf(s.key)} for s in CATALOGUE.values()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
