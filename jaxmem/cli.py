@@ -377,6 +377,15 @@ def gpus(as_json):
     from jaxmem.present.render import fmt_bytes
     from jaxmem.compiler.targets import CATALOGUE, DEFAULT_GPU
 
+    import dataclasses
+
+    from jaxmem.compiler.targets import performance
+
+    def perf(key):  # the published peak rates the step-time estimate uses, each with its source
+        p = performance(key)
+        return None if p is None else {**dataclasses.asdict(p), "sources": [{"fields": f, "source": src}
+                                                                          for f, src in p.sources]}
+
     rows = [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
              "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
              "default": s.key == DEFAULT_GPU, "performance": perf(s.key)} for s in CATALOGUE.values()]
@@ -484,15 +493,6 @@ def calibrate(gpu, repeats, dry_run, as_json):
     \b
     Example:
       jaxmem calibrate --gpu cpu
-    import dataclasses
-
-    from jaxmem.compiler.targets import performance
-
-    def perf(key):  # the published peak rates the step-time estimate uses, each with its source
-        p = performance(key)
-        return None if p is None else {**dataclasses.asdict(p), "sources": [{"fields": f, "source": src}
-                                                                          for f, src in p.sources]}
-
       jaxmem calibrate --gpu local --json
     """
 
