@@ -152,6 +152,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         state_check={"analytic_argument_bytes": state.arguments, "compiled_argument_bytes": stats.argument},
         runtime_overhead_source=rt.summary(),
         runtime=rt.to_json(),
+        step_time=step_time,
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),
@@ -176,7 +177,6 @@ def _global_batch(built: step.BuiltStep) -> int | None:
         if leaf.category == "batch" and leaf.shape:
             return leaf.shape[0]
     return None
-        step_time=step_time,
 
 
 def command_line(path: str, options: AnalyzeOptions, command: str = "analyze") -> str:

@@ -51,35 +51,6 @@ def runtime_lines(r) -> list[str]:
     return lines
 
 
-def render(r: Report, console: Console | None = None) -> None:
-    console = console or Console()
-    t = r.target
-    mesh = ",".join(f"{n}={s}" for n, s in r.mesh)
-    where = f"{t.description} ({t.gpu}{', deviceless compile' if t.deviceless else ''})"
-    hosts = f", {t.hosts} hosts" if t.hosts > 1 else ""
-    console.print(Text.assemble(("jaxmem ", "bold"), (r.model, "bold cyan"), f"  on {t.devices} x {where}{hosts}"))
-    opts = r.options
-    console.print(f"mesh {mesh}  layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
-                  f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
-                  f"params {r.param_count / 1e6:,.1f} M")
-
-    table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
-    table.add_column("part", footer="per-device peak")
-    table.add_column("bytes", justify="right", footer=fmt_bytes(r.per_device_peak_bytes))
-    table.add_column("share", justify="right", footer="100%")
-    wide = console.width >= 110  # the explanations only help when they do not wrap every row
-    if wide:
-        table.add_column("what it is", style="dim")
-    peak = max(r.per_device_peak_bytes, 1)
-    for key, value in r.breakdown.items():
-        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
-    console.print(table)
-
-    if t.usable_bytes is not None:
-        verdict = Text(" FITS ", style="bold black on green") if r.fits else Text(" DOES NOT FIT ", style="bold white on red")
-        console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
-                                    f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
-        if not r.fits:
 def fmt_seconds(x: float | None) -> str:
     if x is None:
         return "-"
@@ -118,10 +89,41 @@ def step_time_lines(st: dict) -> list[str]:
             f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
 
 
+def render(r: Report, console: Console | None = None) -> None:
+    console = console or Console()
+    t = r.target
+    mesh = ",".join(f"{n}={s}" for n, s in r.mesh)
+    where = f"{t.description} ({t.gpu}{', deviceless compile' if t.deviceless else ''})"
+    hosts = f", {t.hosts} hosts" if t.hosts > 1 else ""
+    console.print(Text.assemble(("jaxmem ", "bold"), (r.model, "bold cyan"), f"  on {t.devices} x {where}{hosts}"))
+    opts = r.options
+    console.print(f"mesh {mesh}  layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
+                  f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
+                  f"params {r.param_count / 1e6:,.1f} M")
+
+    table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
+    table.add_column("part", footer="per-device peak")
+    table.add_column("bytes", justify="right", footer=fmt_bytes(r.per_device_peak_bytes))
+    table.add_column("share", justify="right", footer="100%")
+    wide = console.width >= 110  # the explanations only help when they do not wrap every row
+    if wide:
+        table.add_column("what it is", style="dim")
+    peak = max(r.per_device_peak_bytes, 1)
+    for key, value in r.breakdown.items():
+        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
+    console.print(table)
+
+    if t.usable_bytes is not None:
+        verdict = Text(" FITS ", style="bold black on green") if r.fits else Text(" DOES NOT FIT ", style="bold white on red")
+        console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
+                                    f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
+        if not r.fits:
             for h in hints(r):
                 console.print(f"  hint: {h}")
     else:
         console.print(f"CPU target: {t.usable_note}")
+    for i, line in enumerate(step_time_lines(r.step_time)):
+        console.print(escape(line) if i == 0 else f"[dim]{escape(line)}[/dim]")
     for line in runtime_lines(r):
         console.print(f"[dim]{escape(line)}[/dim]")
 
@@ -166,8 +168,6 @@ def render_comparison(cells, console: Console | None = None) -> None:
     axes = list(cells[0].choice) if cells else []
     table = Table(title="per-device peak by choice", title_justify="left")
     for a in axes:
-    for i, line in enumerate(step_time_lines(r.step_time)):
-        console.print(escape(line) if i == 0 else f"[dim]{escape(line)}[/dim]")
         table.add_column(a)
     find = any(c.max_batch is not None for c in cells)
     for col in ("peak", "state", "acts+temps", "fits", "headroom") + (("max batch",) if find else ()):
