@@ -20,6 +20,7 @@ and several write at once). Nothing is evicted: delete the directory to clear it
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -76,10 +77,14 @@ def _target(built) -> dict:
 
 def key(lowered, built, options: dict, *, explain: bool) -> str:
     """The cache key of compiling `lowered` (of `built`) with `options`."""
+    from jaxmem.compiler.compiled import CompiledStats
+
     program = hashlib.sha256(lowered.as_text(debug_info=True).encode()).hexdigest()
     material = {"program": program, "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())}, "explain": explain,
-                "xla_flags": _xla_flags(), "versions": _versions()}
+                "xla_flags": _xla_flags(), "versions": _versions(),
+                # what an entry holds: a field added to CompiledStats must not be read back as its default
+                "stats_fields": [f.name for f in dataclasses.fields(CompiledStats)]}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 

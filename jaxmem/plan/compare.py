@@ -1,21 +1,43 @@
-"""Side-by-side analysis of a grid of choices: layouts, remat, precisions, batch sizes.
+"""Side-by-side analyses of a grid of choices (layouts, remat, precisions, batches, meshes, GPUs),
+and fit searches per row (the largest batch / sequence length, the fewest devices that fit).
 
-Each cell is a full `analyze` (its own compile); the grid is the cartesian
-product of the axes the user varies, everything else as in `analyze`.
+Each row is a full ``analyze`` -- the explanation included, so a row splits memory exactly as
+``jaxmem analyze`` does for the same options -- run in worker processes (`jaxmem.plan.sweep`),
+answered from the compile cache when it holds the compile. A row that fails (a user error, an
+XLA error, a worker that died) is an error row; the other rows are kept.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import itertools
+import json
+from typing import Callable
 
-from jaxmem.analyze import AnalyzeOptions, analyze_workload
+from jaxmem.analyze import AnalyzeOptions
 from jaxmem.errors import UserError
-from jaxmem.report import Report
-from jaxmem.program.workload import load_workload
+from jaxmem.plan import search as search_mod
+from jaxmem.plan import sweep
+from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
-AXES = {"layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str}
+AXES = {"layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
+        "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v}
+BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
+SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
+DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
+
+
+@dataclasses.dataclass(frozen=True)
+class Find:
+    """What a fit search looks for, per row."""
+
+    kind: str                       # batch | seq | devices
+    arg: str | None = None          # kind == "seq": the workload argument searched (e.g. seq_len)
+    granule: int | None = None      # kind == "seq": the step between values tried (default 1)
+    margin: float = search_mod.DEFAULT_MARGIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,8 +45,16 @@ class Cell:
     choice: dict[str, object]
     report: Report | None
     error: str | None = None
-    max_batch: int | None = None     # with find_batch: the largest global batch that fits (0: none)
-    max_batch_capped: bool = False   # the search stopped at its limit: at least max_batch fits
+    status: str = "ok"                                  # ok | user_error | failed
+    search: search_mod.SearchResult | None = None
+
+    @property
+    def max_batch(self) -> int | None:
+        return self.search.answer if self.search is not None and self.search.kind == "batch" else None
+
+    @property
+    def max_batch_capped(self) -> bool:
+        return bool(self.search is not None and self.search.kind == "batch" and self.search.capped)
 
 
 def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
@@ -39,58 +69,322 @@ def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
             axes.append([(name, conv(v)) for v in values])
         except ValueError:
             raise UserError(f"--{name} {text!r}: expected comma-separated values") from None
-    return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+    rows = [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+    return _finetune_rows(rows)
 
 
-def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], find_batch: bool = False) -> list[Cell]:
-    cells = []
-    # The model file is imported once per remat policy (the model applies it).
-    workloads = {}
-    for choice in grid(spec):
-        opts = dataclasses.replace(base, **choice)
-        if opts.remat not in workloads:
-            workloads[opts.remat] = load_workload(path, remat=opts.remat, **dict(opts.model_args))
-        try:
-            wl = workloads[opts.remat]
-            if find_batch:
-                best, capped, report = largest_batch(wl, opts, path)
-                cells.append(Cell(choice, report, max_batch=best, max_batch_capped=capped))
-            else:
-                cells.append(Cell(choice, analyze_workload(wl, opts, source=path)))
-        except UserError as e:  # one impossible cell (e.g. tp without a model axis) is a row, not a failure
-            cells.append(Cell(choice, None, str(e)))
+def _finetune_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """A base dtype is the storage of a LoRA run's frozen base: a row without LoRA (lora_rank 0,
+    a full fine-tune) has none, so `--loras 0,16 --base-dtypes bf16,nf4` gives one full row, not two."""
+    out: list[dict[str, object]] = []
+    for row in rows:
+        if row.get("lora_rank") == 0 and row.get("base_dtype") is not None:
+            row = {**row, "base_dtype": None}
+        if row not in out:
+            out.append(row)
+    return out
+
+
+def label(choice: dict[str, object]) -> str:
+    return " ".join(f"{k}={v}" for k, v in choice.items()) or "row"
+
+
+def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, find: Find | None = None,
+            n_jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
+            progress: bool = True, on_row: Callable[[Cell], None] | None = None,
+            find_batch: bool = False) -> list[Cell]:
+    """One Cell per grid row, in grid order. `on_row` sees each row as it finishes.
+    (`find_batch=True` is `find=Find("batch")`.)"""
+    if find_batch and find is None:
+        find = Find("batch")
+    choices = grid(spec)
+    rows = [(choice, dataclasses.replace(base, **choice)) for choice in choices]
+    for _, opts in rows:
+        _check(opts, find)
+    if find is not None:
+        cells = _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row)
+    else:
+        cells = [None] * len(rows)
+        jobs = [sweep.Job(label(choice), path, opts) for choice, opts in rows]
+        where = {id(j): i for i, j in enumerate(jobs)}
+
+        def done(out: sweep.Outcome) -> None:
+            i = where[id(out.job)]
+            cells[i] = Cell(rows[i][0], out.report, out.error, out.status)
+            if on_row is not None:
+                on_row(cells[i])
+
+        sweep.run_jobs(jobs, n_jobs=n_jobs, executor=executor, ray_address=ray_address, progress=progress,
+                       on_result=done)
     if all(c.report is None for c in cells):
         raise UserError(cells[0].error)
     return cells
 
 
-def largest_batch(wl, opts: AnalyzeOptions, path: str, limit: int = 1 << 16) -> tuple[int, bool, Report]:
-    """The largest global batch that fits, a multiple of the data-parallel devices (0: none fits);
-    whether the search stopped at `limit` samples (then at least that many fit); and the
-    analysis at that batch (at the smallest batch when none fits).
-
-    Peak memory grows with the batch, so: double from one sample per device until it
-    does not fit, then bisect. Each probe is a full compile (without the explanation).
-    """
+def _check(opts: AnalyzeOptions, find: Find | None) -> None:
+    """User errors that need no compile, before any worker starts."""
     from jaxmem.program import layouts
 
-    unit = layouts.parse_mesh(opts.mesh).data_size * opts.accum
-    probes: dict[int, Report] = {}
+    mesh = layouts.parse_mesh(opts.mesh)
+    if find is None:
+        return
+    if not 0 <= find.margin < 1:
+        raise UserError(f"--margin {find.margin}: the share of usable memory kept free must be in [0, 1)")
+    if (opts.gpu or "").lower() == "cpu":
+        raise UserError(f"--find-{find.kind} needs a GPU target with fixed memory, not --gpu cpu")
+    if find.kind == "batch" and opts.batch is not None:
+        raise UserError("--find-batch searches the batch: drop --batch/--batches")
+    if find.kind == "seq":
+        if not find.arg:
+            raise UserError("--find-seq needs the workload argument to search, e.g. --find-seq seq_len")
+        if any(k == find.arg for k, _ in opts.model_args):
+            raise UserError(f"--find-seq {find.arg} searches that argument: drop --arg {find.arg}=...")
+    if find.kind == "devices":
+        if opts.batch is None:
+            raise UserError("--find-devices needs --batch N: the global batch the devices must hold")
+        if opts.batch % (opts.accum * _other_data(mesh)):
+            raise UserError(f"--batch {opts.batch} is not a multiple of --accum {opts.accum} x the other data axes")
 
-    def fits(n_units: int) -> bool:
-        r = probes[n_units] = analyze_workload(wl, dataclasses.replace(opts, batch=n_units * unit, explain=False),
-                                               source=path)
-        if r.fits is None:
-            raise UserError("finding the largest batch needs a GPU target with fixed memory, not --gpu cpu")
-        return r.fits
 
-    if not fits(1):
-        return 0, False, probes[1]
-    lo, hi = 1, 2
-    while hi * unit <= limit and fits(hi):
-        lo, hi = hi, hi * 2
-    capped = hi * unit > limit
-    while not capped and hi - lo > 1:  # fits(lo) and not fits(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo * unit, capped, probes[lo]
+def _other_data(mesh) -> int:
+    """The product of the data axes other than the one a devices search varies."""
+    data = mesh.data_axes
+    return mesh.axis_size(data[1:]) if data else 1
+
+
+def _with_data_size(mesh_text: str, d: int) -> str:
+    from jaxmem.program import layouts
+
+    mesh = layouts.parse_mesh(mesh_text)
+    if not mesh.data_axes:
+        return str(layouts.MeshSpec((("data", d),) + mesh.axes))
+    first = mesh.data_axes[0]
+    return str(layouts.MeshSpec(tuple((n, d if n == first else s) for n, s in mesh.axes)))
+
+
+class _RowSearch:
+    """One row's search: its candidates, probes and in-flight jobs."""
+
+    def __init__(self, i: int, choice: dict, opts: AnalyzeOptions, find: Find):
+        from jaxmem.program import layouts
+
+        self.i, self.choice, self.opts, self.find = i, choice, opts, find
+        mesh = layouts.parse_mesh(opts.mesh)
+        if find.kind == "batch":
+            self.granule = mesh.data_size * opts.accum
+            count = max(1, BATCH_LIMIT // self.granule)
+            self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 3))
+        elif find.kind == "seq":
+            self.granule = find.granule or 1
+            count = max(1, SEQ_LIMIT // self.granule)
+            # quadratic: attention scores grow with the square of the sequence
+            self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=2,
+                                            first=(0, 3, 15))
+        else:
+            self.granule = 0
+            per = opts.batch // (opts.accum * _other_data(mesh))
+            self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
+            self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
+                                            degree=1, first=(0, 3))
+        self.probes: dict[int, search_mod.Probe] = {}
+        self.reports: dict[int, Report] = {}
+        self.inflight: set[int] = set()
+        self.cached = 0
+        self.error: tuple[str, str] | None = None     # (status, message)
+
+    def value(self, k: int) -> int:
+        return self.search.candidates(k)
+
+    def options(self, k: int) -> AnalyzeOptions:
+        v = self.value(k)
+        if self.find.kind == "batch":
+            return dataclasses.replace(self.opts, batch=v)
+        if self.find.kind == "seq":
+            return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
+        return dataclasses.replace(self.opts, mesh=_with_data_size(self.opts.mesh, v))
+
+    def what(self, k: int) -> str:
+        v = self.value(k)
+        return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"data={v}"}[self.find.kind]
+
+    def record(self, k: int, out: sweep.Outcome) -> None:
+        if self.error is not None:
+            return
+        if out.status == "ok":
+            r = out.report
+            if r.target.usable_bytes is None:
+                self.error = ("user_error", f"--find-{self.find.kind} needs a GPU target with fixed memory")
+                return
+            ok = search_mod.fits_with_margin(r.per_device_peak_bytes, r.target.usable_bytes, self.find.margin)
+            cached = bool(r.timings.get("cache_hit"))
+            self.cached += cached
+            self.probes[k] = search_mod.Probe(self.value(k), r.per_device_peak_bytes, r.target.usable_bytes, ok, cached)
+            self.reports[k] = r
+            budget = int(r.target.usable_bytes * (1.0 - self.find.margin))
+            self.search.record(k, r.per_device_peak_bytes, ok, budget)
+        elif out.status == "user_error" and "could not fit the program at compile time" in (out.error or ""):
+            self.probes[k] = search_mod.Probe(self.value(k), None, None, False)
+            self.search.record(k, None, False, None)
+        else:
+            self.error = (out.status, f"at {self.what(k)}: {out.error}")
+
+    def cell(self) -> Cell:
+        if self.error is not None:
+            return Cell(self.choice, None, self.error[1], self.error[0])
+        res = search_mod.result(self.find.kind, self.find.arg, self.search, self.probes, self.granule,
+                                self.find.margin, self.cached)
+        lo, hi = self.search.bounds()
+        at = lo if lo >= 0 else (hi if hi is not None else 0)
+        return Cell(self.choice, self.reports.get(at), None, "ok", res)
+
+
+def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row) -> list[Cell]:
+    searches = [_RowSearch(i, choice, opts, find) for i, (choice, opts) in enumerate(rows)]
+    cells: list[Cell | None] = [None] * len(rows)
+    pool = sweep.make_pool(n_jobs or sweep.default_jobs(), executor, ray_address)
+    bar = sweep.Progress(len(rows), progress)
+    owner: dict[int, tuple[_RowSearch, int]] = {}
+
+    def pump(s: _RowSearch) -> None:
+        """Submit the row's next probes, or finish it."""
+        if s.inflight:
+            return
+        nxt = [] if s.error is not None else s.search.propose()
+        if not nxt:
+            cells[s.i] = s.cell()
+            bar.update(advance=1)
+            if on_row is not None:
+                on_row(cells[s.i])
+            return
+        for k in nxt:
+            job = sweep.Job(f"{label(s.choice)} {s.what(k)}", path, s.options(k))
+            owner[id(job)] = (s, k)
+            s.inflight.add(k)
+            pool.submit(job)
+
+    try:
+        for s in searches:
+            pump(s)
+        bar.update(running=", ".join(j.key for j in pool.running()))
+        while any(c is None for c in cells):
+            out = pool.next()
+            if out is None:
+                raise RuntimeError("the worker pool lost track of a probe")
+            s, k = owner.pop(id(out.job))
+            s.inflight.discard(k)
+            s.record(k, out)
+            pump(s)
+            bar.update(running=", ".join(j.key for j in pool.running()))
+    finally:
+        bar.close()
+        pool.close()
+    return cells
+
+
+def row_line(c: Cell) -> str:
+    """One line for a row the moment it finishes (the sorted table follows at the end)."""
+    from jaxmem.present.render import fmt_bytes
+
+    name = label(c.choice)
+    if c.report is None:
+        return f"{'failed' if c.status == 'failed' else 'error'}  {name}: {c.error}"
+    r = c.report
+    verdict = "-" if r.fits is None else ("fits" if r.fits else "does not fit")
+    line = f"done  {name}: peak {fmt_bytes(r.per_device_peak_bytes)}, {verdict}"
+    s = c.search
+    if s is not None:
+        what = {"batch": "max batch", "seq": f"max {s.arg}", "devices": "min data size"}[s.kind]
+        answer = "none" if s.answer in (None, 0) and s.kind != "devices" or s.answer is None else (
+            f">= {s.answer}" if s.capped else str(s.answer))
+        line += f"; {what} {answer} ({len(s.probes)} compiles, {len(s.probes) - s.compiles} cached)"
+    return line
+
+
+# -- saved results: JSON (re-rendered by `compare --from`) and CSV -------------------------------
+
+def row_json(c: Cell) -> dict:
+    d: dict = {"choice": c.choice, "status": c.status, "error": c.error}
+    if c.search is not None and c.search.kind == "batch":  # the keys --find-batch always had
+        d["max_batch"], d["max_batch_capped"] = c.search.answer, c.search.capped
+    if c.report is not None:
+        d.update(per_device_peak_bytes=c.report.per_device_peak_bytes, fits=c.report.fits,
+                 headroom_bytes=c.report.headroom_bytes, breakdown=c.report.breakdown)
+    d["search"] = None if c.search is None else c.search.to_json()
+    d["report"] = None if c.report is None else c.report.to_json()
+    return d
+
+
+def to_json(cells: list[Cell]) -> list[dict]:
+    """What `--json` prints and `--out FILE.json` writes: one object per row, each with its full
+    report, so `--from` re-renders it (table or the same JSON) without compiling."""
+    return [row_json(c) for c in cells]
+
+
+def from_json(rows: list) -> list[Cell]:
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "choice" in r for r in rows):
+        raise UserError("not a saved comparison (expected the JSON list that jaxmem compare --json or "
+                        "--out FILE.json writes)")
+    cells = []
+    for r in rows:
+        cells.append(Cell(dict(r["choice"]), None if r.get("report") is None else Report.from_json(r["report"]),
+                          r.get("error"), r.get("status", "ok"),
+                          None if r.get("search") is None else search_mod.SearchResult.from_json(r["search"])))
+    return cells
+
+
+def load(path: str) -> list[Cell]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except OSError as e:
+        raise UserError(f"--from {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise UserError(f"--from {path}: not JSON ({e})") from None
+    try:
+        return from_json(d)
+    except UserError as e:
+        raise UserError(f"--from {path}: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"--from {path}: not a comparison jaxmem can read ({type(e).__name__}: {e})") from None
+
+
+def to_csv(cells: list[Cell]) -> str:
+    axes = list(dict.fromkeys(k for c in cells for k in c.choice))
+    cols = axes + ["status", "error", "per_device_peak_bytes", "fits", "headroom_bytes", "usable_bytes"]
+    cols += [f"breakdown.{k}" for k in BREAKDOWN_KEYS]
+    cols += ["search", "answer", "capped", "fits_at", "fits_at_peak_bytes", "fails_at", "fails_at_peak_bytes",
+             "compiles", "margin"]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for c in cells:
+        row: dict = {a: c.choice.get(a, "") for a in axes}
+        row.update(status=c.status, error=c.error or "")
+        if c.report is not None:
+            row.update(per_device_peak_bytes=c.report.per_device_peak_bytes, fits=c.report.fits,
+                       headroom_bytes=c.report.headroom_bytes, usable_bytes=c.report.target.usable_bytes)
+            row.update({f"breakdown.{k}": c.report.breakdown.get(k, 0) for k in BREAKDOWN_KEYS})
+        s = c.search
+        if s is not None:
+            row.update(search=s.kind if s.kind != "seq" else f"seq:{s.arg}", answer=s.answer, capped=s.capped,
+                       compiles=s.compiles, margin=s.margin)
+            if s.fits_at is not None:
+                row.update(fits_at=s.fits_at.value, fits_at_peak_bytes=s.fits_at.peak_bytes)
+            if s.fails_at is not None:
+                row.update(fails_at=s.fails_at.value, fails_at_peak_bytes=s.fails_at.peak_bytes)
+        w.writerow(row)
+    return out.getvalue()
+
+
+def save(cells: list[Cell], path: str) -> None:
+    if path.lower().endswith(".csv"):
+        text = to_csv(cells)
+    elif path.lower().endswith(".json"):
+        text = json.dumps(to_json(cells), indent=2) + "\n"   # exactly what --json prints
+    else:
+        raise UserError(f"--out {path}: write FILE.json (re-renderable with --from) or FILE.csv")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UserError(f"--out {path}: {e.strerror}") from None
