@@ -105,6 +105,16 @@ class Report:
     # An estimated step time from the compiled program (jaxmem.compiler.steptime.estimate): compute,
     # memory and communication times, the estimate and its rule; {"available": False, "reason"} off-catalogue.
     step_time: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Fine-tuning (jaxmem/program/finetune.py): global counts of the parameters that train (get
+    # gradients and optimizer state) and that stay frozen, and their per-device bytes (their sum is
+    # breakdown["params"]); None for a custom step's state, where jaxmem cannot tell.
+    trainable_param_count: int | None = None
+    frozen_param_count: int | None = None
+    trainable_bytes: int | None = None
+    frozen_bytes: int | None = None
+    # Per-device bytes in pinned host memory (--offload), by category, plus XLA's host temporaries;
+    # empty when nothing is offloaded. Not part of the device peak or its breakdown.
+    host: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

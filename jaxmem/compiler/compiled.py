@@ -29,6 +29,10 @@ class CompiledStats:
     lower_s: float
     compile_s: float
     notes: tuple[str, ...] = ()   # how the compile deviated from the default pipeline
+    # pinned host memory (--offload): XLA's host_* numbers
+    host_argument: int = 0
+    host_output: int = 0
+    host_alias: int = 0
 
     @property
     def lower_bound(self) -> int:
@@ -112,6 +116,8 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
         temp=int(m.temp_size_in_bytes), generated_code=int(m.generated_code_size_in_bytes),
         peak=int(getattr(m, "peak_memory_in_bytes", 0) or 0), host_temp=int(m.host_temp_size_in_bytes),
         lower_s=lower_s, compile_s=t2 - t1, notes=tuple(notes),
+        host_argument=int(m.host_argument_size_in_bytes), host_output=int(m.host_output_size_in_bytes),
+        host_alias=int(m.host_alias_size_in_bytes),
     )
     return compiled, stats
 

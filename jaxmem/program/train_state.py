@@ -20,7 +20,8 @@ from jaxmem.program.sharding import LeafInfo
 
 @dataclasses.dataclass(frozen=True)
 class StateBytes:
-    """Per-device bytes of each part of the step's inputs (+ gradients)."""
+    """Per-device bytes of each part of the step's inputs (+ gradients), on the device;
+    what lives in pinned host memory (--offload) is in `host`, not in the device parts."""
 
     params: int
     optimizer_state: int
@@ -30,27 +31,49 @@ class StateBytes:
     param_count: int          # global number of parameters
     global_params: int        # global bytes, unsharded
     global_optimizer_state: int
+    trainable_count: int | None = None     # global; None when unknown (a custom step's state)
+    frozen_count: int | None = None
+    trainable_params: int | None = None    # per-device bytes of the trainable / frozen parameters
+    frozen_params: int | None = None
+    host: dict[str, int] = dataclasses.field(default_factory=dict)   # category -> per-device host bytes
 
     @property
     def arguments(self) -> int:
         return self.params + self.optimizer_state + self.other_state + self.batch
 
+    @property
+    def host_arguments(self) -> int:
+        return sum(self.host.values())
+
 
 def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
     dev = {"params": 0, "optimizer_state": 0, "other_state": 0, "batch": 0}
     glob = {"params": 0, "optimizer_state": 0}
+    host: dict[str, int] = {}
     count = 0
     grads = 0
+    known = True
+    split = {True: [0, 0], False: [0, 0]}   # trainable? -> [count, device bytes]
     for leaf in leaves:
-        dev[leaf.category] += leaf.device_bytes
+        if leaf.memory_kind == "device":
+            dev[leaf.category] += leaf.device_bytes
+        else:
+            host[leaf.category] = host.get(leaf.category, 0) + leaf.device_bytes
         if leaf.category in glob:
             glob[leaf.category] += leaf.global_bytes
         if leaf.category == "params":
             count += leaf.size
-            if "float" in leaf.dtype and leaf.trainable is not False:  # integer and frozen leaves get no gradient
+            if leaf.trainable is None:
+                known = False
+            trains = leaf.trainable is not False and "float" in leaf.dtype  # integer and frozen leaves get no gradient
+            split[trains][0] += leaf.size
+            split[trains][1] += leaf.device_bytes
+            if trains:
                 grads += leaf.device_bytes
     return StateBytes(dev["params"], dev["optimizer_state"], dev["other_state"], dev["batch"], grads, count,
-                      glob["params"], glob["optimizer_state"])
+                      glob["params"], glob["optimizer_state"],
+                      split[True][0] if known else None, split[False][0] if known else None,
+                      split[True][1] if known else None, split[False][1] if known else None, host)
 
 
 # Optimizer slots per parameter in the classic rule (Adam: m and v; Lion and

@@ -68,11 +68,24 @@ class StepChoice:
     accum: int = 1
     remat: str = "none"
     donate: bool = True
+    # fine-tuning (jaxmem/program/finetune.py): frozen parameters, LoRA / QLoRA adapters, host offload
+    freeze: str | None = None          # regex on parameter paths: matching parameters are frozen
+    lora_rank: int = 0                 # 0: no LoRA
+    lora_targets: str | None = None    # regex on module paths; None: every dense/einsum/conv weight
+    lora_alpha: float | None = None    # None: the rank (scale 1)
+    base_dtype: str | None = None      # the frozen base's storage: bf16 | int8 | int4 | nf4
+    offload: str | None = None         # "optimizer": optimizer state in pinned host memory
+
+    def finetune(self):
+        from jaxmem.program.finetune import FineTune
+
+        return FineTune(self.freeze, self.lora_rank, self.lora_targets, self.lora_alpha, self.base_dtype, self.offload)
 
     def step_options(self):
         from jaxmem.program.step import StepOptions
 
-        return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate)
+        return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
+                           self.finetune())
 
 
 @dataclasses.dataclass(frozen=True)
