@@ -31,7 +31,7 @@ def test_without_a_gpu_doctor_says_so_and_proves_analyze_works(clean_memory_env)
     _no_gpu_here()
     r = CliRunner().invoke(main, ["doctor", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["schema"] == "jaxmem.doctor/1" and out["ok"] and out["exit_code"] == 0
     checks = {c["name"]: c for c in out["checks"]}
     assert list(checks) == CHECKS

@@ -160,7 +160,7 @@ def test_a_fraction_that_starves_nccl_does_not_fit(dp8):
                                   "--mesh", "data=8", "--layout", "dp", "--no-explain", "--mem-fraction", "0.99",
                                   "--json"])
     assert r.exit_code == 3, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["fits"] is False and out["headroom_bytes"] > 0   # the peak itself fits the pool
     (w,) = [w for w in out["warnings"] if w["kind"] == "runtime_out_of_pool"]
     assert "NCCL" in w["message"] and "at most 0.9" in w["message"]
