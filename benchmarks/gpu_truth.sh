@@ -57,12 +57,12 @@ step calibrate 60 "0" bash -c "jaxmem calibrate --gpu local --json > $OUT/calibr
 cat "$OUT/calibrate.json" 2>/dev/null | head -40
 
 # 3. predicted vs measured over the accuracy cases (one measured run per case keeps it within the budget)
-step accuracy 290 "0" bash -c "python benchmarks/accuracy.py --gpu --repeats 1 --out benchmarks/results/accuracy-gpu.md > $OUT/accuracy.log 2>&1"
+step accuracy 275 "0" bash -c "python benchmarks/accuracy.py --gpu --repeats 1 --out benchmarks/results/accuracy-gpu.md > $OUT/accuracy.log 2>&1"
 tail -5 "$OUT/accuracy.log" 2>/dev/null
 
 # 4. one verify, watched through NVML (GPT-2 small, batch 16 x 1024 tokens: a step long enough to sample)
 VERIFY=(jaxmem verify models/gpt2.py --arg preset=gpt2 --arg batch_size=16 --gpu local --mesh data=1 --layout dp)
-step verify 60 "0" bash -c "${VERIFY[*]} --json --html $OUT/verify.html > $OUT/verify.json"
+step verify 75 "0" bash -c "${VERIFY[*]} --json --html $OUT/verify.html > $OUT/verify.json"
 [[ -s "$OUT/verify.json" ]] && python - "$OUT/verify.json" <<'PY' | tee "$OUT/verify.txt"
 import json, sys
 from jaxmem.truth.monitor import monitor_lines
