@@ -193,7 +193,7 @@ def model(target: Target, hlo_text: str | None = None, mesh_axes=None, *, hosts:
     nvls_on = nvls_card and str(env.get("NCCL_NVLS_ENABLE", "1")).strip() != "0"
     per_device = [0] * n
     count = [0] * n
-    used_nvls = False
+    used_nvls = used_plain = False
     for g in colls.groups:
         nvls = nvls_on and _hosts_of(g, n, hosts) < len(g)  # 2+ devices of the group share an NVSwitch host
         if entry is not None and entry.nccl_communicator_bytes is not None:
@@ -203,6 +203,7 @@ def model(target: Target, hlo_text: str | None = None, mesh_axes=None, *, hosts:
         else:
             size = est["nccl_communicator_two_ranks_bytes"] if len(g) == 2 else est["nccl_communicator_bytes"]
         used_nvls |= nvls
+        used_plain |= not nvls
         for d in g:
             if d < n:
                 per_device[d] += size
@@ -213,10 +214,8 @@ def model(target: Target, hlo_text: str | None = None, mesh_axes=None, *, hosts:
     measured = entry is not None and entry.nccl_communicator_bytes is not None
     if measured:
         src = entry.source
-    elif used_nvls:
-        src = est["nccl_nvls_source"]
-    else:
-        src = est["nccl_source"]
+    else:  # the sources of the sizes used: NVLS groups, groups without NVLS (one device per host), or both
+        src = "; ".join(est[k] for k, used in (("nccl_nvls_source", used_nvls), ("nccl_source", used_plain)) if used)
     detail = (f"{k} communicator(s) on the busiest device ({len(colls.groups)} device group(s) in the "
               f"program's collectives)")
     if nvls_card and k:
