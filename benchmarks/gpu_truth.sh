@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU ground truth in one go, on a machine with an NVIDIA GPU (about 5-8 minutes on one H200):
+# GPU ground truth in one go, on a machine with an NVIDIA GPU (each step time-limited: at most 8 minutes in all):
 #
 #   bash benchmarks/gpu_truth.sh            # from the repository root, jaxmem installed (pip install -e .)
 #

@@ -44,9 +44,27 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             raise sizes.compile_limit_error(e) or e
 
 
+def _check_before_devices(wl: Workload, opts: AnalyzeOptions, mesh_spec: layouts.MeshSpec) -> None:
+    """What the options and the batch's shapes decide alone, before devices exist: a 10000-device
+    mesh takes minutes to create, and its batch divisibility error must not wait for it."""
+    import jax
+
+    from jaxmem.program import state as state_mod
+
+    layouts.check_layout(opts.layout, mesh_spec)
+    batch = state_mod.override_batch(wl.batch, opts.batch)
+    flat, _ = jax.tree_util.tree_flatten_with_path(batch)
+    for path, x in flat:
+        layouts.batch_spec(tuple(x.shape), mesh_spec, jax.tree_util.keystr(path, simple=True, separator="/"))
+    sizes.check_leaves([sizes.Leaf(f"batch:{jax.tree_util.keystr(p, simple=True, separator='/')}", "batch",
+                                   tuple(x.shape), str(x.dtype), x.dtype.itemsize) for p, x in flat],
+                       x64=bool(jax.config.jax_enable_x64))
+
+
 def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
+    _check_before_devices(wl, opts, mesh_spec)
     target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
@@ -80,9 +98,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                              top=opts.top, depth=opts.module_depth, remat=opts.remat)
     t_decoded = time.perf_counter()  # reading the dump + attribution
     # Gradients are XLA temporaries. With the buffer assignment decoded: the gradient buffers
-    # live at the peak (XLA may fuse them away or hold bf16 partials); without it: the
-    # analytic size of every gradient, which is what most programs hold at the end of backward.
-    gradients = min(ex.categories["gradients"] if ex is not None else state.gradients, stats.temp)
+    # live at the peak (XLA may fuse them away or hold bf16 partials). Without it nothing tells
+    # how much of XLA's temp is gradients (a tiny MLP holds 6 KiB of its 2.5 MiB of gradients at
+    # the peak: XLA updates each parameter as soon as its gradient exists), so all of temp stays
+    # activations_and_temporaries, and a note says so, instead of a guessed split.
+    gradients = min(ex.categories["gradients"], stats.temp) if ex is not None else 0
     breakdown = {
         "params": state.params,
         "optimizer_state": state.optimizer_state,
@@ -119,6 +139,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
             f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
             f"memory fraction of at most {max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
             rt.out_of_pool_bytes - bud.out_of_pool_room))
+    if ex is None and state.gradients:
+        warnings.append(report.Warning(
+            "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split into "
+            f"gradients (at most {state.gradients / 2**20:,.2f} MiB, if all were live at once) and activations; all of "
+            "them are under activations_and_temporaries. Drop --no-explain to split them."))
     warnings += [report.Warning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
                  for n in stats.notes]
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):

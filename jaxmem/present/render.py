@@ -9,6 +9,48 @@ from rich.text import Text
 
 from jaxmem.report import BREAKDOWN_HELP, Report
 
+MODULE_ROWS = 15          # rows of the per-module table on a terminal; --json and --html keep every module
+PIPE_WIDTH = 1000         # stdout is a file or a pipe: no screen to fit, so no column is cut
+
+
+def make_console() -> Console:
+    """A terminal console; off a terminal (a pipe, a file, CI logs) one wide enough that nothing is cut.
+
+    rich falls back to 80 columns when stdout is not a terminal, which cut instruction names
+    (`gemm_fusion_d…`); COLUMNS, when set, still wins.
+    """
+    import os
+
+    c = Console()
+    if not c.is_terminal and not os.environ.get("COLUMNS"):
+        c = Console(width=PIPE_WIDTH)
+    return c
+
+
+def module_rows(modules, limit: int | None = MODULE_ROWS) -> tuple[list[tuple[str, int, int]], tuple[int, int]]:
+    """(name, bytes, buffers) rows for the terminal, largest first, and (modules, bytes) left out.
+
+    Buffers outside any module (XLA's own ops on params and the optimizer update) are one row;
+    Python scopes jax records inside a module path (`loss_fn.<locals>.<dictcomp>`) are dropped,
+    so they merge into their module.
+    """
+    merged: dict[str, list[int]] = {}
+    for m in modules:
+        path = m.module_path or ""
+        if not path or path.startswith("(no module"):
+            name = "(outside any module)"
+        else:
+            parts = [p for p in path.split("/") if "<" not in p and "." not in p]
+            name = "/".join(parts) or "(outside any module)"
+        acc = merged.setdefault(name, [0, 0])
+        acc[0] += m.bytes
+        acc[1] += m.buffers
+    rows = sorted(((n, b, k) for n, (b, k) in merged.items()), key=lambda r: -r[1])
+    if limit is None or len(rows) <= limit:
+        return rows, (0, 0)
+    rest = rows[limit:]
+    return rows[:limit], (len(rest), sum(r[1] for r in rest))
+
 
 def fmt_bytes(n: int | None) -> str:
     if n is None:
@@ -90,7 +132,7 @@ def step_time_lines(st: dict) -> list[str]:
 
 
 def render(r: Report, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     t = r.target
     mesh = ",".join(f"{n}={s}" for n, s in r.mesh)
     where = f"{t.description} ({t.gpu}{', deviceless compile' if t.deviceless else ''})"
@@ -109,8 +151,10 @@ def render(r: Report, console: Console | None = None) -> None:
     if wide:
         table.add_column("what it is", style="dim")
     peak = max(r.per_device_peak_bytes, 1)
+    not_split = any(w.kind == "gradients_not_split" for w in r.warnings)  # --no-explain: see the warning
     for key, value in r.breakdown.items():
-        table.add_row(key, fmt_bytes(value), f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
+        shown = "not split" if not_split and key == "gradients" else fmt_bytes(value)
+        table.add_row(key, shown, f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
     console.print(table)
 
     if t.usable_bytes is not None:
@@ -148,8 +192,11 @@ def render(r: Report, console: Console | None = None) -> None:
         tm.add_column("module")
         tm.add_column("bytes", justify="right")
         tm.add_column("buffers", justify="right")
-        for m in r.modules:
-            tm.add_row(escape(m.module_path or "(no module)"), fmt_bytes(m.bytes), str(m.buffers))
+        rows, (more, more_bytes) = module_rows(r.modules)
+        for name, nbytes, buffers in rows:
+            tm.add_row(escape(name), fmt_bytes(nbytes), str(buffers))
+        if more:
+            tm.add_row(f"[dim]... {more} more (all of them: --json or --html)[/dim]", fmt_bytes(more_bytes), "")
         console.print(tm)
     tim = r.timings
     console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "
@@ -164,7 +211,7 @@ def _max_batch(cell) -> str:
 
 def render_comparison(cells, console: Console | None = None) -> None:
     """One row per combination, smallest peak first; the ones that fit marked."""
-    console = console or Console()
+    console = console or make_console()
     axes = list(cells[0].choice) if cells else []
     table = Table(title="per-device peak by choice", title_justify="left")
     for a in axes:

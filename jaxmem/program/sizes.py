@@ -14,6 +14,7 @@ turned into the same kind of message (:func:`compile_limit_error`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -27,6 +28,17 @@ def _fix(category: str) -> str:
     if category == "batch":
         return "use a smaller --batch (or the model's batch size)"
     return "check the model's sizes (its --arg values, e.g. hidden or vocab sizes)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    """What check_leaves reads of a leaf (step.LeafInfo has the same fields)."""
+
+    path: str
+    category: str
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
 
 
 def check_leaves(leaves, *, x64: bool) -> None:

@@ -1,0 +1,341 @@
+"""Hostile and careless inputs to the jaxmem CLI, and how to run one (issue 11).
+
+Each probe says what a user must get: the exit code, a message on stderr that names the
+culprit, no traceback, and nothing left in TMPDIR. `tests/test_probes.py` runs them (in
+process through click's CliRunner where a probe allows it; in a fresh process where it
+must: exits, signals, segfault-class sizes, stdout on a full device);
+`benchmarks/probes.py` runs every one in a fresh process and prints the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures"
+H = FIX / "hostile"
+TINY = str(H / "tiny.py")
+MLP = str(FIX / "mlp_small.py")
+CPU = ("--gpu", "cpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    id: str
+    args: tuple[str, ...]                 # after `jaxmem`; "{tmp}" is the probe's own folder
+    exit: int                             # the exit code a user must get
+    message: str | None                   # on stderr: names the culprit
+    env: tuple[tuple[str, str], ...] = ()
+    process: bool = False                 # needs a fresh process (exits, signals, crashes, fds)
+    checks: tuple[str, ...] = ()          # json | analysis | file:NAME | no_ellipsis | once:TEXT | stdout:TEXT
+    files: tuple[tuple[str, bytes], ...] = ()   # written into {tmp} first
+    signal: str | None = None             # sent once the model signals it is blocked (PROBE_MARKER)
+    stdout_to: str | None = None          # e.g. /dev/full
+    compiles: bool = False                # reaches a compile (slower)
+    exits: tuple[int, ...] = ()           # other acceptable exit codes (a signal's two spellings)
+    wait_for: str = "marker"              # signal when: "marker" (the model is blocked) | "xla_tempfile" (XLA wrote one)
+    bench_only: bool = False              # too slow for the test suite (a real GPU compile)
+
+
+def _cal(entry: object) -> tuple[tuple[str, bytes], ...]:
+    return (("cal.json", json.dumps(entry).encode()),)
+
+
+_GOOD_ENTRY = {"in_pool_bytes": 0, "out_of_pool_bytes": 0, "source": "probe"}
+
+PROBES: list[Probe] = [
+    # ------------------------------------------------------------ a model file's own exits never read as a verdict
+    Probe("model sys.exit(0) at import", ("analyze", str(H / "exit0_import.py")), 2, "called sys.exit(0)"),
+    Probe("model sys.exit(0) in workload()", ("analyze", str(H / "exit0_workload.py")), 2, "called sys.exit(0)"),
+    Probe("model sys.exit(3) in workload()", ("analyze", str(H / "exit3_workload.py")), 2, "called sys.exit(3)"),
+    Probe("model sys.exit('msg')", ("analyze", str(H / "exit_msg.py")), 2, "sys.exit('giving up: no data')"),
+    Probe("model sys.exit(0) while traced", ("analyze", str(H / "exit_in_loss.py"), *CPU), 2,
+          "exit_in_loss.py: the model file called sys.exit(0)"),
+    Probe("model os._exit(0) at import", ("analyze", str(H / "os_exit0.py")), 2, "called os._exit(0)", process=True),
+    Probe("model os._exit(0) in workload()", ("analyze", str(H / "os_exit0_workload.py")), 2, "called os._exit(0)",
+          process=True),
+    Probe("model raises KeyboardInterrupt", ("analyze", str(H / "keyboard_interrupt.py")), 2,
+          "raised KeyboardInterrupt"),
+    Probe("verify: model sys.exit(0)", ("verify", str(H / "exit0_workload.py"), *CPU), 2, "called sys.exit(0)"),
+    Probe("compare: model sys.exit(0)", ("compare", str(H / "exit0_workload.py"), "--layouts", "dp,fsdp", *CPU,
+                                         "--jobs", "1"), 2, "called sys.exit(0)"),
+    # ------------------------------------------------------------ broken model files
+    Probe("model raises ValueError", ("analyze", str(H / "raises_value.py")), 2,
+          "ValueError: the preset table is empty (raises_value.py, line 5)"),
+    Probe("model syntax error: location once", ("analyze", str(H / "syntax_error.py")), 2, "SyntaxError",
+          checks=("once:line 1",)),
+    Probe("model not UTF-8", ("analyze", str(H / "not_utf8.py")), 2, "not_utf8.py: failed to import"),
+    Probe("model imports a missing package", ("analyze", str(H / "import_error.py")), 2, "nonexistent_package_xyz"),
+    Probe("workload() returns a dict", ("analyze", str(H / "not_a_workload.py")), 2, "returned dict"),
+    Probe("workload() recurses forever", ("analyze", str(H / "recursion.py")), 2, "RecursionError"),
+    Probe("model file missing", ("analyze", str(H / "nope.py")), 2, "nope.py"),
+    Probe("model file is a directory", ("analyze", str(H)), 2, "is a directory"),
+    Probe("model file without workload()", ("analyze", str(FIX / "no_workload.py")), 2, "defines no `workload()`"),
+    Probe("loss returns a tuple", ("analyze", str(H / "loss_tuple.py"), *CPU), 2, "loss(model, batch) returned a tuple"),
+    Probe("loss returns a vector", ("analyze", str(H / "loss_vector.py"), *CPU), 2, "array of shape (8,)"),
+    Probe("custom step returns a scalar", ("analyze", str(H / "custom_step_scalar.py"), *CPU), 2,
+          "step(state, batch) returned an array of shape ()"),
+    Probe("batch leaf is a string", ("analyze", str(H / "nonarray_batch_leaf.py"), *CPU), 2,
+          "batch['name'] is a str"),
+    Probe("batch leaf is a scalar (replicated)", ("analyze", str(H / "scalar_batch_leaf.py"), *CPU, "--mesh", "data=2",
+                                                  "--no-explain"), 0, None, compiles=True),
+    # ------------------------------------------------------------ the model's stdout never reaches jaxmem's
+    Probe("model prints: analyze --json stays JSON", ("analyze", str(H / "prints.py"), *CPU, "--json", "--no-explain"),
+          0, None, checks=("json",), compiles=True),
+    Probe("model prints, fd 1: analyze --json", ("analyze", str(H / "prints.py"), *CPU, "--json", "--no-explain"), 0,
+          None, checks=("json",), process=True, compiles=True),
+    Probe("model prints: verify --json stays JSON", ("verify", str(H / "prints.py"), *CPU, "--json"), 0, None,
+          checks=("json",), process=True, compiles=True),
+    # ------------------------------------------------------------ options: refused up front, named
+    Probe("--batch 0", ("analyze", TINY, "--batch", "0"), 2, "'--batch': 0 is not allowed"),
+    Probe("--batch -8", ("analyze", TINY, "--batch", "-8"), 2, "'--batch': -8 is not allowed"),
+    Probe("--batch 1e20", ("analyze", TINY, "--batch", "1e20"), 2, "'--batch': '1e20' is not a whole number"),
+    Probe("--batch 8.5", ("analyze", TINY, "--batch", "8.5"), 2, "'--batch': '8.5' is not a whole number"),
+    Probe("--batch 2^70", ("analyze", TINY, "--batch", str(2**70)), 2, "beyond a 64-bit integer"),
+    Probe("--batch 1e12 (segfault before)", ("analyze", TINY, "--batch", "1000000000000"), 2,
+          "batch:x float32[1000000000000, 16] has a dimension of 1,000,000,000,000, beyond int32", process=True),
+    Probe("--batch 5e11 (RET_CHECK before)", ("analyze", TINY, "--batch", "500000000000"), 2, "beyond int32"),
+    Probe("--batch 2^31", ("analyze", TINY, "--batch", str(2**31)), 2, "beyond int32"),
+    Probe("--batch 2^62 (bytes beyond int64)", ("analyze", TINY, "--batch", str(2**62)), 2, "beyond int32"),
+    Probe("--hosts 0", ("analyze", TINY, "--hosts", "0"), 2, "'--hosts': 0 is not in the range x>=1"),
+    Probe("--hosts -2", ("analyze", TINY, "--hosts", "-2"), 2, "'--hosts'"),
+    Probe("--hosts 3 on 8 devices", ("analyze", TINY, "--mesh", "data=8", "--hosts", "3"), 2, "--hosts 3 does not divide"),
+    Probe("--top -1", ("analyze", TINY, "--top", "-1"), 2, "'--top': -1 is not in the range x>=0"),
+    Probe("--depth -1", ("analyze", TINY, "--depth", "-1"), 2, "'--depth'"),
+    Probe("--depth 0", ("analyze", TINY, "--depth", "0"), 2, "'--depth': 0 is not in the range x>=1"),
+    Probe("--accum 0", ("analyze", TINY, "--accum", "0"), 2, "'--accum'"),
+    Probe("--mem-fraction 0", ("analyze", TINY, "--mem-fraction", "0"), 2, "'--mem-fraction': 0 is not in (0, 1]"),
+    Probe("--mem-fraction 1.5", ("analyze", TINY, "--mem-fraction", "1.5"), 2, "'--mem-fraction'"),
+    Probe("--mem-fraction -1", ("analyze", TINY, "--mem-fraction", "-1"), 2, "'--mem-fraction'"),
+    Probe("--mem-fraction nan", ("analyze", TINY, "--mem-fraction", "nan"), 2, "'--mem-fraction': nan"),
+    Probe("--mem-fraction abc", ("analyze", TINY, "--mem-fraction", "abc"), 2, "'--mem-fraction': 'abc' is not a number"),
+    Probe("--mem-fraction on --gpu cpu", ("analyze", TINY, "--mem-fraction", "0.5", *CPU), 2,
+          "--gpu cpu has no fixed device memory"),
+    Probe("--mesh data=10000 (divisibility before devices)", ("analyze", TINY, "--mesh", "data=10000"), 2,
+          "global batch 8 is not divisible by the 10000 devices", checks=("fast:30",)),
+    Probe("--mesh data=0", ("analyze", TINY, "--mesh", "data=0"), 2, "axis data must have at least 1 device"),
+    Probe("--mesh data=abc", ("analyze", TINY, "--mesh", "data=abc"), 2, "--mesh 'data=abc'"),
+    Probe("--mesh ''", ("analyze", TINY, "--mesh", ""), 2, "--mesh is empty"),
+    Probe("--mesh data=2,data=2", ("analyze", TINY, "--mesh", "data=2,data=2"), 2, "axis data given twice"),
+    Probe("--gpu v100", ("analyze", TINY, "--gpu", "v100"), 2, "unknown GPU 'v100'"),
+    Probe("--layout tp without a model axis", ("analyze", TINY, "--mesh", "data=2", "--layout", "tp"), 2,
+          "needs a model axis"),
+    Probe("--layout tp on an axis named tp", ("analyze", TINY, "--mesh", "tp=2", "--layout", "tp", *CPU, "--no-explain"),
+          0, None, compiles=True),
+    Probe("--arg hidden=abc (an int)", ("analyze", TINY, "--arg", "hidden=abc"), 2,
+          "--arg hidden=abc: workload() expects hidden to be int (default 32)"),
+    Probe("--arg without =", ("analyze", TINY, "--arg", "nokey"), 2, "'nokey': expected KEY=VALUE"),
+    Probe("--arg unknown name", ("analyze", TINY, "--arg", "depth=3"), 2, "workload() has no argument 'depth'"),
+    Probe("--optimizer adamax", ("analyze", TINY, "--optimizer", "adamax"), 2, "unknown optimizer 'adamax'"),
+    Probe("--remat full, workload() takes no remat", ("analyze", TINY, "--remat", "full"), 2,
+          "takes no `remat` argument"),
+    # ------------------------------------------------------------ memory settings in the environment
+    Probe("XLA_PYTHON_CLIENT_MEM_FRACTION=abc", ("analyze", TINY), 2, "XLA_PYTHON_CLIENT_MEM_FRACTION='abc' is not a number",
+          env=(("XLA_PYTHON_CLIENT_MEM_FRACTION", "abc"),)),
+    Probe("XLA_CLIENT_MEM_FRACTION=5", ("analyze", TINY), 2, "XLA_CLIENT_MEM_FRACTION=5: the share",
+          env=(("XLA_CLIENT_MEM_FRACTION", "5"),)),
+    Probe("XLA_CLIENT_MEM_FRACTION=-1", ("analyze", TINY), 2, "XLA_CLIENT_MEM_FRACTION=-1",
+          env=(("XLA_CLIENT_MEM_FRACTION", "-1"),)),
+    Probe("XLA_CLIENT_MEM_FRACTION=0", ("analyze", TINY), 2, "XLA_CLIENT_MEM_FRACTION=0",
+          env=(("XLA_CLIENT_MEM_FRACTION", "0"),)),
+    Probe("both MEM_FRACTION variables", ("analyze", TINY), 2, "unset XLA_PYTHON_CLIENT_MEM_FRACTION",
+          env=(("XLA_CLIENT_MEM_FRACTION", "0.9"), ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.8"))),
+    Probe("XLA_PYTHON_CLIENT_ALLOCATOR=bogus", ("analyze", TINY), 2, "XLA_PYTHON_CLIENT_ALLOCATOR='bogus'",
+          env=(("XLA_PYTHON_CLIENT_ALLOCATOR", "bogus"),)),
+    Probe("XLA_CLIENT_MEM_FRACTION=abc on gpus", ("gpus",), 2, "XLA_CLIENT_MEM_FRACTION='abc'",
+          env=(("XLA_CLIENT_MEM_FRACTION", "abc"),)),
+    # ------------------------------------------------------------ side outputs: the analysis is never lost
+    Probe("--html under a file (before the compile)", ("analyze", TINY, "--html", "{tmp}/afile/r.html"), 2,
+          "is a file, not a directory", files=(("afile", b"x"),)),
+    Probe("--html unwritable: analysis printed, then exit 2", ("analyze", TINY, *CPU, "--html", "/proc/nope/r.html"), 2,
+          "--html /proc/nope/r.html: not written", checks=("analysis",), compiles=True),
+    Probe("--png unwritable: analysis printed, then exit 2", ("analyze", TINY, *CPU, "--png", "/proc/nope/r.png"), 2,
+          "--png /proc/nope/r.png: not written", checks=("analysis",), compiles=True),
+    Probe("--png with $...$ in the model name", ("analyze", str(H / "dollar_name.py"), *CPU, "--png", "{tmp}/d.png"), 0,
+          None, checks=("file:d.png",), compiles=True),
+    Probe("--json to a full device", ("analyze", TINY, *CPU, "--json", "--no-explain"), 2,
+          "cannot write the output (stdout): No space left on device", process=True, stdout_to="/dev/full",
+          compiles=True),
+    # ------------------------------------------------------------ verify and compare options
+    Probe("verify --timeout 0", ("verify", TINY, "--timeout", "0"), 2, "'--timeout': 0"),
+    Probe("verify --timeout -1", ("verify", TINY, "--timeout", "-1"), 2, "'--timeout'"),
+    Probe("verify --timeout nan", ("verify", TINY, "--timeout", "nan"), 2, "'--timeout'"),
+    Probe("verify --timeout 0.01: says 0.01 s", ("verify", TINY, *CPU, "--timeout", "0.01"), 2,
+          "ran past --timeout 0.01 s", compiles=True),
+    Probe("verify --help: default is the CPU", ("verify", "--help"), 0, None, checks=("stdout:else the CPU",)),
+    Probe("compare --batches 0,8", ("compare", TINY, "--batches", "0,8"), 2, "--batches"),
+    Probe("compare --batches abc", ("compare", TINY, "--batches", "abc"), 2, "--batches"),
+    Probe("compare --layouts dp,bogus", ("compare", TINY, "--layouts", "dp,bogus"), 2, "bogus"),
+    Probe("compare: a 1e12 row is an error row", ("compare", TINY, "--batches", "8,1000000000000", "--gpu", "h100",
+                                                  "--jobs", "1"), 0, None, checks=("stdout:beyond int32",),
+          compiles=True, process=True),
+    # ------------------------------------------------------------ calibration files (validated on read)
+    Probe("calibration: negative in_pool_bytes", ("analyze", TINY, *CPU), 2, "in_pool_bytes = -1",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),),
+          files=_cal({"cpu": {**_GOOD_ENTRY, "in_pool_bytes": -1}})),
+    Probe("calibration: a string for bytes", ("analyze", TINY, *CPU), 2, "in_pool_bytes must be an integer",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),),
+          files=_cal({"cpu": {**_GOOD_ENTRY, "in_pool_bytes": "lots"}})),
+    Probe("calibration: a JSON list", ("analyze", TINY, *CPU), 2, "cal.json: must be a JSON object",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),), files=_cal([1, 2])),
+    Probe("calibration: a missing key", ("analyze", TINY, *CPU), 2, "has no 'in_pool_bytes'",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),), files=_cal({"cpu": {"source": "x"}})),
+    Probe("calibration: not UTF-8", ("analyze", TINY, *CPU), 2, "is not UTF-8",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),), files=(("cal.json", b"\xff\xfe{}"),)),
+    Probe("calibration: not JSON", ("analyze", TINY, *CPU), 2, "not valid JSON",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),), files=(("cal.json", b"{oops"),)),
+    Probe("calibration: a directory", ("analyze", TINY, *CPU), 2, "is a directory",
+          env=(("JAXMEM_CALIBRATION", "{tmp}"),)),
+    Probe("calibrate over a corrupt file: kept", ("calibrate", *CPU), 2, "not valid JSON",
+          env=(("JAXMEM_CALIBRATION", "{tmp}/cal.json"),), files=(("cal.json", b"{oops"),),
+          checks=("unchanged:cal.json",)),
+    Probe("calibrate to a directory", ("calibrate", *CPU), 2, "is a directory",
+          env=(("JAXMEM_CALIBRATION", "{tmp}"),)),
+    # ------------------------------------------------------------ signals: nothing left in TMPDIR
+    Probe("SIGTERM while tracing", ("analyze", str(H / "blocks.py"), *CPU), 143, "stopped by SIGTERM",
+          process=True, signal="SIGTERM", exits=(-15,)),
+    Probe("SIGINT while tracing", ("analyze", str(H / "blocks.py"), *CPU), 130, "stopped by SIGINT",
+          process=True, signal="SIGINT", exits=(-2,)),
+    Probe("SIGHUP while tracing", ("analyze", str(H / "blocks.py"), *CPU), 129, "stopped by SIGHUP",
+          process=True, signal="SIGHUP", exits=(-1,)),
+    Probe("SIGTERM in C code holding the GIL", ("analyze", str(H / "blocks.py"), *CPU), 137,
+          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9,),
+          env=(("PROBE_BLOCK", "c"),)),
+    Probe("SIGTERM during a real compile (gpt2, h100)", ("analyze", str(ROOT / "models" / "gpt2.py"), "--arg",
+                                                        "preset=gpt2", "--gpu", "h100", "--no-cache"), 137,
+          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9, 143, -15),
+          wait_for="xla_tempfile", bench_only=True, compiles=True),
+    # ------------------------------------------------------------ output off a terminal is not cut
+    Probe("piped tables are not cut at 80 columns", ("analyze", MLP, "--gpu", "h100", "--top", "3"), 0, None,
+          checks=("no_ellipsis",), compiles=True),
+]
+
+
+@dataclasses.dataclass
+class Outcome:
+    exit: int
+    stdout: str
+    stderr: str
+    traceback: bool
+    leftovers: list[str]
+    seconds: float
+    problems: list[str]          # what the probe's promise found wrong (empty: kept)
+
+
+def _fill(text: str, tmp: str) -> str:
+    return text.replace("{tmp}", tmp)
+
+
+def _prepare(p: Probe, tmp: str) -> tuple[list[str], dict[str, str]]:
+    for name, data in p.files:
+        pathlib.Path(tmp, name).write_bytes(data)
+    return [_fill(a, tmp) for a in p.args], {k: _fill(v, tmp) for k, v in p.env}
+
+
+def judge(p: Probe, out: Outcome, tmp: str) -> list[str]:
+    """Everything the probe's promise finds wrong with an outcome."""
+    bad = []
+    if out.exit != p.exit and out.exit not in p.exits:
+        bad.append(f"exit {out.exit}, expected {p.exit}")
+    if out.traceback:
+        bad.append("traceback")
+    if p.message and p.message not in out.stderr:
+        bad.append(f"stderr lacks {p.message!r}")
+    if out.leftovers:
+        bad.append(f"left in TMPDIR: {out.leftovers}")
+    for c in p.checks:
+        kind, _, arg = c.partition(":")
+        if kind == "json":
+            try:
+                json.loads(out.stdout)
+            except ValueError:
+                bad.append("stdout is not JSON")
+        elif kind == "analysis" and "per-device memory at the peak" not in out.stdout:
+            bad.append("the analysis was not printed")
+        elif kind == "file" and not pathlib.Path(tmp, arg).is_file():
+            bad.append(f"{arg} not written")
+        elif kind == "no_ellipsis" and "…" in out.stdout:
+            bad.append("output cut with …")
+        elif kind == "once" and out.stderr.count(arg) != 1:
+            bad.append(f"{arg!r} appears {out.stderr.count(arg)} times")
+        elif kind == "stdout" and arg not in out.stdout:
+            bad.append(f"stdout lacks {arg!r}")
+        elif kind == "fast" and out.seconds > float(arg):
+            bad.append(f"took {out.seconds:.0f} s (> {arg} s)")
+        elif kind == "unchanged":
+            data = dict(p.files)[arg]
+            if pathlib.Path(tmp, arg).read_bytes() != data:
+                bad.append(f"{arg} was changed")
+    return bad
+
+
+def _leftovers(scratch: str) -> list[str]:
+    return sorted(os.listdir(scratch)) if os.path.isdir(scratch) else []
+
+
+def run_in_process(p: Probe, tmp: str, scratch: str) -> Outcome:
+    """Through click's CliRunner; TMPDIR is `scratch` for the command (tempfile.tempdir)."""
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    args, env = _prepare(p, tmp)
+    saved = tempfile.tempdir
+    tempfile.tempdir = scratch
+    t0 = time.perf_counter()
+    try:
+        r = CliRunner().invoke(cli.main, args, env=env)
+    finally:
+        tempfile.tempdir = saved
+    seconds = time.perf_counter() - t0
+    tb = r.exception is not None and not isinstance(r.exception, SystemExit)
+    out = Outcome(r.exit_code, r.stdout, r.stderr, tb or "Traceback (most recent call last)" in r.output,
+                  _leftovers(scratch), seconds, [])
+    out.problems = judge(p, out, tmp)
+    return out
+
+
+def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) -> Outcome:
+    """`python -m jaxmem.cli ARGS` with TMPDIR=scratch; a signal probe signals once the model is blocked."""
+    args, env = _prepare(p, tmp)
+    marker = os.path.join(tmp, "blocked")
+    env = {**os.environ, **env, "TMPDIR": scratch, "PROBE_MARKER": marker}
+    stdout = open(p.stdout_to, "wb") if p.stdout_to else subprocess.PIPE
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
+                                env=env, cwd=ROOT)
+        if p.signal:
+            def ready():
+                if p.wait_for == "xla_tempfile":
+                    return bool(glob.glob(os.path.join(scratch, "jaxmem-run-*", "tempfile-*")))
+                return os.path.exists(marker)
+
+            while not ready() and proc.poll() is None and time.perf_counter() - t0 < timeout:
+                time.sleep(0.05)
+            time.sleep(0.2)
+            proc.send_signal(getattr(signal, p.signal))
+        try:
+            o, e = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            o, e = proc.communicate()
+    finally:
+        if p.stdout_to:
+            stdout.close()
+    seconds = time.perf_counter() - t0
+    time.sleep(0.3)  # a crash's clean-up is the helper process's, which may finish just after
+    o = (o or b"").decode(errors="replace")
+    e = e.decode(errors="replace")
+    out = Outcome(proc.returncode, o, e, "Traceback (most recent call last)" in o + e, _leftovers(scratch), seconds, [])
+    out.problems = judge(p, out, tmp)
+    return out
