@@ -1,0 +1,220 @@
+"""Fine-tuning: frozen parameters, LoRA / QLoRA adapters (qwix), optimizer state in pinned host memory."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jaxmem.analyze import AnalyzeOptions, analyze_file, command_line
+from jaxmem.cli import main
+from jaxmem.compiler import compiled, targets
+from jaxmem.errors import UserError
+from jaxmem.plan import compare
+from jaxmem.program import layouts, step, train_state
+from jaxmem.program.finetune import FineTune
+from jaxmem.program.workload import load_workload
+
+FIX = Path(__file__).parent / "fixtures"
+MLP = FIX / "finetune_mlp.py"          # Dense a: 37->53, b: 53->29, head: 29->11
+NNX = FIX / "finetune_nnx.py"          # Linear a: 37->53, head: 53->11
+LLAMA = Path(__file__).resolve().parent.parent / "models" / "llama.py"
+ADAMW_COUNT = 4                        # optax.adamw's step counter: one int32
+
+
+def build(path, mesh="data=1", layout="fsdp", precision="fp32", donate=True, model_args=None, **ft):
+    wl = load_workload(path, **(model_args or {}))
+    ms = layouts.parse_mesh(mesh)
+    m = layouts.build_mesh(targets.make_target("h100", ms.size).devices, ms)
+    opts = step.StepOptions(layout=layout, precision=precision, optimizer="adamw", donate=donate,
+                            finetune=FineTune(**ft))
+    return step.build(wl, opts, m, ms)
+
+
+def compile_(built):
+    return compiled.compile_step(built, explain=False, cache=False)
+
+
+def analyze(path=MLP, **kw):
+    kw.setdefault("gpu", "h100")
+    kw.setdefault("explain", False)
+    kw.setdefault("optimizer", "adamw")
+    return analyze_file(str(path), AnalyzeOptions(**kw))
+
+
+def computed_shapes(hlo: str, dtype: str, shape: tuple[int, ...]) -> list[str]:
+    """Instructions (not parameters) whose result is exactly dtype[shape], in any layout."""
+    dims = ",".join(map(str, shape))
+    pat = re.compile(rf"= {dtype}\[{dims}\]\{{[\d,]*\}} (?!parameter\()")
+    return [line.strip()[:160] for line in hlo.splitlines() if pat.search(line)]
+
+
+# ---------------------------------------------------------------- --freeze
+
+
+def test_one_trainable_layer_has_exactly_its_gradients_and_adamw_state():
+    r = analyze(freeze="^(a|head)/", explain=True)
+    layer = (53 * 29 + 29) * 4                     # Dense b: kernel + bias, fp32
+    assert r.trainable_param_count == 53 * 29 + 29
+    assert r.frozen_param_count == (37 * 53 + 53) + (29 * 11 + 11)
+    assert r.trainable_bytes == layer and r.trainable_bytes + r.frozen_bytes == r.breakdown["params"]
+    # AdamW over the trainable part only: two moments of that layer and the counter
+    assert r.breakdown["optimizer_state"] == 2 * layer + ADAMW_COUNT
+    # every gradient the step has is that layer's; at the peak XLA holds its kernel's (the bias's is gone)
+    assert train_state.summarize(build(MLP, freeze="^(a|head)/").leaves).gradients == layer
+    assert 53 * 29 * 4 <= r.breakdown["gradients"] <= layer
+    full = analyze(explain=True)
+    assert full.breakdown["optimizer_state"] == 2 * full.breakdown["params"] + ADAMW_COUNT
+    assert full.breakdown["gradients"] > layer
+    assert full.frozen_param_count == 0 and full.trainable_param_count == full.param_count
+
+
+def test_the_compiled_step_has_no_gradient_of_a_frozen_weight():
+    frozen = compile_(build(MLP, freeze="^a/"))
+    assert not computed_shapes(frozen.hlo_text, "f32", (37, 53))
+    # the same step with `a` trained computes dL/dW_a, an f32[37,53]: the check can see a gradient
+    trained = compile_(build(MLP))
+    assert computed_shapes(trained.hlo_text, "f32", (37, 53))
+    assert frozen.stats.argument == train_state.summarize(build(MLP, freeze="^a/").leaves).arguments
+
+
+def test_freeze_errors_name_the_culprit():
+    with pytest.raises(UserError, match="matches no parameter path"):
+        build(MLP, freeze="nothing_here")
+    with pytest.raises(UserError, match="nothing left to train"):
+        build(MLP, freeze=".")
+    with pytest.raises(UserError, match="not a valid regular expression"):
+        build(MLP, freeze="(")
+
+
+# ---------------------------------------------------------------- LoRA (qwix)
+
+
+@pytest.mark.parametrize("rank", [1, 4])
+def test_lora_adds_r_times_din_plus_dout_per_target_and_adamw_follows(rank):
+    r = analyze(lora_rank=rank, lora_targets="^(a|b)$")
+    adapters = rank * (37 + 53) + rank * (53 + 29)
+    assert r.trainable_param_count == adapters
+    assert r.frozen_param_count == (37 * 53 + 53) + (53 * 29 + 29) + (29 * 11 + 11)   # the whole base
+    assert r.breakdown["optimizer_state"] == 2 * adapters * 4 + ADAMW_COUNT
+
+
+def test_lora_on_scanned_layers_counts_every_layer():
+    # llama tiny: 2 scanned layers, d_model 64, ffn 128; up_proj is an einsum 64 -> 128
+    r = analyze(LLAMA, model_args=(("preset", "tiny"),), lora_rank=4, lora_targets="mlp/up_proj")
+    assert r.trainable_param_count == 2 * 4 * (64 + 128)
+    assert r.breakdown["optimizer_state"] == 2 * r.trainable_bytes + ADAMW_COUNT
+
+
+def test_lora_on_an_nnx_model():
+    r = analyze(NNX, lora_rank=4)
+    assert r.trainable_param_count == 4 * (37 + 53) + 4 * (53 + 11)
+    assert r.frozen_param_count == 37 * 53 + 53 + 53 * 11 + 11
+    assert r.breakdown["optimizer_state"] == 2 * r.trainable_bytes + ADAMW_COUNT
+
+
+def test_lora_applies_adapters_to_activations_never_materializing_w_plus_ab():
+    art = compile_(build(MLP, lora_rank=4))
+    # W + A @ B (and any gradient of W) would be an f32[37,53]; x @ A @ B never makes one
+    assert not computed_shapes(art.hlo_text, "f32", (37, 53))
+    assert not computed_shapes(art.hlo_text, "f32", (53, 29))
+    assert computed_shapes(art.hlo_text, "f32", (8, 4))       # x @ A: (batch, rank)
+
+
+def test_lora_targets_that_match_nothing_are_refused():
+    with pytest.raises(UserError, match="no dense/einsum/conv weight took an adapter"):
+        build(MLP, lora_rank=4, lora_targets="attn")
+
+
+# ---------------------------------------------------------------- quantized bases
+
+
+def test_int4_base_is_half_of_int8_plus_the_same_scales():
+    leaves = {d: build(MLP, lora_rank=4, base_dtype=d).leaves for d in ("int8", "int4", "nf4")}
+    q = {d: [leaf for leaf in ls if leaf.path.endswith("/qvalue")] for d, ls in leaves.items()}
+    scales = {d: [leaf for leaf in ls if leaf.path.endswith("/array/scale")] for d, ls in leaves.items()}
+    n = 37 * 53 + 53 * 29 + 29 * 11
+    assert sum(leaf.size for leaf in q["int8"]) == n
+    assert sum(leaf.global_bytes for leaf in q["int8"]) == n
+    assert sum(leaf.global_bytes for leaf in q["int4"]) == (n + 1) // 2 + 1   # 3 odd-sized weights round up
+    assert sum(leaf.global_bytes for leaf in q["nf4"]) == sum(leaf.global_bytes for leaf in q["int4"])
+    # qwix's per-output-channel scales, fp32: the same for every base dtype
+    for d in ("int8", "int4", "nf4"):
+        assert sum(leaf.global_bytes for leaf in scales[d]) == (53 + 29 + 11) * 4
+    # XLA stores 4-bit values two to a byte: its argument bytes equal these
+    for d in ("int8", "int4"):
+        built = build(MLP, lora_rank=4, base_dtype=d)
+        assert compile_(built).stats.argument == train_state.summarize(built.leaves).arguments
+
+
+def test_a_quantized_base_still_shards_under_fsdp_and_tp():
+    built = build(LLAMA, mesh="data=2,model=2", layout="fsdp_tp", model_args={"preset": "tiny", "batch_size": 8},
+                  lora_rank=4, base_dtype="nf4")
+    q = [leaf for leaf in built.leaves if leaf.path.endswith("/qvalue") and "layers/mlp/up_proj" in leaf.path]
+    assert q and q[0].shards == 4
+    assert compile_(built).stats.argument == train_state.summarize(built.leaves).arguments
+
+
+def test_base_dtype_needs_lora_and_bf16_needs_bf16_compute():
+    with pytest.raises(UserError, match="add --lora RANK"):
+        build(MLP, base_dtype="nf4")
+    with pytest.raises(UserError, match="--precision bf16"):
+        build(MLP, lora_rank=4, base_dtype="bf16")
+    built = build(MLP, precision="bf16", lora_rank=4, base_dtype="bf16")
+    assert {leaf.dtype for leaf in built.leaves if leaf.category == "params" and leaf.trainable is False} == {"bfloat16"}
+
+
+# ---------------------------------------------------------------- offload
+
+
+def test_offloaded_optimizer_state_is_in_host_memory_not_on_the_device():
+    on_device = analyze()
+    r = analyze(offload="optimizer")
+    opt = on_device.breakdown["optimizer_state"]
+    assert r.breakdown["optimizer_state"] == 0
+    assert r.host["optimizer_state"] == opt
+    assert r.xla["argument"] == on_device.xla["argument"] - opt   # XLA's device arguments lost exactly it
+    assert r.state_check["analytic_argument_bytes"] == r.state_check["compiled_argument_bytes"]
+    assert not [w for w in r.warnings if w.kind == "offload_not_placed"]
+    assert r.options["offload"] == "optimizer"
+
+
+def test_offload_refusals():
+    with pytest.raises(UserError, match="needs the state donated"):
+        analyze(offload="optimizer", donate=False)
+    with pytest.raises(UserError, match="--offload activations is not supported"):
+        analyze(offload="activations")
+
+
+# ---------------------------------------------------------------- CLI, JSON, compare
+
+
+def test_cli_json_carries_the_fine_tuning_fields():
+    res = CliRunner().invoke(main, ["analyze", str(MLP), "--gpu", "h100", "--no-explain", "--json", "--lora", "2",
+                                    "--lora-targets", "^a$", "--base-dtype", "int8"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["trainable_param_count"] == 2 * (37 + 53)
+    assert d["frozen_param_count"] + d["trainable_param_count"] == d["param_count"]
+    assert d["options"]["lora_rank"] == 2 and d["options"]["base_dtype"] == "int8"
+    assert d["host"] == {}
+
+
+def test_cli_refuses_bad_fine_tuning_flags_with_exit_2():
+    res = CliRunner().invoke(main, ["analyze", str(MLP), "--gpu", "h100", "--freeze", "("])
+    assert res.exit_code == 2 and "--freeze" in res.output
+
+
+def test_command_line_renders_the_fine_tuning_flags():
+    opts = AnalyzeOptions(freeze="embed", lora_rank=16, lora_targets="attn|mlp", lora_alpha=32.0, base_dtype="nf4",
+                          offload="optimizer", precision="bf16")
+    text = command_line("m.py", opts)
+    for part in ("--freeze embed", "--lora 16", "--lora-targets 'attn|mlp'", "--lora-alpha 32.0",
+                 "--base-dtype nf4", "--offload optimizer"):
+        assert part in text
+
+
+def test_compare_grid_has_one_full_fine_tune_row_per_base_dtype_axis():
+    rows = compare.grid({"lora_rank": "0,16", "base_dtype": "bf16,nf4"})
+    assert rows == [{"lora_rank": 0, "base_dtype": None}, {"lora_rank": 16, "base_dtype": "bf16"},
+                    {"lora_rank": 16, "base_dtype": "nf4"}]
