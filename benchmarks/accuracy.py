@@ -567,6 +567,15 @@ def _meta(backend, device, gpu_name, total_s, repeats, predictions, command) -> 
     else:
         how = ("the allocator's `peak_bytes_in_use` per device, each case in a fresh process, "
                "`XLA_PYTHON_CLIENT_PREALLOCATE=false`")
+    commit = os.environ.get("JAXMEM_COMMIT")
+    if not commit:
+        import subprocess
+
+        git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()  # noqa: E731
+        commit = git("rev-parse", "--short", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += " + uncommitted changes"
+    how += f"; code: jaxmem at commit {commit}"
     return {"backend": backend, "device": device, "gpu_name": gpu_name, "total_s": total_s, "repeats": repeats,
             "date": datetime.date.today().isoformat(), "how": how, "command": command,
             "versions": (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}, "

@@ -1,11 +1,11 @@
-"""`jaxmem verify` / `jaxmem calibrate`, and the classic analytic estimate they are compared with."""
+"""`jaxmem verify` / `jaxmem calibrate` (the classic analytic estimate: tests/test_classic.py)."""
 
 import json
 
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.truth import classic, verify
+from jaxmem.truth import verify
 from jaxmem.compiler import runtime, targets
 from jaxmem.cli import main
 from jaxmem.program.workload import load_workload
@@ -21,14 +21,14 @@ def shipped_overhead(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXMEM_CALIBRATION", str(tmp_path / "none.json"))
 
 
-def test_verify_a_small_mlp_within_tolerance(models_dir, shipped_overhead):
+def test_verify_a_small_mlp_within_the_5_percent_target(models_dir, shipped_overhead):
     r = CliRunner().invoke(main, ["verify", str(models_dir / "mlp.py"), *MLP_ARGS, "--gpu", "cpu", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     for key in ("predicted_peak_bytes", "measured_peak_bytes", "relative_error", "per_device", "method"):
         assert key in out
     assert out["measured_peak_bytes"] > 150e6
-    assert abs(out["relative_error"]) < 0.10
+    assert abs(out["relative_error"]) < 0.05   # the accuracy target (README, "Accuracy")
     assert out["relative_error"] == pytest.approx(
         (out["predicted_peak_bytes"] - out["measured_peak_bytes"]) / out["measured_peak_bytes"])
     (dev,) = out["per_device"]
@@ -60,45 +60,22 @@ def test_calibrate_stores_the_cpu_overhead(monkeypatch, tmp_path):
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("JAXMEM_CALIBRATION", str(path))
     monkeypatch.setattr(verify, "CPU_CALIBRATION_DEVICES", (1, 2))
-    monkeypatch.setattr(verify, "CALIBRATION_SIZES", ({"width": 256, "batch": 64},))
+    # two sizes on 1 and 2 devices: four runs for a two-term fit (per process + per device), so the fit can miss
+    monkeypatch.setattr(verify, "CALIBRATION_SIZES", ({"width": 256, "batch": 64}, {"width": 1024, "batch": 256}))
     r = CliRunner().invoke(main, ["calibrate", "--gpu", "cpu", "--json"])
     assert r.exit_code == 0, r.output
     entry = json.loads(path.read_text())["cpu"]
     assert entry["measured_at"] and "jaxmem calibrate" in entry["source"] and "jax 0.10.2" in entry["source"]
-    # the runtime's own cost: a few MB to a few tens of MB per process on CPU
-    assert 1 << 20 < entry["per_process_bytes"] + 2 * entry["in_pool_bytes"] < 200 << 20
+    runs = json.loads(r.output)["runs"]
+    assert sorted((run["devices"], run["width"]) for run in runs) == [(1, 256), (1, 1024), (2, 256), (2, 1024)]
+    # the model behind the term: the runtime's own memory is a constant per process (+ per device), not a share
+    # of the program. So the stored term, added to XLA's lower bound, must reproduce every run -- a 16x larger
+    # program included -- to within 2.5 MB: half the 5% target on the smallest peak it covers (100 MB).
+    # Measured on a loaded 2-core machine: 0.7 and 1.6 MB off.
+    for run in runs:
+        fitted = run["xla_lower_bound_bytes"] + entry["per_process_bytes"] + run["devices"] * entry["in_pool_bytes"]
+        assert abs(fitted - run["measured_bytes"]) <= 2.5e6, run
     cpu2 = targets.Target("cpu", "cpu", "cpu", None, False, (None, None))
     rt = runtime.model(cpu2)
     assert rt.calibrated and rt.in_pool_bytes == entry["in_pool_bytes"] + entry["per_process_bytes"] // 2
     assert rt.terms[0].source == entry["source"]
-
-
-# ---------------------------------------------------------------- the classic estimate
-
-
-def test_korthikanti_formula():
-    d = classic.TransformerDims(layers=1, heads=32, hidden=4096, vocab=0, seq=2048)
-    s, b, h, a = 2048, 1, 4096, 32
-    output = 4 * s * b * h
-    assert classic.korthikanti_bytes(d, b, 1, "bf16", "none") == int(s * b * h * (34 + 5 * a * s / h)) + output
-    assert classic.korthikanti_bytes(d, b, 8, "bf16", "none") == int(
-        s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)) + output / 8)
-    assert classic.korthikanti_bytes(d, b, 1, "bf16", "full") == 2 * s * b * h + output
-    # fp32: the 2-byte activations double, the 1-byte dropout masks do not
-    assert classic.korthikanti_bytes(d, b, 1, "fp32", "none") == int(
-        s * b * h * (66 + 9 * a * s / h)) + 2 * output
-
-
-def test_classic_estimate_reads_the_model_config(models_dir):
-    wl = load_workload(models_dir / "gpt2.py", preset="tiny")
-    est = classic.estimate(wl, param_count=1000, mesh="data=8", layout="fsdp", precision="fp32", optimizer=None,
-                           remat="none", batch_size=16)
-    assert est.state_bytes == 1000 * 16 // 8
-    assert "Korthikanti" in est.rule and "L=2" in est.rule and "s=64" in est.rule and "b=2" in est.rule
-    vit = load_workload(models_dir / "vit.py", preset="tiny")
-    assert classic.model_config(vit).patch_size == 8  # from the closure of `lambda rngs: ViT(cfg, rngs=rngs)`
-    mlp = load_workload(models_dir / "mlp.py", preset="tiny")
-    est = classic.estimate(mlp, param_count=1000, mesh="data=1", layout="dp", precision="fp32", optimizer="sgd",
-                           remat="none")
-    # torchsummary's rule: 2 x (3 hidden Dense outputs of 8 x 256 + the head's 8 x 10) x 4 bytes
-    assert est.state_bytes == 8000 and est.activation_bytes == 2 * (3 * 8 * 256 + 8 * 10) * 4
