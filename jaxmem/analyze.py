@@ -52,6 +52,9 @@ def _check_before_devices(wl: Workload, opts: AnalyzeOptions, mesh_spec: layouts
     from jaxmem.program import state as state_mod
 
     layouts.check_layout(opts.layout, mesh_spec)
+    from jaxmem.program import finetune
+
+    finetune.check(opts.finetune(), custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)
     batch = state_mod.override_batch(wl.batch, opts.batch)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     for path, x in flat:
@@ -149,6 +152,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
         warnings.append(report.Warning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))
+    host = _host(state, stats, warnings)
 
     top, modules, cats, timeline, peak_index = (), (), {}, (), -1
     if ex is not None:
@@ -168,7 +172,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         layout=opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
-                 **{f"arg:{k}": v for k, v in opts.model_args}},
+                 **_finetune_options(opts), **{f"arg:{k}": v for k, v in opts.model_args}},
         per_device_peak_bytes=peak,
         breakdown=breakdown,
         xla={"argument": stats.argument, "output": stats.output, "alias": stats.alias, "temp": stats.temp,
@@ -178,6 +182,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         runtime_overhead_source=rt.summary(),
         runtime=rt.to_json(),
         step_time=step_time,
+        trainable_param_count=state.trainable_count,
+        frozen_param_count=state.frozen_count,
+        trainable_bytes=state.trainable_params,
+        frozen_bytes=state.frozen_params,
+        host=host,
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),
@@ -191,6 +200,29 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                  "total_s": round(time.perf_counter() - t_start, 3), "cache_hit": float(art.cached)},
         versions={"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__},
     )
+
+
+def _finetune_options(opts: AnalyzeOptions) -> dict:
+    """The fine-tuning choices, in `options` when any is made."""
+    ft = opts.finetune()
+    if not ft.active:
+        return {}
+    return {"freeze": ft.freeze, "lora_rank": ft.lora_rank, "lora_targets": ft.lora_targets,
+            "lora_alpha": ft.lora_alpha, "base_dtype": ft.base_dtype, "offload": ft.offload}
+
+
+def _host(state: train_state.StateBytes, stats, warnings: list) -> dict[str, int]:
+    """Per-device pinned-host bytes when something is offloaded. XLA's host_argument must be the
+    offloaded state's bytes; if XLA kept some of it on the device, say so (the device numbers
+    already count it: it is in XLA's device arguments)."""
+    if not state.host:
+        return {}
+    if stats.host_argument != state.host_arguments:
+        warnings.append(report.Warning(
+            "offload_not_placed", f"--offload: XLA placed {stats.host_argument:,} bytes of arguments in host memory, "
+            f"not the {state.host_arguments:,} offloaded; the device numbers count what stayed on the device",
+            max(state.host_arguments - stats.host_argument, 0)))
+    return {**state.host, "temporaries": stats.host_temp}
 
 
 def _optimizer_name(wl: Workload) -> str:
@@ -237,6 +269,18 @@ def command_line(path: str, options: AnalyzeOptions, command: str = "analyze") -
         parts.append("--no-donate")
     for key, value in options.model_args:
         add("--arg", f"{key}={_arg_text(value)}")
+    if options.freeze is not None:
+        add("--freeze", options.freeze)
+    if options.lora_rank:
+        add("--lora", options.lora_rank)
+    if options.lora_targets is not None:
+        add("--lora-targets", options.lora_targets)
+    if options.lora_alpha is not None:
+        add("--lora-alpha", repr(float(options.lora_alpha)))
+    if options.base_dtype is not None:
+        add("--base-dtype", options.base_dtype)
+    if options.offload is not None:
+        add("--offload", options.offload)
     if options.mem_fraction is not None:
         add("--mem-fraction", repr(float(options.mem_fraction)))
     if command == "analyze":

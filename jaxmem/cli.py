@@ -102,6 +102,17 @@ def step_options(f):
         click.option("--remat", type=click.Choice(REMAT_POLICIES), default="none", show_default=True),
         click.option("--accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient-accumulation microbatches."),
         click.option("--no-donate", "no_donate", is_flag=True, help="Do not donate the train state (shows the cost)."),
+        click.option("--freeze", default=None, metavar="REGEX", help="Freeze the parameters whose path matches "
+                     "(as the report prints it, e.g. 'embed|layers/.*attn'): no gradients, no optimizer state."),
+        click.option("--lora", "lora_rank", type=click.IntRange(min=0), default=0, metavar="RANK",
+                     help="LoRA adapters of this rank (qwix) on the dense/einsum/conv weights; the base is frozen."),
+        click.option("--lora-targets", default=None, metavar="REGEX", help="With --lora: the module paths that take "
+                     "adapters, e.g. 'attn|mlp' (default: every dense/einsum/conv layer)."),
+        click.option("--lora-alpha", type=float, default=None, help="With --lora: the scale alpha (default: the rank)."),
+        click.option("--base-dtype", type=click.Choice(["bf16", "int8", "int4", "nf4"]), default=None,
+                     help="With --lora: the frozen base's storage; int8/int4/nf4 quantized by qwix (QLoRA)."),
+        click.option("--offload", default=None, metavar="optimizer",
+                     help="Keep the optimizer state in pinned host memory between steps (JAX memory kinds)."),
         click.option("--arg", "model_args", multiple=True, metavar="KEY=VALUE",
                      help="Keyword argument for the model file's workload(), e.g. --arg preset=8b. Repeatable."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
@@ -218,7 +229,9 @@ def _options(kw: dict, **extra):
     return AnalyzeOptions(gpu=kw["gpu"], mesh=kw["mesh"], layout=kw["layout"], hosts=kw["hosts"],
                           precision=kw["precision"], optimizer=kw["optimizer"], batch=kw["batch"], accum=kw["accum"],
                           remat=kw["remat"], donate=not kw["no_donate"],
-                          model_args=tuple(_parse_arg(a) for a in kw["model_args"]), **extra)
+                          model_args=tuple(_parse_arg(a) for a in kw["model_args"]),
+                          freeze=kw["freeze"], lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"],
+                          lora_alpha=kw["lora_alpha"], base_dtype=kw["base_dtype"], offload=kw["offload"], **extra)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

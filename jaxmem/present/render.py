@@ -131,6 +131,28 @@ def step_time_lines(st: dict) -> list[str]:
             f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
 
 
+def finetune_lines(r: Report) -> list[str]:
+    """What trains and what is frozen (params' bytes split), and what lives in pinned host memory."""
+    out = []
+    if r.frozen_param_count:
+        o = r.options
+        how = []
+        if o.get("lora_rank"):
+            how.append(f"LoRA r={o['lora_rank']}" + (f" on {o['lora_targets']!r}" if o.get("lora_targets") else ""))
+        if o.get("base_dtype"):
+            how.append(f"base {o['base_dtype']}")
+        if o.get("freeze"):
+            how.append(f"--freeze {o['freeze']!r}")
+        out.append(f"trainable {r.trainable_param_count / 1e6:,.2f} M params ({fmt_bytes(r.trainable_bytes)} per device, "
+                   f"with gradients and optimizer state); frozen {r.frozen_param_count / 1e6:,.1f} M "
+                   f"({fmt_bytes(r.frozen_bytes)} per device, no gradients, no optimizer state)"
+                   + (f"  [{', '.join(how)}]" if how else ""))
+    if r.host:
+        parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.host.items())
+        out.append(f"pinned host memory per device (not in the device peak): {parts}")
+    return out
+
+
 def render(r: Report, console: Console | None = None) -> None:
     console = console or make_console()
     t = r.target
@@ -142,6 +164,8 @@ def render(r: Report, console: Console | None = None) -> None:
     console.print(f"mesh {mesh}  layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
+    for line in finetune_lines(r):
+        console.print(escape(line))
 
     table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
     table.add_column("part", footer="per-device peak")
