@@ -14,6 +14,15 @@ from jaxmem.program import sizes
 from jaxmem.program.workload import StepChoice, Workload, load_workload, running_user_code
 
 
+# Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
+CPU_FUSIONS_OFF = (
+    "--gpu cpu predicts the step compiled with XLA:CPU's YNNPACK fusions off, as jaxmem compiles it: their run-time "
+    "scratch is invisible to XLA's buffer assignment, and a plain jax.jit (fusions on) can peak much higher "
+    "(benchmarks/results/accuracy-cpu.md). To run the predicted program in your own training, turn them off: "
+    "jax.jit(step, ..., compiler_options={'xla_cpu_experimental_ynn_fusion_type': ''}) or, for the whole process, "
+    "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AnalyzeOptions(StepChoice):
     """The step (StepChoice) and where and how it is analyzed."""
@@ -149,6 +158,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
             "them are under activations_and_temporaries. Drop --no-explain to split them."))
     warnings += [report.Warning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
                  for n in stats.notes]
+    if target.platform == "cpu":
+        warnings.append(report.Warning("cpu_fusions_off", CPU_FUSIONS_OFF))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
         warnings.append(report.Warning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))

@@ -27,11 +27,31 @@ def test_breakdown_sums_to_the_peak_and_matches_xla():
 
 
 def test_target_memory_changes_the_verdict():
-    # 40 GB of params on one card: fits an H200 (141 GB x 0.75 = 106 GB? no: 3x40 GB of state) -- check both ways
+    # 2 x 45056^2 = 4.1 G params of AdamW training (16 B/param: ~61 GiB): the same step, the same default
+    # memory fraction (0.75), only the card differs -- an RTX A6000 (47.5 GiB) cannot hold it, an H200 (141 GiB) can
+    kw = dict(model_args=(("width", 45056),), layout="dp")
+    a6000, h200 = run(gpu="rtx-a6000", **kw), run(gpu="h200", **kw)
+    assert a6000.target.memory_bytes < a6000.per_device_peak_bytes < h200.target.memory_bytes
+    assert a6000.fits is False and a6000.headroom_bytes < 0
+    assert h200.fits is True and h200.headroom_bytes > 0
+    assert a6000.target.usable_note == h200.target.usable_note   # the same allocator settings on both
+
+
+def test_mem_fraction_changes_the_verdict():
     small = run(gpu="rtx-a6000", model_args=(("width", 8192),), layout="dp")
     assert small.fits is True and small.headroom_bytes > 0
     big = run(gpu="rtx-a6000", model_args=(("width", 8192),), layout="dp", mem_fraction=0.001)
     assert big.fits is False and big.headroom_bytes < 0
+
+
+def test_every_cpu_report_says_it_predicts_the_program_with_ynnpack_fusions_off():
+    r = run(gpu="cpu", layout="dp")
+    (w,) = [w for w in r.warnings if w.kind == "cpu_fusions_off"]
+    # which program, and how to run that program in one's own training
+    assert "YNNPACK fusions off" in w.message and "compiler_options" in w.message
+    assert "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=" in w.message
+    assert w.kind in json.dumps(r.to_json())
+    assert not [w for w in run(gpu="h100").warnings if w.kind == "cpu_fusions_off"]
 
 
 def test_not_donating_costs_a_copy_of_the_state_and_warns():
