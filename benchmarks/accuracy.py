@@ -36,7 +36,8 @@ Baselines: the classic rule (:mod:`jaxmem.truth.classic`) and the strongest anal
 calculator we could build (:mod:`jaxmem.truth.simulator`), given the same runtime term.
 
 Measurements run one at a time in a worker thread (each in its own process), repeat
-after repeat over all cases, while the main thread compiles the predictions.
+after repeat over all cases (the predicted programs first, then XLA's defaults), while
+the main thread compiles the predictions. The raw runs are saved as JSON after every run.
 """
 
 from __future__ import annotations
@@ -511,9 +512,9 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     jobs = []
     t_start = time.perf_counter()
-    for rep in range(repeats):
-        for c in cases:
-            for xd in variants:
+    for xd in variants:   # every repeat of the predicted program first; XLA's defaults after
+        for rep in range(repeats):
+            for c in cases:
                 jobs.append((c.id, xd, rep, pool.submit(measure_once, c, meshes[c.id], backend, xd)))
     predictions = {}
     for c in cases:
