@@ -131,3 +131,22 @@ def test_verify_html_has_the_trace_and_the_throttle_warning(monkeypatch, tmp_pat
     assert page.count("<svg") == 4 and page.count("<polyline") == 8     # 4 metrics x 2 GPUs
     assert "hw_slowdown (1 of 6 samples)" in page and "GPU utilization" in page   # 3 per GPU
     assert "<td>20.0 %</td><td>82.5 %</td><td>95.0 %</td>" in page             # min / median / max over both GPUs
+
+
+def test_the_step_runs_on_its_own_outputs_while_watched(monkeypatch):
+    """The GPU measurement keeps training for MONITOR_SECONDS after the measured step (here on the CPU:
+    the same built step, compiled and fed its own outputs: donated state in, new state out)."""
+    import jax
+
+    from jaxmem.truth import measure
+
+    fixture = str(__import__("pathlib").Path(__file__).parent / "fixtures" / "mlp_small.py")
+    case = measure.Case(model_file=fixture, model_args=(("width", 64), ("batch_size", 16)), backend="cpu",
+                        mesh="data=1", layout="dp")
+    built = measure.build_case(case, jax.devices("cpu"))
+    compiled, _ = measure._compile(built)
+    args, _ = measure.random_args(built)
+    out = compiled(*args)
+    monkeypatch.setattr(measure, "MONITOR_SECONDS", 0.2)
+    assert measure._more_steps_for_the_monitor(compiled, args, out) >= 2
+    assert measure._more_steps_for_the_monitor(compiled, args, (out[0],)) == 0   # not jaxmem's step: once only

@@ -228,9 +228,10 @@ def monitor_lines(summary: dict | None) -> list[str]:
         s = m.get(key)
         return "n/a" if s is None else " / ".join(fmt(s[k]) for k in ("min", "median", "max"))
 
+    steps = summary.get("steps")
     return [
-        f"GPU while the step ran (NVML, {summary['samples']} samples over {summary['window_s']:.2f} s, "
-        f"min / median / max):",
+        f"GPU while the step ran (NVML, {summary['samples']} samples over {summary['window_s']:.2f} s"
+        + (f", {steps} steps" if steps else "") + ", min / median / max):",
         f"  utilization {trio('utilization_pct', lambda v: f'{v:.0f}%')}; "
         f"memory used {trio('memory_used_bytes', lambda v: f'{v / 2**30:.2f} GiB')}",
         f"  power {trio('power_w', lambda v: f'{v:.0f} W')}; temperature {trio('temperature_c', lambda v: f'{v:.0f} C')}"
