@@ -407,7 +407,9 @@ def measure_gpu(case: Case) -> dict:
         stats = [d.memory_stats() or {} for d in devices]  # the measured step's peak, before any other step
         extra_steps = _more_steps_for_the_monitor(compiled, args, out)
     peaks = [int(s.get("peak_bytes_in_use", 0)) for s in stats]
-    pools = [int(s.get("pool_bytes") or s.get("bytes_reserved") or s.get("peak_bytes_in_use", 0)) for s in stats]
+    # the pool now (the monitor's extra steps may have grown it), against the process's memory now
+    pools = [int(s.get("pool_bytes") or s.get("bytes_reserved") or s.get("peak_bytes_in_use", 0))
+             for s in (d.memory_stats() or {} for d in devices)]
     process = monitor.process_used_bytes(nvml_ids)
     out_of_pool, how = None, None
     if process is not None:
