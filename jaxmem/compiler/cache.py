@@ -3,10 +3,10 @@
 An entry is the :class:`~jaxmem.compiler.compiled.Artifacts` of one compile, stored as gzipped
 JSON under a key made of everything that decides them:
 
-* the lowered program (StableHLO text with its debug locations: op names are what the
-  explanation attributes buffers to), so any change to the model file, its arguments or the
-  step's options that changes the program misses, and any change that does not (a comment)
-  hits with the same answer;
+* the lowered program (StableHLO text with its op names -- what the explanation attributes
+  buffers to -- but not its file:line locations), so any change to the model file, its
+  arguments or the step's options that changes the program misses, and any change that does
+  not (a comment, a moved line) hits with the same answer;
 * the target: platform, device kind, the GPU's target config (memory size, SM count ... change
   XLA:GPU's decisions), the device ids and hosts of the mesh;
 * the compile options, whether the buffer assignment was dumped, and ``XLA_FLAGS``;
@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -75,11 +76,22 @@ def _target(built) -> dict:
             "devices": [[d.id, getattr(d, "process_index", 0)] for d in devices]}
 
 
+# A file location in StableHLO's debug info: "path":line:col, maybe "to line:col" / "to :col".
+_FILE_LOC = re.compile(r'"[^"]*":\d+:\d+(?: to \d*:?\d+)?')
+
+
+def program_text(lowered) -> str:
+    """The lowered program with its op names (the explanation attributes buffers to them) but
+    without file:line locations: those name the caller's frames too (the line that called
+    analyze), which change nothing XLA decides and nothing jaxmem reports."""
+    return _FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True))
+
+
 def key(lowered, built, options: dict, *, explain: bool) -> str:
     """The cache key of compiling `lowered` (of `built`) with `options`."""
     from jaxmem.compiler.compiled import CompiledStats
 
-    program = hashlib.sha256(lowered.as_text(debug_info=True).encode()).hexdigest()
+    program = hashlib.sha256(program_text(lowered).encode()).hexdigest()
     material = {"program": program, "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())}, "explain": explain,
                 "xla_flags": _xla_flags(), "versions": _versions(),

@@ -1,0 +1,39 @@
+"""compile_step: the Artifacts of one compile, and the fast options that cannot change the answer."""
+import json
+
+import pytest
+
+from jaxmem.analyze import AnalyzeOptions
+from jaxmem.compiler import compiled, targets
+from jaxmem.program import layouts, step
+from jaxmem.program.workload import load_workload
+from jaxmem.xla.hlo import decode_hlo_proto
+
+
+def _built(models_dir, model: str, preset: str, layout: str, **args):
+    wl = load_workload(models_dir / model, preset=preset, **args)
+    opts = AnalyzeOptions(mesh="data=8", layout=layout, gpu="h100")
+    mesh_spec = layouts.parse_mesh(opts.mesh)
+    target = targets.make_target(opts.gpu, mesh_spec.size)
+    return step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
+
+
+XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp")
+
+
+# llama: layers under nn.scan (a while loop); gpt2: layers unrolled. dp and fsdp.
+@pytest.mark.parametrize("model,preset,layout", [("llama.py", "tiny", "fsdp"), ("gpt2.py", "tiny", "dp"),
+                                                 ("llama.py", "tiny", "dp")])
+def test_fast_options_leave_the_buffer_assignment_identical(models_dir, model, preset, layout):
+    built = _built(models_dir, model, preset, layout, batch_size=8)
+    slow = compiled.compile_step(built, explain=True, cache=False, fast=False)
+    fast = compiled.compile_step(built, explain=True, cache=False, fast=True)
+    assert compiled.compile_options(built, fast=True).items() >= compiled.FAST_GPU_OPTIONS.items()
+    assert {k: getattr(fast.stats, k) for k in XLA_NUMBERS} == {k: getattr(slow.stats, k) for k in XLA_NUMBERS}
+    a, b = decode_hlo_proto(slow.dump), decode_hlo_proto(fast.dump)
+    assert len(a.buffers) > 50
+    assert a.buffers == b.buffers          # every logical buffer: size, shape, allocation, offset, live range
+    assert list(a.timeline) == list(b.timeline)
+    # the Artifacts are plain JSON (the cache stores them so)
+    assert fast.dump and "ENTRY" in fast.hlo_text and not fast.cached
+    assert compiled.Artifacts.from_json(json.loads(json.dumps(fast.to_json()))) == fast
