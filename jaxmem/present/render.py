@@ -143,10 +143,9 @@ def finetune_lines(r: Report) -> list[str]:
             how.append(f"base {o['base_dtype']}")
         if o.get("freeze"):
             how.append(f"--freeze {o['freeze']!r}")
-        out.append(f"trainable {r.trainable_param_count / 1e6:,.2f} M params ({fmt_bytes(r.trainable_bytes)} per device, "
-                   f"with gradients and optimizer state); frozen {r.frozen_param_count / 1e6:,.1f} M "
-                   f"({fmt_bytes(r.frozen_bytes)} per device, no gradients, no optimizer state)"
-                   + (f"  [{', '.join(how)}]" if how else ""))
+        out.append(f"trainable {r.trainable_param_count / 1e6:,.2f} M params ({fmt_bytes(r.trainable_bytes)}/device, "
+                   f"+ gradients, optimizer state); frozen {r.frozen_param_count / 1e6:,.1f} M "
+                   f"({fmt_bytes(r.frozen_bytes)}/device)" + (f"  [{', '.join(how)}]" if how else ""))
     if r.host:
         parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in r.host.items())
         out.append(f"pinned host memory per device (not in the device peak): {parts}")
