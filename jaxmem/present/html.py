@@ -509,6 +509,18 @@ def _warnings(r: Report) -> str:
     return f'<section class="card" id="warnings"><h2>Warnings and audits</h2>{"".join(items)}</section>'
 
 
+def _runtime_terms(r: Report) -> str:
+    """The runtime model's terms (Report.runtime): in JAX's pool and outside it, each with its source."""
+    terms = (r.runtime or {}).get("terms") or []
+    if not terms:
+        return ""
+    rows = "".join(f'<tr><td>{e(t["name"])}</td><td>{"in pool" if t["in_pool"] else "outside"}</td>'
+                   f'<td class="num">{e(fmt_bytes(t["bytes"]))}</td><td>{e(t.get("status", ""))}</td>'
+                   f'<td>{e(t["source"])}{"; " + e(t["detail"]) if t.get("detail") else ""}</td></tr>' for t in terms)
+    return ('<table><thead><tr><th>runtime term</th><th>where</th><th class="num">bytes</th><th>status</th>'
+            f'<th>source</th></tr></thead><tbody>{rows}</tbody></table>')
+
+
 def _details(r: Report) -> str:
     xla = "".join(f'<tr><td>{e(k)}</td><td class="num">{e(fmt_bytes(v))}</td><td class="num mono">{v:,}</td></tr>'
                   for k, v in r.xla.items())
@@ -516,7 +528,7 @@ def _details(r: Report) -> str:
                     for k, v in r.state_check.items())
     return (f'<section class="card" id="details"><h2>Runtime overhead and XLA\'s numbers</h2>'
             f'<p><b>runtime_overhead</b> ({e(fmt_bytes(r.breakdown.get("runtime_overhead", 0)))}): '
-            f'{e(r.runtime_overhead_source)}</p>'
+            f'{e(r.runtime_overhead_source)}</p>' + _runtime_terms(r) +
             f'<details><summary>XLA\'s raw per-device numbers and the state check</summary><div class="grid2">'
             f'<table><thead><tr><th>xla</th><th class="num">bytes</th><th class="num">exact</th></tr></thead>'
             f'<tbody>{xla}</tbody></table>'
