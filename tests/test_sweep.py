@@ -1,0 +1,41 @@
+"""Sweeps: rows in worker processes (or Ray); a failing or dying row is an error row, the rest is kept."""
+import signal
+
+import pytest
+
+from jaxmem.analyze import AnalyzeOptions
+from jaxmem.plan import sweep
+
+DIES = "tests/fixtures/dies.py"
+
+
+def _job(key, **kw):
+    args = tuple(kw.pop("args", {}).items())
+    return sweep.Job(key, DIES, AnalyzeOptions(gpu="h100", mesh="data=2", model_args=args, explain=False, **kw))
+
+
+def test_a_killed_worker_is_a_failed_row_and_the_sweep_finishes(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXMEM_CACHE", str(tmp_path))
+    jobs = [_job("ok-8"), _job("killed", args={"die": True}), _job("odd", batch=7), _job("ok-16", batch=16)]
+    seen = []
+    outs = sweep.run_jobs(jobs, n_jobs=2, progress=False, on_result=lambda o: seen.append(o.job.key))
+    assert [o.job for o in outs] == jobs                        # in the order asked, whatever the finishing order
+    assert sorted(seen) == sorted(j.key for j in jobs)          # each reported once, as it finished
+    by = {o.job.key: o for o in outs}
+    assert by["ok-8"].status == by["ok-16"].status == "ok"
+    assert by["ok-16"].report.options["batch"] == 16
+    assert by["killed"].status == "failed" and by["killed"].report is None
+    assert f"killed by {signal.SIGKILL.name}" in by["killed"].error
+    assert by["odd"].status == "user_error" and "not divisible" in by["odd"].error
+
+
+def test_ray_rows_equal_the_local_executors(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("JAXMEM_CACHE", str(tmp_path))
+    # compiled twice on purpose (no cache): Ray's rows are its own compiles
+    jobs = [_job("b8", cache=False), _job("b16", batch=16, cache=False)]
+    local = sweep.run_jobs(jobs, n_jobs=2, progress=False)
+    ray_rows = sweep.run_jobs(jobs, n_jobs=2, executor="ray", progress=False)
+    assert [o.status for o in ray_rows] == ["ok", "ok"]
+    assert [o.report.to_json() for o in ray_rows] == [o.report.to_json() for o in local]
