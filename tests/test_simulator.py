@@ -135,7 +135,7 @@ def test_non_transformer_remat_keeps_block_outputs_and_one_blocks_recomputed_inn
 
 def test_exact_state_terms_agree_with_jaxmems_analytic_state(models_dir):
     # the simulator's params / optimizer state are exact bytes (replicated here): the same as jaxmem's
-    r = analyze_file(str(models_dir / "gpt2.py"), AnalyzeOptions(gpu="h100", mesh="data=1", layout="dp",
+    r = analyze_file(str(models_dir / "gpt2.py"), AnalyzeOptions(gpu="cpu", mesh="data=1", layout="dp",
                                                                    model_args=(("preset", "tiny"),), explain=False))
     est = estimate(models_dir / "gpt2.py", batch_size=r.options["batch"])
     assert est.terms["params"] == r.breakdown["params"]
