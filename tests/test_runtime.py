@@ -127,6 +127,20 @@ def test_terms_are_named_sourced_and_sum_to_the_breakdown(dp8):
     assert json.loads(json.dumps(rep.to_json()))["runtime"] == rt
 
 
+def test_the_terms_reach_the_terminal_and_the_html(dp8, tmp_path):
+    from jaxmem.present import html, render
+
+    rep, _ = dp8
+    lines = render.runtime_lines(rep)
+    assert lines[0].startswith("runtime per device: 64.00 MiB in JAX's pool (runtime_overhead), 1.67 GiB outside")
+    assert [ln.split()[:2] for ln in lines[1:]] == [["in", "pool"], ["outside", "cuda_context"],
+                                                   ["outside", "nccl_communicators"], ["in", "pool"]]
+    path = tmp_path / "r.html"
+    html.write(rep, str(path))
+    page = path.read_text()
+    assert "<td>nccl_communicators</td><td>outside</td>" in page and "openxla/xla#9845" in page
+
+
 def test_one_device_has_no_communicator():
     rt = runtime.model(targets.make_target("h100", 1), "", (("data", 1),))
     t = _term(rt, "nccl_communicators")
