@@ -297,7 +297,8 @@ class RayPool:
 def _worker_env() -> dict[str, str]:
     keep = ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "XLA_FLAGS", "JAXMEM_CACHE", "XDG_CACHE_HOME",
             "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-            "XLA_PYTHON_CLIENT_ALLOCATOR", "JAXMEM_CALIBRATION")
+            "XLA_PYTHON_CLIENT_ALLOCATOR", "JAXMEM_CALIBRATION", "XDG_CONFIG_HOME",
+            "NCCL_NVLS_ENABLE")  # the runtime model reads the calibration file and NVLS's switch
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 
