@@ -258,3 +258,13 @@ def test_save_is_atomic_and_keeps_other_kinds(tmp_path):
     assert os.listdir(path.parent) == ["calibration.json"]   # no temporary file left behind
     with pytest.raises(UserError, match="is a directory"):
         calibration.save(["cpu"], a, tmp_path)
+
+
+def test_a_group_with_one_device_per_host_has_no_nvls():
+    # data=2 over 2 hosts: the gradient all-reduce pairs devices on different hosts (no shared NVSwitch)
+    rep = analyze_file(str(MLP), AnalyzeOptions(gpu="h100", mesh="data=2", hosts=2, layout="dp", explain=False,
+                                                model_args=(("width", 64), ("batch_size", 16))))
+    t = _term(rep, "nccl_communicators")
+    assert rep.runtime["nccl"]["groups"] == [[0, 1]] and rep.runtime["nccl"]["nvls"] is False
+    assert t["bytes"] == EST["nccl_communicator_two_ranks_bytes"] and "NVIDIA/nccl#964" in t["source"]
+    assert "groups span hosts" in t["detail"]
