@@ -85,6 +85,59 @@ class _Seconds(click.ParamType):
         return x
 
 
+def _grid(kind: str):
+    """A click callback checking one of compare's comma-separated lists before any compile: a bad
+    value is the user's typo (exit 2 naming the option), not a row error or a row that "fits"."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return value
+        name = param.opts[0]
+        sep = ";" if kind == "mesh" else ","
+        items = [v.strip() for v in value.split(sep)]
+        if not any(items) or (kind != "mesh" and not all(items)):
+            raise click.BadParameter(f"{value!r}: expected {kind} values separated by '{sep}'", ctx, param)
+        for v in filter(None, items):
+            try:
+                _check_grid_value(kind, v)
+            except (UserError, ValueError) as e:
+                raise click.BadParameter(f"{v!r} in {value!r}: {e}", ctx, param) from None
+        return value
+
+    return check
+
+
+def _check_grid_value(kind: str, v: str) -> None:
+    if kind == "batch":
+        if not v.isdigit() or int(v) < 1:
+            raise ValueError("a global batch is a whole number of at least 1")
+    elif kind == "layout":
+        from jaxmem.program.layouts import LAYOUTS
+
+        if v not in LAYOUTS:
+            raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
+    elif kind == "remat" and v not in REMAT_POLICIES:
+        raise ValueError(f"unknown remat policy; known: {', '.join(REMAT_POLICIES)}")
+    elif kind == "precision":
+        from jaxmem.program.state import PRECISIONS
+
+        if v not in PRECISIONS:
+            raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
+    elif kind == "optimizer":
+        from jaxmem.program.state import OPTIMIZERS
+
+        if v not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZERS)}")
+    elif kind == "mesh":
+        from jaxmem.program.layouts import parse_mesh
+
+        parse_mesh(v)
+    elif kind == "gpu":
+        from jaxmem.compiler.targets import resolve_gpu_name
+
+        resolve_gpu_name(v)
+
+
 def step_options(f):
     """Options shared by every command that builds a training step."""
     decorators = [
@@ -289,13 +342,13 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 
 @main.command()
 @step_options
-@click.option("--layouts", default=None, help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
-@click.option("--remats", default=None, help="Remat policies to compare, e.g. none,full,dots_saveable.")
-@click.option("--precisions", default=None, help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
-@click.option("--batches", default=None, help="Global batch sizes to compare, e.g. 8,16,32.")
-@click.option("--optimizers", default=None, help="Optimizers to compare, e.g. adamw,adafactor.")
-@click.option("--meshes", default=None, help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
-@click.option("--gpus", "gpu_list", default=None, help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--layouts", default=None, callback=_grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
+@click.option("--remats", default=None, callback=_grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
+@click.option("--precisions", default=None, callback=_grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
+@click.option("--batches", default=None, callback=_grid("batch"), help="Global batch sizes to compare, e.g. 8,16,32.")
+@click.option("--optimizers", default=None, callback=_grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
+@click.option("--meshes", default=None, callback=_grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--gpus", "gpu_list", default=None, callback=_grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
 @click.option("--find-batch", is_flag=True, help="Also find, for each row, the largest global batch that fits "
               "(a search of full compiles: slower).")

@@ -1,0 +1,59 @@
+"""Issue 11: hostile and careless input never gets a wrong verdict, a traceback, or leftovers.
+
+Every probe of tests/probe_cases.py through the CLI: the exit code, no traceback, a message
+on stderr naming the culprit, nothing left in TMPDIR (and the probe's own checks). In
+process where the probe allows it; in a fresh process for exits, signals, crash-class
+sizes and stdout on a full device.
+"""
+import json
+
+import pytest
+
+import probe_cases as pc
+
+
+TESTED = [p for p in pc.PROBES if not p.bench_only]
+
+
+@pytest.mark.parametrize("probe", TESTED, ids=[p.id for p in TESTED])
+def test_probe(probe, tmp_path):
+    tmp, scratch = tmp_path / "files", tmp_path / "scratch"
+    tmp.mkdir()
+    scratch.mkdir()
+    run = pc.run_in_subprocess if probe.process else pc.run_in_process
+    out = run(probe, str(tmp), str(scratch))
+    assert not out.problems, f"{probe.id}: {out.problems}\nstdout: {out.stdout[-1500:]}\nstderr: {out.stderr[-1500:]}"
+
+
+def test_at_least_60_probes_and_unique_names():
+    assert len(TESTED) >= 60
+    assert len({p.id for p in pc.PROBES}) == len(pc.PROBES)
+
+
+def test_no_explain_does_not_call_temporaries_gradients(tmp_path):
+    """--no-explain cannot split XLA's temp: it stays activations_and_temporaries, with a note (not 0 B of them)."""
+    p = pc.Probe("no-explain", ("analyze", pc.MLP, "--gpu", "h100", "--no-explain", "--json"), 0, None)
+    out = pc.run_in_process(p, str(tmp_path), str(tmp_path))
+    d = json.loads(out.stdout)
+    b = d["breakdown"]
+    assert b["gradients"] == 0
+    assert b["activations_and_temporaries"] == d["xla"]["temp"] > 0
+    assert any(w["kind"] == "gradients_not_split" for w in d["warnings"])
+    assert sum(b.values()) == d["per_device_peak_bytes"]
+
+
+def test_module_table_groups_what_has_no_module_and_is_capped():
+    from types import SimpleNamespace as M
+
+    from jaxmem.present.render import MODULE_ROWS, module_rows
+
+    mods = [M(module_path=f"(no module: op{i})", bytes=10, buffers=1) for i in range(40)]
+    mods += [M(module_path=f"Net/block{i}", bytes=100 + i, buffers=2) for i in range(30)]
+    mods += [M(module_path="MLP/Dropout_0/build.<locals>.loss_fn.<locals>.<dictcomp>", bytes=7, buffers=1),
+             M(module_path="MLP/Dropout_0", bytes=3, buffers=1)]
+    rows, (more, more_bytes) = module_rows(mods)
+    names = [r[0] for r in rows]
+    assert len(rows) == MODULE_ROWS and names[0] == "(outside any module)" and rows[0][1] == 400
+    assert more == 32 - MODULE_ROWS and more_bytes == sum(m.bytes for m in mods) - sum(r[1] for r in rows)
+    full, _ = module_rows(mods, limit=None)
+    assert ("MLP/Dropout_0", 10, 2) in full and not any("<" in r[0] for r in full)
