@@ -495,6 +495,8 @@ def verify(as_json, timeout, html_path, **kw):
     def go():
         from jaxmem.truth import verify as verify_mod
 
+        if html_path:
+            _check_writable("--html", html_path)  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"])
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
@@ -503,7 +505,11 @@ def verify(as_json, timeout, html_path, **kw):
             if html_path:
                 from jaxmem.present import verify_html
 
-                verify_html.write(result, html_path)
+                try:
+                    verify_html.write(result, html_path)
+                except Exception as e:  # noqa: BLE001 - any failure of a side output is reported the same way
+                    reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+                    raise UserError(f"--html {html_path}: not written ({reason}); the result above is complete") from None
 
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
