@@ -172,6 +172,8 @@ PROBES: list[Probe] = [
     Probe("verify --timeout nan", ("verify", TINY, "--timeout", "nan"), 2, "'--timeout'"),
     Probe("verify --timeout 0.01: says 0.01 s", ("verify", TINY, *CPU, "--timeout", "0.01"), 2,
           "ran past --timeout 0.01 s", compiles=True),
+    Probe("verify --html under a file (before measuring)", ("verify", TINY, *CPU, "--html", "{tmp}/afile/v.html"), 2,
+          "is a file, not a directory", files=(("afile", b"x"),)),
     Probe("verify --help: default is the CPU", ("verify", "--help"), 0, None, checks=("stdout:else the CPU",)),
     Probe("compare --batches 0,8", ("compare", TINY, "--batches", "0,8"), 2, "'--batches': '0' in '0,8'"),
     Probe("compare --batches abc", ("compare", TINY, "--batches", "abc"), 2, "'--batches': 'abc'"),

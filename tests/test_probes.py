@@ -57,3 +57,22 @@ def test_module_table_groups_what_has_no_module_and_is_capped():
     assert more == 32 - MODULE_ROWS and more_bytes == sum(m.bytes for m in mods) - sum(r[1] for r in rows)
     full, _ = module_rows(mods, limit=None)
     assert ("MLP/Dropout_0", 10, 2) in full and not any("<" in r[0] for r in full)
+
+
+def test_an_unexpected_error_is_a_one_line_jaxmem_bug_exit_1(monkeypatch):
+    from click.testing import CliRunner
+
+    import jaxmem.analyze
+    from jaxmem import cli
+
+    def broken(path, opts):
+        raise RuntimeError("internal invariant broken\nsecond line")
+
+    monkeypatch.setattr(jaxmem.analyze, "analyze_file", broken)
+    r = CliRunner().invoke(cli.main, ["analyze", pc.TINY, "--gpu", "cpu"])
+    assert r.exit_code == 1
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("jaxmem bug: RuntimeError: internal invariant broken (") and "second line" not in r.stderr
+    assert "JAXMEM_DEBUG=1" in lines[1] and len(lines) == 2 and "Traceback" not in r.output
+    r = CliRunner().invoke(cli.main, ["analyze", pc.TINY, "--gpu", "cpu"], env={"JAXMEM_DEBUG": "1"})
+    assert isinstance(r.exception, RuntimeError)  # the traceback, for the report
