@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -132,6 +133,7 @@ def main() -> None:
     plain = AnalyzeOptions(**common8)
     lora_bf16 = AnalyzeOptions(lora_rank=16, lora_targets="attn|mlp", **common8)
     times = []
+    load = os.getloadavg()[0]   # the timing rows mean something only on an idle machine: say how idle it was
     for label, o in (("no LoRA", plain), ("LoRA r=16", lora_bf16), ("LoRA r=16 + nf4 base", lora8)):
         x = row(f"timing: {label}", o, "h100")
         times.append((label, x["report"].timings, x["wall"], x["command"]))
@@ -174,7 +176,8 @@ def main() -> None:
         "## Analysis time with LoRA",
         "",
         "Llama 8B on one h100, as above, compile cache off; wall-clock of `analyze_file` (load, build, compile, "
-        "decode). Timing rows are meaningful only on an otherwise idle machine.",
+        f"decode). Timing rows are meaningful only on an otherwise idle machine: this run's 1-minute load average "
+        f"was {load:.1f} on {os.cpu_count()} cores when they started.",
         "",
         "| analysis | build | lower | compile | decode | total | vs no LoRA |",
         "|---|---:|---:|---:|---:|---:|---:|",
