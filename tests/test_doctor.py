@@ -12,7 +12,7 @@ from jaxmem.compiler import targets
 from jaxmem.truth import doctor
 from nvml_fake import GiB, FakeNvml
 
-CHECKS = ["gpus", "versions", "smoke", "memory_settings", "deviceless"]
+CHECKS = ["gpus", "versions", "smoke", "memory_settings", "calibration", "deviceless"]
 
 
 def _no_gpu_here():
@@ -27,8 +27,9 @@ def clean_memory_env(monkeypatch):
         monkeypatch.delenv(k, raising=False)
 
 
-def test_without_a_gpu_doctor_says_so_and_proves_analyze_works(clean_memory_env):
+def test_without_a_gpu_doctor_says_so_and_proves_analyze_works(clean_memory_env, monkeypatch, tmp_path):
     _no_gpu_here()
+    monkeypatch.setenv("JAXMEM_CALIBRATION", str(tmp_path / "calibration.json"))
     r = CliRunner().invoke(main, ["doctor", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -44,6 +45,7 @@ def test_without_a_gpu_doctor_says_so_and_proves_analyze_works(clean_memory_env)
     assert v["details"]["packages"]["jax"] == v["details"]["packages"]["jaxlib"] == "0.10.2"
     assert v["details"]["cuda_components"]["cudnn"]["installed"] > 0
     assert checks["memory_settings"]["status"] == "pass" and "75%" in checks["memory_settings"]["summary"]
+    assert checks["calibration"]["status"] == "pass" and "none yet" in checks["calibration"]["summary"]
     d = checks["deviceless"]
     assert d["status"] == "pass" and set(d["details"]["compiled"]) == set(targets.CATALOGUE)
     assert all(c["peak_bytes"] > 0 for c in d["details"]["compiled"].values())
@@ -119,3 +121,19 @@ def test_versions_are_formatted_as_each_library_encodes_them():
     assert doctor._fmt_version(92800, "cudnn") == "9.28.0"
     assert doctor._fmt_version(120903, "cublas") == "12.9.3"
     assert doctor._fmt_version(12510, "cusparse") == "12.5.10"
+
+
+def test_the_calibration_check(monkeypatch, tmp_path):
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv("JAXMEM_CALIBRATION", str(path))
+    h100 = [{"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * GiB}]
+    c = doctor.check_calibration(h100)
+    assert c.status == "warn" and "no calibration for NVIDIA H100 80GB HBM3" in c.summary
+    assert c.fix == "jaxmem calibrate --gpu local"
+    path.write_text(json.dumps({"NVIDIA H100 80GB HBM3": {"in_pool_bytes": 1, "out_of_pool_bytes": 2, "source": "m",
+                                                          "measured_at": "2026-11-30"}}))
+    c = doctor.check_calibration(h100)
+    assert c.status == "pass" and "NVIDIA H100 80GB HBM3 (2026-11-30)" in c.summary
+    path.write_text(json.dumps({"cpu": {"in_pool_bytes": -1, "out_of_pool_bytes": 0, "source": "x"}}))
+    c = doctor.check_calibration(h100)
+    assert c.status == "fail" and str(path) in c.summary and "in_pool_bytes = -1" in c.summary

@@ -15,6 +15,8 @@ Each check passes, warns or fails, and a failure says how to fix it:
   on the GPU (the silent fall-back to the CPU fails here).
 * ``memory_settings``: preallocation, memory fraction, allocator, the ``XLA_FLAGS`` and
   NCCL variables that change memory, and what they mean for what nvidia-smi shows.
+* ``calibration``: the calibration file analyze reads is valid, and covers the GPUs here
+  (else their runtime terms are estimates).
 * ``deviceless``: one tiny deviceless compile per catalogue GPU -- what ``analyze``
   does on any machine, GPU or not.
 
@@ -396,6 +398,36 @@ def check_memory_settings(gpus: list[dict], env=None) -> Check:
     return Check("memory_settings", status, meaning + ("; " + "; ".join(notes) if notes else ""), fix, details)
 
 
+# ---------------------------------------------------------------- calibration
+
+
+def check_calibration(gpus: list[dict]) -> Check:
+    """The calibration file analyze reads: valid, and does it cover the GPUs here?"""
+    from jaxmem.compiler import calibration
+    from jaxmem.errors import UserError
+
+    path = calibration.user_path()
+    try:
+        entries = calibration.read_user(path)
+    except UserError as e:
+        return Check("calibration", "fail", str(e).split(". Fix")[0], "fix or delete the file, or point "
+                     "JAXMEM_CALIBRATION elsewhere; then `jaxmem calibrate --gpu local`", {"path": str(path)})
+    details = {"path": str(path), "exists": path.exists(),
+               "entries": {k: {"measured_at": v.measured_at, "in_pool_bytes": v.in_pool_bytes,
+                               "out_of_pool_bytes": v.out_of_pool_bytes,
+                               "nccl_communicator_bytes": v.nccl_communicator_bytes} for k, v in entries.items()}}
+    kinds = sorted({g["name"] for g in gpus})
+    missing = [k for k in kinds if k not in entries]
+    if missing:
+        return Check("calibration", "warn", f"no calibration for {', '.join(missing)} in {path}: analyze's runtime "
+                     "terms (allocator, CUDA context, NCCL) for this GPU are estimates",
+                     "jaxmem calibrate --gpu local", details)
+    have = ", ".join(f"{k} ({v.measured_at or 'undated'})" for k, v in entries.items()) or "none"
+    return Check("calibration", "pass", f"calibration file {path}: " +
+                 (f"valid; entries: {have}" if path.exists() else "none yet (the shipped values are used)"), "",
+                 details)
+
+
 # ---------------------------------------------------------------- deviceless
 
 
@@ -434,6 +466,7 @@ def diagnose(*, require_gpu: bool = False, smoke: bool = True, deviceless: bool 
     checks = [gpus, check_versions(present)]
     checks.append(check_smoke(n) if smoke else Check("smoke", "skip", "skipped (--no-smoke)"))
     checks.append(check_memory_settings(gpus.details.get("gpus") or []))
+    checks.append(check_calibration(gpus.details.get("gpus") or []))
     checks.append(check_deviceless() if deviceless else Check("deviceless", "skip", "skipped (--no-compile)"))
     return Diagnosis(tuple(checks))
 
