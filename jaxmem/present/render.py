@@ -226,25 +226,56 @@ def render(r: Report, console: Console | None = None) -> None:
                   f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, flax {r.versions.get('flax')}[/dim]")
 
 
-def _max_batch(cell) -> str:
-    if not cell.max_batch:
+def _found(cell) -> str:
+    """The fit-search answer of a row: the value, or none / at least."""
+    s = cell.search
+    if s is None:
+        return "-"
+    if s.answer is None or (s.answer == 0 and s.kind != "devices"):
         return "[red]none[/red]"
-    return f">= {cell.max_batch}" if cell.max_batch_capped else str(cell.max_batch)
+    return f">= {s.answer}" if s.capped else str(s.answer)
+
+
+_FOUND_COLUMN = {"batch": "max batch", "devices": "min data size"}
+
+
+def _proof(cell) -> str:
+    """Why the answer is the answer: the compile that fits and the one a step further that does not."""
+    s = cell.search
+
+    def at(p) -> str:
+        peak = "XLA refused it at compile time" if p.peak_bytes is None else fmt_bytes(p.peak_bytes)
+        return f"{p.value}: {peak}"
+
+    what = {"batch": "batch", "seq": s.arg, "devices": "data size"}[s.kind]
+    parts = []
+    if s.fits_at is not None:
+        parts.append(f"{what} {at(s.fits_at)} fits")
+    if s.fails_at is not None:
+        parts.append(f"{at(s.fails_at)} does not")
+    if s.capped:
+        parts.append("the search stopped at its limit")
+    budget = next((p.usable_bytes for p in s.probes if p.usable_bytes), None)
+    margin = f" (budget {fmt_bytes(int(budget * (1 - s.margin)))}: usable less a {s.margin:.0%} margin)" if budget else ""
+    cached = len(s.probes) - s.compiles
+    return ", ".join(parts) + margin + f"; {len(s.probes)} compiles" + (f" ({cached} from the cache)" if cached else "")
 
 
 def render_comparison(cells, console: Console | None = None) -> None:
-    """One row per combination, smallest peak first; the ones that fit marked."""
+    """One row per combination, smallest peak first; the ones that fit marked. With a fit search,
+    each row's answer and its proof (the compile that fits, the one a step further that does not)."""
     console = console or make_console()
-    axes = list(cells[0].choice) if cells else []
+    axes = list(dict.fromkeys(k for c in cells for k in c.choice))
     table = Table(title="per-device peak by choice", title_justify="left")
     for a in axes:
         table.add_column(a)
-    find = any(c.max_batch is not None for c in cells)
-    for col in ("peak", "state", "acts+temps", "fits", "headroom") + (("max batch",) if find else ()):
+    find = next((c.search for c in cells if getattr(c, "search", None) is not None), None)
+    found_col = () if find is None else (_FOUND_COLUMN.get(find.kind, f"max {find.arg}"),)
+    for col in ("peak", "state", "acts+temps", "fits", "headroom") + found_col:
         table.add_column(col, justify="right")
     ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
     for c in ranked:
-        values = [str(c.choice[a]) for a in axes]
+        values = [str(c.choice.get(a, "-")) for a in axes]
         if c.report is None:
             table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", *(("-",) if find else ()))
             continue
@@ -253,11 +284,18 @@ def render_comparison(cells, console: Console | None = None) -> None:
         fits = "-" if c.report.fits is None else ("[green]yes[/green]" if c.report.fits else "[red]no[/red]")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
                       fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
-                      *((_max_batch(c),) if find else ()))
+                      *((_found(c),) if find else ()))
     console.print(table)
+    if find is not None:
+        console.print("[dim]a searched row's peak is the analysis at its answer (at the first value tried when "
+                      "none fits)[/dim]")
+        for c in ranked:
+            if getattr(c, "search", None) is not None:
+                console.print(f"{', '.join(f'{k}={v}' for k, v in c.choice.items()) or 'row'}: {_proof(c)}")
     for c in ranked:
         if c.error:
-            console.print(f"[red]error[/red] {', '.join(f'{k}={v}' for k, v in c.choice.items())}: {c.error}")
+            kind = "failed" if getattr(c, "status", "") == "failed" else "error"
+            console.print(f"[red]{kind}[/red] {', '.join(f'{k}={v}' for k, v in c.choice.items())}: {c.error}")
     done = [c for c in cells if c.report is not None]
     if done:
         t = done[0].report.target
