@@ -406,8 +406,8 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
     (NVML, nvidia-smi); jax / jaxlib / CUDA plugin / CUDA runtime / cuDNN / cuBLAS
     / NCCL versions, as the CUDA plugin itself checks them; a tiny Flax step on the
     GPU that must really run there (no silent CPU fall-back); the memory settings in
-    force and what they mean for nvidia-smi; and a tiny deviceless compile for every
-    catalogue GPU (what analyze does, GPU or not). Without a GPU: says so (a
+    force and what they mean for nvidia-smi; the calibration file; and a tiny
+    deviceless compile for every catalogue GPU (what analyze does, GPU or not). Without a GPU: says so (a
     warning) and proves analyze works. Exit code: 0 when no check fails, 3 when one
     fails, 2 on a user error.
 
