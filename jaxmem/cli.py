@@ -138,10 +138,12 @@ def _check_grid_value(kind: str, v: str) -> None:
         resolve_gpu_name(v)
 
 
-def step_options(f):
+def step_options(f=None, *, model_file_required: bool = True):
     """Options shared by every command that builds a training step."""
+    if f is None:  # @step_options(model_file_required=False)
+        return lambda g: step_options(g, model_file_required=model_file_required)
     decorators = [
-        click.argument("model_file", type=click.Path(dir_okay=False)),
+        click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
         click.option("--gpu", default=None, help="Target GPU: a catalogue name (jaxmem gpus), 'local' or 'cpu'. "
                      "Default: the attached GPU, else h100."),
         click.option("--mesh", default="data=1", show_default=True, help="Device mesh, AXIS=N[,AXIS=N]. "
@@ -305,9 +307,12 @@ def main():
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Largest buffers live at the peak to list.")
 @click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Module-path depth of the per-module roll-up.")
 @click.option("--no-explain", is_flag=True, help="Skip decoding XLA's buffer assignment (faster; no top buffers).")
+@click.option("--no-cache", is_flag=True, help="Compile again instead of answering from the compile cache.")
+@click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
+              "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
-def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, **kw):
+def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
     Exit code: 0 when it fits, 3 when it does not, 2 on a user error.
@@ -323,25 +328,30 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
         from jaxmem.analyze import analyze_file
 
         opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
-                        explain=not no_explain or bool(html_path or png_path))
+                        explain=not no_explain or bool(html_path or png_path), cache=not no_cache)
         for option, path in (("--html", html_path), ("--png", png_path)):
             if path:
                 _check_writable(option, path)  # before the compile, not after
         report = analyze_file(kw["model_file"], opts)
         if as_json:
-            click.echo(json.dumps(report.to_json(), indent=2))
+            click.echo(json.dumps(report.to_json(timings=with_timings), indent=2))
         else:
             from jaxmem.present.render import render
 
             render(report)
         _write_side_outputs(report, html_path, png_path)
+        if report.fits is False:  # where to go next: the same step, the changes that make it fit
+            from jaxmem.analyze import command_line
+
+            click.echo(f"does not fit: `{command_line(kw['model_file'], opts, 'advise')}` compiles the changes "
+                       "that make it fit, ranked by estimated step time", err=as_json)
         sys.exit(EXIT_DOES_NOT_FIT if report.fits is False else EXIT_FITS)
 
     _run(go)
 
 
 @main.command()
-@step_options
+@step_options(model_file_required=False)
 @click.option("--layouts", default=None, callback=_grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
 @click.option("--remats", default=None, callback=_grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
 @click.option("--precisions", default=None, callback=_grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
@@ -349,41 +359,94 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, html_path, png_path, 
 @click.option("--optimizers", default=None, callback=_grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
 @click.option("--meshes", default=None, callback=_grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
 @click.option("--gpus", "gpu_list", default=None, callback=_grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
+@click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
+              "(none: the precision's; rows without LoRA keep it).")
 @click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
-@click.option("--find-batch", is_flag=True, help="Also find, for each row, the largest global batch that fits "
-              "(a search of full compiles: slower).")
-def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, mem_fraction, find_batch, **kw):
+@click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
+              "the data-parallel devices x --accum).")
+@click.option("--find-seq", "find_seq", metavar="ARG", default=None, help="Find, per row, the largest value of the "
+              "workload argument ARG (e.g. seq_len) that fits, in steps of --granule.")
+@click.option("--find-devices", is_flag=True, help="Find, per row, the smallest data-parallel size (the mesh's first "
+              "data axis) that fits the global --batch.")
+@click.option("--granule", type=_WholeNumber(1, "the granule"), default=None,
+              help="--find-seq: the step between the values tried (default 1; e.g. 128).")
+@click.option("--margin", type=float, default=None, help="Share of usable memory every fit answer keeps free "
+              "(default 0.05: about twice the largest error measured against real runs).")
+@click.option("--jobs", "n_jobs", type=_WholeNumber(1, "the number of worker processes"), default=None,
+              help="Worker processes compiling rows in parallel (default: all cores).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes on this machine; ray: tasks on a Ray cluster.")
+@click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
+              "Ray is started for the sweep).")
+@click.option("--no-cache", is_flag=True, help="Compile every row again instead of answering from the compile cache.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the rows to FILE.json (re-render it with --from) or FILE.csv.")
+@click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
+              help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
+def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
+            mem_fraction, find_batch,
+            find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, no_cache, out_path, from_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
-    Every combination of the comma-separated lists is compiled; rows are sorted
-    by per-device peak and say which fit. Exit code: 0 when at least one fits,
-    3 when none does, 2 on a user error.
+    Every combination of the comma-separated lists is one row, compiled in
+    worker processes (--jobs) and answered from the compile cache when it can
+    be; rows print as they finish, then sorted by per-device peak. Each row
+    splits memory exactly as `jaxmem analyze` does. With --find-batch,
+    --find-seq ARG or --find-devices, each row is a fit search: a few compiles
+    fit memory's curve, jump to the boundary and prove it (the answer fits,
+    one step further does not). Exit code: 0 when at least one row fits, 3 when
+    none does, 2 on a user error.
 
     \b
     Example:
       jaxmem compare models/llama.py --arg preset=8b --mesh data=8 --layouts dp,fsdp --remats none,full
-      jaxmem compare models/gpt2.py --batches 8,16,32 --precisions fp32,bf16 --json
+      jaxmem compare models/gpt2.py --batches 8,16,32 --precisions fp32,bf16 --json --out rows.json
+      jaxmem compare --from rows.json
       jaxmem compare models/llama.py --arg preset=1b --mesh data=8 --remats none,full --find-batch
+      jaxmem compare models/gpt2.py --arg preset=gpt2-medium --mesh data=8 --find-seq seq_len --granule 128
     """
 
     def go():
-        from jaxmem.program import layouts as layouts_mod
+        from jaxmem.plan import compare as compare_mod
 
-        spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
-                "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list}
-        mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
-        _prepare(max(mesh_texts, key=lambda m: layouts_mod.parse_mesh(m).size))
-        from jaxmem.plan.compare import compare as run_compare
+        if out_path and not out_path.lower().endswith((".json", ".csv")):
+            raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
+        finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
+        if len(finds) > 1:
+            raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
+        if from_path:
+            cells = compare_mod.load(from_path)
+        else:
+            if not kw["model_file"]:
+                raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
+            from jaxmem.program import layouts as layouts_mod
+            from jaxmem.plan import sweep
+            from jaxmem.plan.search import DEFAULT_MARGIN
 
-        cells = run_compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False), spec,
-                            find_batch=find_batch)
+            if margin is not None and not 0 <= margin < 1:
+                raise UserError(f"--margin {margin}: the share of usable memory kept free must be in [0, 1)")
+            if granule is not None and not find_seq:
+                raise UserError("--granule is the step of --find-seq; add --find-seq ARG or drop --granule")
+            spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
+                    "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list, "lora_rank": loras,
+                    "base_dtype": base_dtypes}
+            mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
+            sweep.prepare_environment(max(layouts_mod.parse_mesh(m).size for m in mesh_texts))
+            find = None if not finds else compare_mod.Find(
+                finds[0], arg=find_seq, granule=granule, margin=DEFAULT_MARGIN if margin is None else margin)
+
+            def on_row(c):
+                if not as_json:
+                    click.echo(compare_mod.row_line(c))
+
+            cells = compare_mod.compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, cache=not no_cache),
+                                        spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
+                                        on_row=on_row)
+        if out_path:
+            compare_mod.save(cells, out_path)
         if as_json:
-            click.echo(json.dumps([{"choice": c.choice, "error": c.error,
-                                    **({"max_batch": c.max_batch, "max_batch_capped": c.max_batch_capped}
-                                       if find_batch else {}),
-                                    **({"per_device_peak_bytes": c.report.per_device_peak_bytes, "fits": c.report.fits,
-                                        "headroom_bytes": c.report.headroom_bytes, "breakdown": c.report.breakdown}
-                                       if c.report else {})} for c in cells], indent=2))
+            click.echo(json.dumps(compare_mod.to_json(cells), indent=2))
         else:
             from jaxmem.present.render import render_comparison
 
@@ -427,6 +490,55 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
             for line in doctor_mod.render_lines(d):
                 click.echo(line)
         sys.exit(d.exit_code)
+
+    _run(go)
+
+
+@main.command()
+@step_options
+@click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
+@click.option("--all", "always", is_flag=True, help="Search even when the step fits as given (faster or roomier settings).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes compiling candidates (default: all cores; 1: in this process).")
+@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices", show_default=True,
+              help="The kinds of change to try, comma-separated.")
+def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
+    """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
+
+    Compiles the changes users make -- more state sharding (dp -> fsdp -> fsdp_tp), bf16
+    compute, remat from the least recompute to full, gradient accumulation keeping the global
+    batch, twice the devices -- and their combinations predicted to fit; prints the ones that
+    fit, ranked by estimated step time (ties by headroom), each with its peak, headroom, step
+    time relative to the step as given, and the `jaxmem analyze` command that reproduces it.
+    Exit code: 0 when one fits (or the step fits as given), 3 when none does, 2 on a user error.
+
+    \b
+    Example:
+      jaxmem advise models/llama.py --arg preset=8b --arg seq_len=4096 --batch 64 --gpu rtx-a6000 --mesh data=8 --layout dp
+      jaxmem advise models/gpt2.py --gpu a100-80g --mesh data=4 --all --json
+    """
+
+    def go():
+        from jaxmem.plan import sweep
+
+        _prepare(kw["mesh"])
+        # workers inherit the environment; the largest candidate mesh has twice the devices
+        from jaxmem.program import layouts as layouts_mod
+
+        sweep.prepare_environment(2 * layouts_mod.parse_mesh(kw["mesh"]).size)
+        from jaxmem.plan.advise import advise as run_advise
+
+        result = run_advise(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False),
+                            always=always, n_jobs=n_jobs, progress=not as_json,
+                            changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
+        if as_json:
+            click.echo(json.dumps(result.to_json(), indent=2))
+        else:
+            from jaxmem.present.render import render_advice
+
+            render_advice(result)
+        ok = result.fitting or (result.original.fits and not result.searched)
+        sys.exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
 
     _run(go)
 
