@@ -36,6 +36,7 @@ def test_verify_a_small_mlp_within_the_5_percent_target(models_dir, shipped_over
     m = out["method"]
     assert m["backend"] == "cpu" and m["devices"] == 1 and m["baseline_bytes"] > 0
     assert "clear_refs" in m["description"] and "split" in m
+    assert "YNNPACK fusions off" in m["description"]   # the program analyze --gpu cpu predicts, and which it is
     # the number compared is analyze's own prediction for --gpu cpu
     a = CliRunner().invoke(main, ["analyze", str(models_dir / "mlp.py"), *MLP_ARGS, "--gpu", "cpu", "--json",
                                   "--no-explain"])

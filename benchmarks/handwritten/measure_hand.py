@@ -55,6 +55,7 @@ def _child() -> dict:
     result = measure.peak_of_one_cpu_run(compiled, args, jax.tree.leaves(args), devices)
     result["xla"] = measure.xla_numbers(compiled)
     result["xla_defaults"] = job["xla_defaults"]
+    result["method"] += "; " + measure.compile_note(job["xla_defaults"])
     return result
 
 

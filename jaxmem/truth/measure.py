@@ -289,6 +289,14 @@ CPU_METHOD = ("peak RSS: /proc/self/clear_refs reset after the arguments were pl
               "the device + (VmHWM - VmRSS) / n_devices (one process holds all host devices)")
 
 
+def compile_note(xla_defaults: bool) -> str:
+    """Which CPU program was measured: the one `jaxmem analyze --gpu cpu` predicts, or a plain jax.jit's."""
+    if xla_defaults:
+        return "compiled with XLA's default options (YNNPACK fusions on): the program a plain jax.jit runs"
+    return ("compiled as `jaxmem analyze --gpu cpu` compiles it, with XLA:CPU's YNNPACK fusions off "
+            "(xla_cpu_experimental_ynn_fusion_type='')")
+
+
 def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
     """Run `compiled(*args)` once and measure its peak as described in the module doc.
 
@@ -343,6 +351,7 @@ def measure_cpu(case: Case) -> dict:
     result = peak_of_one_cpu_run(compiled, args, arrays, devices)
     del arrays
     result.update({
+        "method": result["method"] + "; " + compile_note(case.xla_defaults),
         "rss_args_delta": rss_args - rss_before_args,
         "xla": xla,
         "xla_defaults": case.xla_defaults,
