@@ -173,7 +173,7 @@ class _RowSearch:
         if find.kind == "batch":
             self.granule = mesh.data_size * opts.accum
             count = max(1, BATCH_LIMIT // self.granule)
-            self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 3))
+            self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 15))
         elif find.kind == "seq":
             self.granule = find.granule or 1
             count = max(1, SEQ_LIMIT // self.granule)

@@ -116,7 +116,7 @@ class Search:
 
         Without an upper bound yet: extrapolate the curve through the smallest point and the
         largest that fits (a wide baseline: adjacent points differ by XLA's jitter as much as by
-        the batch), or grow 4x while the curve has not risen by 1% of the budget. With a bracket: interpolate inside
+        the batch), or grow 4x while the curve has not risen by 0.1% of the budget. With a bracket: interpolate inside
         it, bisecting whenever an interpolation failed to halve the bracket. Each guess is
         probed with its next step, so a right guess is proven in the same round.
         """
@@ -128,30 +128,35 @@ class Search:
         if lo < 0:                          # the first probes all fail but index 0 is untried
             return [0]
         top = (hi - 1) if hi is not None else self.count - 1
+        predicted = True
         if hi is None:
             guess = self._extrapolate(lo, top)
             if guess is None or guess <= lo:
-                guess = 4 * lo + 3
+                guess, predicted = 4 * lo + 3, False
         else:
             width = hi - lo
             if self._last_width is not None and width > self._last_width // 2:
-                guess = (lo + hi) // 2      # the last interpolation did not close in enough
-                self._last_width = None
+                # the last interpolation did not close in enough
+                guess, predicted, self._last_width = (lo + hi) // 2, False, None
             else:
                 guess = self._fit([lo, hi], lo, top)
-                guess = (lo + hi) // 2 if guess is None else guess
+                if guess is None:
+                    guess, predicted = (lo + hi) // 2, False
                 self._last_width = width
         guess = max(lo + 1, min(guess, top))
-        out = [i for i in (guess, guess + 1) if i not in self.points and i < self.count and (hi is None or i < hi)]
+        # a prediction is probed with its next step (a right guess is proven in the same round);
+        # a bisection or growth step alone
+        pair = (guess, guess + 1) if predicted else (guess,)
+        out = [i for i in pair if i not in self.points and i < self.count and (hi is None or i < hi)]
         return out or [i for i in range(lo + 1, top + 1) if i not in self.points][:1]
 
     def _extrapolate(self, lo: int, top: int) -> int | None:
         known = sorted(i for i, (p, ok) in self.points.items() if p is not None and ok)
         if len(known) < 2 or not self.budgets:
             return None
-        # A rise under 1% of the budget is XLA's jitter, not a slope (fixed costs dominate small
-        # batches): extrapolating it would jump to the limit. Grow instead until it rises.
-        if self.points[lo][0] - self.points[known[0]][0] < 0.01 * min(self.budgets):
+        # A rise under 0.1% of the budget is no slope to extrapolate (fixed costs dominate small
+        # batches; XLA's choices move the peak by that much): grow instead until it rises.
+        if self.points[lo][0] - self.points[known[0]][0] < 0.001 * min(self.budgets):
             return None
         use = [known[0], lo]
         if self.degree >= 2 and len(known) >= 3:
