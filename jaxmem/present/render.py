@@ -271,20 +271,20 @@ def render_comparison(cells, console: Console | None = None) -> None:
         table.add_column(a)
     find = next((c.search for c in cells if getattr(c, "search", None) is not None), None)
     found_col = () if find is None else (_FOUND_COLUMN.get(find.kind, f"max {find.arg}"),)
-    for col in ("peak", "state", "acts+temps", "fits", "headroom") + found_col:
+    for col in ("peak", "state", "acts+temps", "fits", "headroom", "step (est.)") + found_col:
         table.add_column(col, justify="right")
     ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
     for c in ranked:
         values = [str(c.choice.get(a, "-")) for a in axes]
         if c.report is None:
-            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", *(("-",) if find else ()))
+            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", "-", *(("-",) if find else ()))
             continue
         b = c.report.breakdown
         state = b["params"] + b["optimizer_state"] + b["gradients"]
         fits = "-" if c.report.fits is None else ("[green]yes[/green]" if c.report.fits else "[red]no[/red]")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
                       fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
-                      *((_found(c),) if find else ()))
+                      _step_estimate(c.report), *((_found(c),) if find else ()))
     console.print(table)
     if find is not None:
         console.print("[dim]a searched row's peak is the analysis at its answer (at the first value tried when "
@@ -301,3 +301,48 @@ def render_comparison(cells, console: Console | None = None) -> None:
         t = done[0].report.target
         console.print(f"[dim]{t.description}, {t.devices} devices; usable {fmt_bytes(t.usable_bytes)} "
                       f"({t.usable_note})[/dim]")
+        console.print("[dim]step (est.): an estimated step time, max(compute, memory) + communication at the card's "
+                      "peak rates (jaxmem analyze prints its parts and rule)[/dim]")
+
+
+def render_advice(a, console: Console | None = None) -> None:
+    """`jaxmem advise`: the changes that fit, fastest estimated step first, each with its command."""
+    console = console or make_console()
+    o = a.original.report
+    t = o.target
+    verdict = "fits" if o.fits else "does not fit"
+    console.print(Text.assemble(("jaxmem advise ", "bold"), (o.model, "bold cyan"),
+                                f"  on {t.devices} x {t.description} ({t.gpu})"))
+    console.print(f"as given: peak {fmt_bytes(o.per_device_peak_bytes)} per device, usable {fmt_bytes(t.usable_bytes)} "
+                  f"({t.usable_note}): it {verdict}; step time (estimate) {_step_estimate(o)}")
+    if not a.searched:
+        console.print("It fits as given: nothing to change. (--all searches anyway, for faster or roomier settings.)")
+        return
+    fitting = a.fitting
+    if fitting:
+        table = Table(title="changes that fit, fastest estimated step first", title_justify="left")
+        for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
+                          ("step (est.)", "right"), ("vs as given", "right")):
+            table.add_column(col, justify=just)
+        for i, c in enumerate(fitting, 1):
+            rel = a.relative(c)
+            table.add_row(str(i), escape(c.label), fmt_bytes(c.peak), fmt_bytes(c.headroom), _step_estimate(c.report),
+                          "-" if rel is None else f"x{rel:.2f}")
+        console.print(table)
+        for i, c in enumerate(fitting, 1):
+            console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
+    else:
+        console.print(Text(" NONE FITS ", style="bold white on red"),
+                      f" none of the {len(a.candidates)} compiled changes fits")
+        c = a.closest
+        if c is not None:
+            console.print(f"closest: {escape(c.label)}: peak {fmt_bytes(c.peak)}, {fmt_bytes(-c.headroom)} over; "
+                          "more devices, a smaller global batch or a smaller model are left", soft_wrap=True)
+            console.print(f"    {escape(c.command(a.path))}", soft_wrap=True)
+    failed = [c for c in a.candidates if c.report is None]
+    for c in failed:
+        console.print(f"[dim]not compiled ({c.status}): {escape(c.label)}: {escape(c.error or '')}[/dim]")
+    console.print(f"[dim]{a.compiles} compiles ({a.cached} from the cache) in {a.seconds:.0f} s; "
+                  f"{len(a.candidates) - len(fitting) - len(failed)} compiled changes do not fit (--json lists all). "
+                  "Step times are estimates: max(compute, memory) + communication at the card's published peak "
+                  "rates (jaxmem analyze prints the parts).[/dim]")
