@@ -1,0 +1,415 @@
+"""`jaxmem advise`: when a step does not fit, the changes that make it fit, fastest first.
+
+The changes users actually make, each a field of the analysis options
+(``dataclasses.replace(options, ...)``), on axes ordered from cheapest to dearest:
+
+* layout: more state sharding, dp -> fsdp -> fsdp_tp (a model axis of 2 split off the data axis);
+* precision: bf16 compute (fp32 params and optimizer state kept);
+* remat: from the least recompute to the most: dots_saveable, dots_with_no_batch_dims_saveable, full;
+* microbatch: gradient accumulation over 2, 4, ... microbatches, keeping the global batch;
+* devices: twice the data-parallel devices, keeping the global batch.
+
+No suggestion without its compiled number. The search compiles in two rounds:
+
+1. *probes*: every single change at each of its values (gradient accumulation only at its
+   largest: one sample per device), in parallel. Each probe is a candidate itself, and it
+   measures how its change scales the state (params, optimizer state, gradients, ...) and the
+   activations/temporaries of the original, and its estimated step time.
+2. *combinations*: every combination of changes is predicted from those ratios (state and
+   activations each as the original's times the ratios of the changes combined; microbatch
+   sizes between the probes interpolated linearly); the ones predicted to fit, fastest
+   predicted first, are compiled -- and only their compiled numbers are reported.
+
+Candidates that fit are ranked by their compiled, estimated step time (ties by headroom).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from typing import Any, Callable
+
+from jaxmem.analyze import AnalyzeOptions, command_line
+from jaxmem.errors import UserError
+from jaxmem.program import layouts
+
+LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
+# recompute, least to most; aliases share a rank (checkpoint_dots is dots_saveable)
+REMAT_RANK = {"none": 0, "everything_saveable": 0, "dots_saveable": 1, "checkpoint_dots": 1,
+              "dots_with_no_batch_dims_saveable": 2, "checkpoint_dots_with_no_batch_dims": 2,
+              "full": 3, "nothing_saveable": 3}
+REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
+SCHEMA = "jaxmem.advise/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One compiled configuration: the original, or the original with `changes`."""
+
+    changes: tuple[tuple[str, Any], ...]     # (axis, value): layout, precision, remat, accum, devices
+    options: AnalyzeOptions
+    report: Any = None                       # Report | None
+    error: str | None = None
+    status: str = "ok"                       # ok | user_error | failed (jaxmem.plan.sweep statuses)
+    round: int = 0                           # 0: the original, 1: a probe, 2: a predicted combination
+    predicted_peak_bytes: int | None = None  # round 2: what the probes predicted
+
+    @property
+    def label(self) -> str:
+        if not self.changes:
+            return "as given"
+        return ", ".join(_describe(k, v) for k, v in self.changes)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.report is not None and self.report.fits)
+
+    @property
+    def peak(self) -> int | None:
+        return None if self.report is None else self.report.per_device_peak_bytes
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.report is None else self.report.headroom_bytes
+
+    @property
+    def step_s(self) -> float | None:
+        st = (self.report.step_time or {}) if self.report is not None else {}
+        return st.get("estimate_s") if st.get("available") else None
+
+    def command(self, path: str) -> str:
+        return command_line(path, self.options)
+
+
+def _describe(axis: str, value) -> str:
+    if axis == "accum":
+        return f"accumulate {value} microbatches"
+    if axis == "devices":
+        return f"{layouts.parse_mesh(value).size} devices (mesh {value})"
+    if axis == "layout":
+        lo, mesh = value
+        return f"layout {lo}" + (f" (mesh {mesh})" if "model" in mesh and lo == "fsdp_tp" else "")
+    return f"{axis} {value}"
+
+
+def _display(axis: str, value):
+    """A change as JSON shows it: the layout by name (with its mesh when it adds a model axis)."""
+    if axis == "layout":
+        lo, mesh = value
+        return {"layout": lo, "mesh": mesh}
+    if axis == "devices":
+        return {"mesh": value, "devices": layouts.parse_mesh(value).size}
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+    path: str
+    original: Candidate
+    candidates: tuple[Candidate, ...]   # every compiled change: fitting ones ranked first
+    compiles: int
+    cached: int
+    seconds: float
+    searched: bool                      # False: the original fits and --all was not given
+
+    @property
+    def fitting(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.fits]
+
+    @property
+    def closest(self) -> Candidate | None:
+        """The compiled candidate with the smallest peak above what is usable (when none fits)."""
+        done = [c for c in self.candidates if c.report is not None and c.report.headroom_bytes is not None]
+        return max(done, key=lambda c: c.headroom, default=None)
+
+    def relative(self, c: Candidate) -> float | None:
+        base, mine = self.original.step_s, c.step_s
+        return None if not base or mine is None else mine / base
+
+    def to_json(self) -> dict[str, Any]:
+        def row(c: Candidate) -> dict[str, Any]:
+            return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label, "command": c.command(self.path),
+                    "status": c.status, "error": c.error, "fits": c.fits if c.report is not None else None,
+                    "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
+                    "step_time_estimate_s": c.step_s, "relative_step_time": self.relative(c),
+                    "step_time": c.report.step_time if c.report is not None else None,
+                    "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes}
+
+        closest = None if self.fitting or not self.searched else self.closest
+        return {"schema": SCHEMA, "model_file": self.path, "original": row(self.original),
+                "fits_as_given": self.original.fits, "searched": self.searched,
+                "candidates": [row(c) for c in self.candidates],
+                "fitting": len(self.fitting), "closest": row(closest) if closest is not None else None,
+                "compiles": self.compiles, "cached": self.cached, "seconds": round(self.seconds, 1),
+                "step_time_rule": "estimates: max(compute, memory) + communication at the card's published peak "
+                                  "rates (see each candidate's step_time.rule)"}
+
+
+# ----------------------------------------------------------------------------------------------
+# The axes of change, from the original options.
+# ----------------------------------------------------------------------------------------------
+
+def _global_batch(report) -> int | None:
+    b = report.options.get("batch") if report is not None else None
+    return int(b) if isinstance(b, int) else None
+
+
+def axes(base: AnalyzeOptions, global_batch: int | None) -> dict[str, list]:
+    """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis)."""
+    spec = layouts.parse_mesh(base.mesh)
+    out: dict[str, list] = {}
+    # layout: more state sharding than the original
+    ladder = list(LAYOUT_LADDER)
+    start = ladder.index(base.layout) + 1 if base.layout in ladder else (2 if base.layout == "tp" else 3)
+    lay = []
+    for lo in ladder[start:]:
+        if lo == "fsdp_tp" and spec.model_axis is None:
+            split = _split_model_axis(spec)
+            if split is None:
+                continue
+            lay.append(("fsdp_tp", split))
+        else:
+            lay.append((lo, base.mesh))
+    out["layout"] = lay
+    out["precision"] = ["bf16"] if base.precision == "fp32" else []
+    rank = REMAT_RANK.get(base.remat, 0)
+    out["remat"] = [r for r in REMAT_LADDER if REMAT_RANK[r] > rank]
+    # microbatches: the global batch kept; each microbatch still split over every data device
+    acc = []
+    if global_batch:
+        k = base.accum * 2
+        while global_batch % (spec.data_size * k) == 0:
+            acc.append(k)
+            k *= 2
+    out["accum"] = acc
+    # devices: twice the data-parallel devices, the global batch kept
+    dev = []
+    if global_batch and global_batch % (spec.data_size * 2 * base.accum) == 0:
+        dev.append(_scale_data(spec, 2))
+    out["devices"] = dev
+    return out
+
+
+def _split_model_axis(spec: layouts.MeshSpec) -> str | None:
+    """`data=8` -> `data=4,model=2`: the same devices, a tensor-parallel axis of 2."""
+    axes_ = list(spec.axes)
+    for i, (name, size) in enumerate(axes_):
+        if size % 2 == 0 and size >= 2:
+            axes_[i] = (name, size // 2)
+            if axes_[i][1] == 1 and len(axes_) == 1:
+                return None  # no data axis would be left
+            return ",".join(f"{n}={s}" for n, s in axes_) + ",model=2"
+    return None
+
+
+def _scale_data(spec: layouts.MeshSpec, factor: int) -> str:
+    name = spec.data_axes[0]
+    return ",".join(f"{n}={s * factor if n == name else s}" for n, s in spec.axes)
+
+
+def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> AnalyzeOptions | None:
+    """The options with `changes`; None when two changes contradict (a model axis and more devices)."""
+    kw: dict[str, Any] = {}
+    mesh = base.mesh
+    for axis, value in changes:
+        if axis == "layout":
+            kw["layout"], mesh_l = value
+            mesh = mesh_l
+        elif axis == "devices":
+            kw["_devices"] = value
+        else:
+            kw[axis] = value
+    if "_devices" in kw:
+        factor = layouts.parse_mesh(kw.pop("_devices")).size // layouts.parse_mesh(base.mesh).size
+        mesh = _scale_data(layouts.parse_mesh(mesh), factor)
+    hosts = base.hosts
+    if hosts is not None and mesh != base.mesh:
+        n_old, n_new = layouts.parse_mesh(base.mesh).size, layouts.parse_mesh(mesh).size
+        hosts = max(1, hosts * n_new // n_old)
+    return dataclasses.replace(base, mesh=mesh, hosts=hosts, explain=False, **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# Prediction of combinations from the probes.
+# ----------------------------------------------------------------------------------------------
+
+def _split(report) -> tuple[float, float]:
+    """(state, activations) of a report: activations_and_temporaries vs everything else."""
+    acts = float(report.breakdown["activations_and_temporaries"])
+    return float(report.per_device_peak_bytes) - acts, acts
+
+
+@dataclasses.dataclass
+class _Model:
+    base_state: float
+    base_acts: float
+    base_time: float
+    ratios: dict[tuple[str, Any], tuple[float, float, float]]   # (axis, value) -> (state, acts, time) ratios
+    accum_line: tuple[float, float, float, float] | None = None  # (a_base, a_max, acts ratio, time ratio) at a_max
+
+    def predict(self, changes) -> tuple[float, float]:
+        state, acts, t = self.base_state, self.base_acts, self.base_time
+        for axis, value in changes:
+            if axis == "accum" and self.accum_line is not None:
+                a0, a1, r_acts, r_time = self.accum_line
+                r_state = self.ratios[("accum", a1)][0]
+                # activations linear in the microbatch size (1/accum); time linear in accum
+                m0, m1, m = 1 / a0, 1 / a1, 1 / value
+                frac = (m0 - m) / (m0 - m1) if m0 != m1 else 1.0
+                state *= 1 + (r_state - 1) * min(frac, 1.0)
+                acts *= 1 + (r_acts - 1) * frac
+                t *= 1 + (r_time - 1) * (value - a0) / (a1 - a0) if a1 != a0 else r_time
+                continue
+            r = self.ratios.get((axis, value))
+            if r is None:
+                return math.inf, math.inf
+            state, acts, t = state * r[0], acts * r[1], t * r[2]
+        return state + acts, t
+
+
+def _model(original: Candidate, probes: list[Candidate], accum_values: list[int]) -> _Model | None:
+    if original.report is None or original.step_s is None:
+        return None
+    s0, a0 = _split(original.report)
+    ratios = {}
+    for p in probes:
+        if p.report is None or p.step_s is None or len(p.changes) != 1:
+            continue
+        s, a = _split(p.report)
+        ratios[p.changes[0]] = (s / s0 if s0 else 1.0, a / a0 if a0 else 1.0, p.step_s / original.step_s)
+    m = _Model(s0, a0, original.step_s, ratios)
+    if accum_values and ("accum", accum_values[-1]) in ratios:
+        r = ratios[("accum", accum_values[-1])]
+        m.accum_line = (original.options.accum, accum_values[-1], r[1], r[2])
+    return m
+
+
+# ----------------------------------------------------------------------------------------------
+# The search.
+# ----------------------------------------------------------------------------------------------
+
+Runner = Callable[[list[tuple[str, AnalyzeOptions]]], list[tuple[Any, str | None, str, bool]]]
+
+
+def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int | None = None,
+                 progress: bool = True) -> list[tuple[Any, str | None, str, bool]]:
+    """(report, error, status, from cache) per job: in worker processes (jaxmem.plan.sweep), or in
+    this process when one job at a time is asked (no worker start-up)."""
+    from jaxmem.plan import sweep
+
+    sweep_jobs = [sweep.Job(key, path, opts) for key, opts in jobs]
+    if n_jobs == 1:
+        outs = [sweep.run_one(j) for j in sweep_jobs]
+    else:
+        outs = sweep.run_jobs(sweep_jobs, n_jobs=n_jobs, progress=progress)
+    return [(o.report, o.error, o.status, bool(o.report is not None and o.report.timings.get("cache_hit")))
+            for o in outs]
+
+
+CHANGES = ("layout", "precision", "remat", "accum", "devices")
+
+
+def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,
+           combinations: int = 8, progress: bool = True, runner: Runner | None = None,
+           original_report=None, changes: tuple[str, ...] = CHANGES) -> Advice:
+    """Compile the changes that could make the step fit; rank the ones that do.
+
+    `always`: search even when the original fits (`--all`). `changes`: the kinds of change to try
+    (a subset of CHANGES). `combinations`: how many predicted
+    combinations to compile per round (two rounds at most, the second only when fewer than three
+    candidates fit).
+    """
+    t0 = time.perf_counter()
+    run = runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress))
+    base = dataclasses.replace(base, explain=False)
+    compiles = cached = 0
+
+    def compile_all(items: list[tuple[tuple, AnalyzeOptions]], round_: int, predicted=None) -> list[Candidate]:
+        nonlocal compiles, cached
+        if not items:
+            return []
+        outs = run([(_key(ch), opts) for ch, opts in items])
+        result = []
+        for (ch, opts), (rep, err, status, hit) in zip(items, outs):
+            compiles += 1
+            cached += hit
+            result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
+                                    None if predicted is None else int(predicted.get(ch, 0))))
+        return result
+
+    if original_report is None:
+        original = compile_all([((), base)], 0)[0]
+    else:
+        original = Candidate((), base, original_report, None, "ok", 0)
+    if original.report is None:
+        raise UserError(f"the original configuration does not compile: {original.error}")
+    if original.report.fits is None:
+        raise UserError("advise needs a GPU target with fixed memory (jaxmem gpus), not --gpu cpu")
+    if original.fits and not always:
+        return Advice(path, original, (), compiles, cached, time.perf_counter() - t0, searched=False)
+
+    unknown = sorted(set(changes) - set(CHANGES))
+    if unknown:
+        raise UserError(f"--changes {','.join(unknown)}: unknown; choose from {','.join(CHANGES)}")
+    ax = {k: v for k, v in axes(base, _global_batch(original.report)).items() if k in changes}
+    # round 1: every single change (accumulation at its largest only: the line between is interpolated)
+    singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
+    probe_items = []
+    for ch in singles:
+        opts = _apply(base, (ch,))
+        if opts is not None:
+            probe_items.append(((ch,), opts))
+    probes = compile_all(probe_items, 1)
+    done = {_opts_key(c.options) for c in [original, *probes]}
+
+    # round 2: combinations predicted to fit, fastest predicted first
+    model = _model(original, probes, ax.get("accum", []))
+    extra: list[Candidate] = []
+    if model is not None:
+        usable = original.report.target.usable_bytes
+        choices = [[None, *[(axis, v) for v in values]] for axis, values in ax.items() if values]
+        scored = []
+        for combo in itertools.product(*choices):
+            ch = tuple(c for c in combo if c is not None)
+            if len(ch) < 2:
+                continue
+            peak, t = model.predict(ch)
+            if peak <= usable * 1.05:  # a small margin: the compile decides
+                scored.append((t, peak, ch))
+        scored.sort(key=lambda x: (x[0], x[1]))
+        predicted = {ch: peak for _, peak, ch in scored}
+        queue = [ch for _, _, ch in scored]
+        for _ in range(2):
+            batch = []
+            while queue and len(batch) < combinations:
+                ch = queue.pop(0)
+                opts = _apply(base, ch)
+                if opts is None or _opts_key(opts) in done:
+                    continue
+                done.add(_opts_key(opts))
+                batch.append((ch, opts))
+            extra += compile_all(batch, 2, predicted)
+            if sum(c.fits for c in probes + extra) >= 3 or not queue:
+                break
+
+    ranked = _rank(probes + extra)
+    return Advice(path, original, tuple(ranked), compiles, cached, time.perf_counter() - t0, searched=True)
+
+
+def _rank(cands: list[Candidate]) -> list[Candidate]:
+    """Fitting first, fastest estimated step first (ties: more headroom first); then the rest by peak."""
+    fit = sorted((c for c in cands if c.fits),
+                 key=lambda c: (c.step_s if c.step_s is not None else math.inf, -(c.headroom or 0)))
+    rest = sorted((c for c in cands if not c.fits),
+                  key=lambda c: (c.report is None, c.peak if c.peak is not None else 0))
+    return fit + rest
+
+
+def _key(changes) -> str:
+    return "; ".join(_describe(a, v) for a, v in changes) or "as given"
+
+
+def _opts_key(o: AnalyzeOptions) -> tuple:
+    return (o.mesh, o.layout, o.precision, o.remat, o.accum, o.batch, o.hosts)

@@ -1,0 +1,140 @@
+"""jaxmem advise: its candidates fit when their printed command runs; the command line of an option set."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+import pytest
+from click.testing import CliRunner
+
+from jaxmem.analyze import AnalyzeOptions, command_line
+from jaxmem.cli import _options, main
+from jaxmem.plan import advise as advise_mod
+
+# The tiny Llama with activations large enough to matter: on one H100 its step peaks at ~149 MiB
+# as given (dp, fp32, no remat), ~77 MiB with 8 microbatches; a budget of ~80 MiB separates them.
+TINY = ["models/llama.py", "--arg", "preset=tiny", "--arg", "seq_len=256", "--batch", "8", "--gpu", "h100",
+        "--mesh", "data=1", "--layout", "dp"]
+FRACTION = "0.000988"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    import os
+
+    old = os.environ.get("JAXMEM_CACHE")
+    os.environ["JAXMEM_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("JAXMEM_CACHE")
+    else:
+        os.environ["JAXMEM_CACHE"] = old
+
+
+def _run(args):
+    return CliRunner().invoke(main, args)
+
+
+@pytest.fixture(scope="module")
+def advice(cache):
+    res = _run(["advise", *TINY, "--mem-fraction", FRACTION, "--changes", "precision,remat,accum", "--jobs", "1",
+                "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_every_candidate_advise_prints_as_fitting_fits_when_its_command_runs(advice):
+    assert advice["original"]["fits"] is False
+    fitting = [c for c in advice["candidates"] if c["fits"]]
+    assert len(fitting) >= 1 and advice["fitting"] == len(fitting)
+    for c in fitting:
+        args = shlex.split(c["command"])
+        assert args[:2] == ["jaxmem", "analyze"]
+        res = _run([*args[1:], "--json"])
+        assert res.exit_code == 0, (c["command"], res.output)  # exit 0: it fits
+        rep = json.loads(res.stdout)
+        assert rep["fits"] is True
+        assert rep["per_device_peak_bytes"] == c["per_device_peak_bytes"]
+        assert rep["step_time"]["estimate_s"] == c["step_time_estimate_s"]
+
+
+def test_fitting_candidates_are_ranked_by_estimated_step_time_relative_to_the_original(advice):
+    fitting = [c for c in advice["candidates"] if c["fits"]]
+    times = [c["step_time_estimate_s"] for c in fitting]
+    assert times == sorted(times)
+    base = advice["original"]["step_time_estimate_s"]
+    for c in fitting:
+        assert c["relative_step_time"] == pytest.approx(c["step_time_estimate_s"] / base, rel=1e-12)
+        assert c["headroom_bytes"] >= 0
+    # the candidates that fit all come before those that do not
+    flags = [c["fits"] for c in advice["candidates"]]
+    assert flags == sorted(flags, reverse=True)
+
+
+def test_none_fits_exits_3_and_names_the_closest(cache):
+    res = _run(["advise", *TINY, "--mem-fraction", "0.0006", "--changes", "precision", "--jobs", "1", "--json"])
+    assert res.exit_code == 3, res.output
+    out = json.loads(res.stdout)
+    assert out["fitting"] == 0 and out["closest"] is not None
+    done = [c for c in out["candidates"] if c["per_device_peak_bytes"] is not None]
+    assert out["closest"]["per_device_peak_bytes"] == min(c["per_device_peak_bytes"] for c in done)
+
+
+def test_analyze_that_does_not_fit_points_to_advise_with_the_same_options(cache):
+    res = _run(["analyze", *TINY, "--mem-fraction", FRACTION, "--no-explain"])
+    assert res.exit_code == 3, res.output
+    want = command_line("models/llama.py", _options_from(["analyze", *TINY, "--mem-fraction", FRACTION]), "advise")
+    lines = [line for line in res.output.splitlines() if "jaxmem advise" in line]
+    assert len(lines) == 1 and want in lines[0]
+
+
+def _options_from(argv: list[str]) -> AnalyzeOptions:
+    """The AnalyzeOptions the CLI builds from an `analyze` command line."""
+    cmd = main.commands["analyze"]
+    ctx = cmd.make_context("analyze", list(argv[1:]))
+    kw = dict(ctx.params)
+    extra = dict(mem_fraction=kw.pop("mem_fraction"), top=kw.pop("top"), module_depth=kw.pop("depth"),
+                 explain=not kw.pop("no_explain"))
+    return _options(kw, **extra)
+
+
+def test_command_line_round_trips_through_the_cli_parser():
+    opts = AnalyzeOptions(
+        model_args=(("preset", "8b"), ("seq_len", 4096), ("flag", True), ("name", "a b"), ("none", None),
+                    ("x", 0.5)),
+        mesh="data=4,model=2", layout="fsdp_tp", precision="bf16", optimizer="adafactor", batch=64, accum=4,
+        remat="dots_saveable", donate=False, freeze="embed.*", lora_rank=16, lora_targets="attn", lora_alpha=32.0,
+        base_dtype="nf4", offload="optimizer", gpu="rtx-a6000", hosts=2, mem_fraction=0.9, explain=False, top=5,
+        module_depth=2)
+    text = command_line("models/llama.py", opts)
+    args = shlex.split(text)
+    assert args[:3] == ["jaxmem", "analyze", "models/llama.py"]
+    assert _options_from(args[1:]) == opts
+
+
+def test_every_option_has_its_flag_in_command_line():
+    """A new AnalyzeOptions field must be rendered by command_line (or advise's commands would drop it)."""
+    rendered = {"model_args", "mesh", "layout", "precision", "optimizer", "batch", "accum", "remat", "donate",
+                "freeze", "lora_rank", "lora_targets", "lora_alpha", "base_dtype", "offload", "gpu", "hosts",
+                "mem_fraction", "explain", "top", "module_depth"}
+    not_flags = {"cache"}  # no command-line flag: the on-disk cache is always on for the CLI
+    assert {f.name for f in dataclasses.fields(AnalyzeOptions)} == rendered | not_flags
+
+
+def test_axes_of_change_keep_the_global_batch():
+    base = AnalyzeOptions(mesh="data=8", layout="dp", precision="fp32", remat="none")
+    ax = advise_mod.axes(base, 64)
+    assert ax["layout"] == [("fsdp", "data=8"), ("fsdp_tp", "data=4,model=2")]
+    assert ax["precision"] == ["bf16"]
+    assert ax["remat"] == ["dots_saveable", "dots_with_no_batch_dims_saveable", "full"]
+    assert ax["accum"] == [2, 4, 8]          # 64 = 8 devices x 8 samples: at most 8 microbatches of one
+    assert ax["devices"] == ["data=16"]
+    # already the most sharded, bf16 and fully rematerialized: only microbatches and devices remain
+    done = advise_mod.axes(dataclasses.replace(base, layout="fsdp_tp", mesh="data=4,model=2", precision="bf16",
+                                               remat="full"), 64)
+    assert done["layout"] == [] and done["precision"] == [] and done["remat"] == []
+    assert done["accum"] == [2, 4, 8, 16]
+    opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "data=4,model=2")), ("devices", "data=16")))
+    assert (opts.layout, opts.mesh) == ("fsdp_tp", "data=8,model=2")
