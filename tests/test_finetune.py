@@ -218,3 +218,15 @@ def test_compare_grid_has_one_full_fine_tune_row_per_base_dtype_axis():
     rows = compare.grid({"lora_rank": "0,16", "base_dtype": "bf16,nf4"})
     assert rows == [{"lora_rank": 0, "base_dtype": None}, {"lora_rank": 16, "base_dtype": "bf16"},
                     {"lora_rank": 16, "base_dtype": "nf4"}]
+
+
+def test_a_quantized_base_leaves_conv_weights_in_their_dtype():
+    # qwix 0.1.8 quantizes a conv's weight only with its activations: convs stay unquantized, dense layers do not
+    resnet = Path(__file__).resolve().parent.parent / "models" / "resnet.py"
+    plain = build(resnet, model_args={"preset": "tiny"}, lora_rank=4)
+    q = build(resnet, model_args={"preset": "tiny"}, lora_rank=4, base_dtype="int8")
+    quantized = [leaf.path for leaf in q.leaves if leaf.path.endswith("/qvalue")]
+    assert quantized == ["params:head/kernel/array/qvalue"]
+    s_plain, s_q = train_state.summarize(plain.leaves), train_state.summarize(q.leaves)
+    # scales are the weight's storage, not parameters: the counts are the model's
+    assert (s_q.trainable_count, s_q.frozen_count) == (s_plain.trainable_count, s_plain.frozen_count)

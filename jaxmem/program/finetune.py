@@ -26,7 +26,10 @@ import jax.numpy as jnp
 from jaxmem.errors import UserError
 
 BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
+QUANTIZED_OPS = ("dot_general", "einsum")   # the ops whose weights --base-dtype quantizes (not convs)
 OFFLOADS = ("optimizer",)
+# qwix stores a quantized weight W as W/array/qvalue (the values) and W/array/scale
+QUANT_SCALE = re.compile(r"/array/scale$")
 # qwix names the adapters of weight W `W_lora_a` and `W_lora_b` (NNX paths end in the Variable's /value).
 ADAPTER = re.compile(r"_lora_[ab](/value)?$")
 
@@ -100,12 +103,17 @@ def provider(ft: FineTune):
     # --lora-targets is searched in the module path (like --freeze in the param path); qwix full-matches.
     targets = ".*" if ft.lora_targets is None else f".*(?:{ft.lora_targets}).*"
     qtype = _qtype(ft.base_dtype)
-    rules = [qwix.LoraRule(module_path=targets, rank=ft.lora_rank,
-                           alpha=float(ft.lora_alpha if ft.lora_alpha is not None else ft.lora_rank),
-                           weight_qtype=qtype)]
-    if qtype is not None:  # QLoRA quantizes the whole base, not only the adapted weights
-        rules.append(qwix.QuantizationRule(module_path=".*", weight_qtype=qtype))
-    return _LoraProvider(rules)
+    alpha = float(ft.lora_alpha if ft.lora_alpha is not None else ft.lora_rank)
+    if qtype is None:
+        return _LoraProvider([qwix.LoraRule(module_path=targets, rank=ft.lora_rank, alpha=alpha)])
+    # qwix 0.1.8 quantizes a conv's weight only together with its activations (PtqProvider.
+    # conv_general_dilated raises otherwise), so conv weights keep their dtype; the first rule that
+    # matches an op wins. QLoRA quantizes the whole base, not only the adapted weights.
+    return _LoraProvider([
+        qwix.LoraRule(module_path=targets, op_names=QUANTIZED_OPS, rank=ft.lora_rank, alpha=alpha, weight_qtype=qtype),
+        qwix.LoraRule(module_path=targets, rank=ft.lora_rank, alpha=alpha),
+        qwix.QuantizationRule(module_path=".*", op_names=QUANTIZED_OPS, weight_qtype=qtype),
+    ])
 
 
 def _provider_class():
@@ -246,8 +254,9 @@ def store_base(frozen, ft: FineTune, precision: str):
 
 def _is_qwix_scale(path) -> bool:
     # qwix stores a quantized weight as WithAux(array=QArray(qvalue, scale, ...)): its scales keep their dtype
-    names = [getattr(k, "name", None) for k in path]
-    return "array" in names and names[-1] != "qvalue"
+    from jaxmem.program.state import path_str
+
+    return bool(QUANT_SCALE.search(path_str(path)))
 
 
 def _example_path(params) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from jaxmem.program.finetune import QUANT_SCALE
 from jaxmem.program.sharding import LeafInfo
 
 
@@ -62,11 +63,13 @@ def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
         if leaf.category in glob:
             glob[leaf.category] += leaf.global_bytes
         if leaf.category == "params":
-            count += leaf.size
+            # a quantized weight's scales are storage of that weight, not parameters of the model
+            n = 0 if QUANT_SCALE.search(leaf.path) else leaf.size
+            count += n
             if leaf.trainable is None:
                 known = False
             trains = leaf.trainable is not False and "float" in leaf.dtype  # integer and frozen leaves get no gradient
-            split[trains][0] += leaf.size
+            split[trains][0] += n
             split[trains][1] += leaf.device_bytes
             if trains:
                 grads += leaf.device_bytes
