@@ -363,7 +363,7 @@ def measure_cpu(case: Case) -> dict:
 MONITOR_SECONDS = 1.0   # how long the card is watched at least: one step is often a few ms
 
 
-def _more_steps_for_the_monitor(compiled, args, out) -> int:
+def _more_steps_for_the_monitor(compiled, args, out, seconds: float | None = None, max_steps: int = 1000) -> int:
     """Run jaxmem's train step again on its own outputs for MONITOR_SECONDS, so NVML sees the card
     training rather than one short burst. Only for jaxmem's built step, whose outputs
     (trainable, opt_state, mutable, rng, loss) feed the next step's donated arguments
@@ -372,9 +372,10 @@ def _more_steps_for_the_monitor(compiled, args, out) -> int:
 
     if not (isinstance(out, (tuple, list)) and len(out) == 5 and len(args) == 6):
         return 0
+    seconds = MONITOR_SECONDS if seconds is None else seconds
     steps, t0 = 0, time.perf_counter()
     try:
-        while time.perf_counter() - t0 < MONITOR_SECONDS and steps < 1000:
+        while time.perf_counter() - t0 < seconds and steps < max_steps:
             out = compiled(out[0], args[1], out[1], out[2], out[3], args[5])
             jax.block_until_ready(out)
             steps += 1
