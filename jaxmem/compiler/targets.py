@@ -99,6 +99,7 @@ class Performance:
     intra_host_link: str
     inter_host_link: str
     sources: tuple[tuple[str, str], ...]   # (fields, published source)
+    host_bandwidth: float = 0.0  # bytes/s per GPU, one way, to the host's memory (PCIe): offloaded state
 
 
 _DGX_NET = "NVIDIA DGX {0} user guide: 8 x ConnectX-7 400 Gb/s InfiniBand, one per GPU (50 GB/s each way)"
@@ -109,25 +110,33 @@ PERFORMANCE: dict[str, Performance] = {
           "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS (624 sparse), TF32 156 (312 sparse), "
           "FP32 19.5 TFLOPS, 2,039 GB/s HBM2e, NVLink 600 GB/s (bidirectional)"),
          ("inter_host_bandwidth", "NVIDIA DGX A100 user guide: 8 x ConnectX-6 200 Gb/s HDR InfiniBand for compute, "
-          "one per GPU (25 GB/s each way)"))),
+          "one per GPU (25 GB/s each way)"),
+         ("host_bandwidth", "NVIDIA A100 datasheet: PCIe Gen4 64 GB/s (bidirectional), 32 GB/s each way")),
+        host_bandwidth=32e9),
     "h100": Performance(
         989.4e12, 494.7e12, 66.9e12, 3.35e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
           "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
           "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 3.35 TB/s HBM3, NVLink 900 GB/s (bidirectional)"),
-         ("inter_host_bandwidth", _DGX_NET.format("H100")))),
+         ("inter_host_bandwidth", _DGX_NET.format("H100")),
+         ("host_bandwidth", "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way")),
+        host_bandwidth=64e9),
     "h200": Performance(
         989.4e12, 494.7e12, 66.9e12, 4.8e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
           "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
           "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4.8 TB/s HBM3e, NVLink 900 GB/s (bidirectional)"),
-         ("inter_host_bandwidth", _DGX_NET.format("H200")))),
+         ("inter_host_bandwidth", _DGX_NET.format("H200")),
+         ("host_bandwidth", "NVIDIA H200 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way")),
+        host_bandwidth=64e9),
     "b200": Performance(
         2.25e15, 1.1e15, 75e12, 7.7e12, 900e9, 50e9, "NVLink 5", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
           "NVIDIA HGX B200 specifications (per GPU): FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), TF32 2.2 "
           "PFLOPS with sparsity (1.1 dense), FP32 75 TFLOPS, 7.7 TB/s HBM3e, NVLink 5 1.8 TB/s (bidirectional)"),
-         ("inter_host_bandwidth", _DGX_NET.format("B200")))),
+         ("inter_host_bandwidth", _DGX_NET.format("B200")),
+         ("host_bandwidth", "NVIDIA HGX B200 specifications: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way")),
+        host_bandwidth=64e9),
     "rtx-a6000": Performance(
         154.8e12, 77.4e12, 38.7e12, 768e9, 32e9, 25e9, "PCIe 4.0 x16", "200 Gb/s per GPU (assumed)",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth",
@@ -136,7 +145,9 @@ PERFORMANCE: dict[str, Performance] = {
          ("intra_host_bandwidth", "PCIe 4.0 x16: 64 GB/s bidirectional (32 GB/s each way); the A6000's NVLink "
           "bridge joins pairs of cards only, so an 8-GPU host talks over PCIe"),
          ("inter_host_bandwidth", "no NVIDIA reference system for RTX A6000 hosts: assumed one 200 Gb/s NIC per "
-          "GPU, as in DGX A100"))),
+          "GPU, as in DGX A100"),
+         ("host_bandwidth", "NVIDIA RTX A6000 datasheet: PCIe Gen4 x16, 32 GB/s each way")),
+        host_bandwidth=32e9),
 }
 
 
