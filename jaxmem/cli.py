@@ -500,7 +500,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 @click.option("--all", "always", is_flag=True, help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
-@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices", show_default=True,
+@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora", show_default=True,
               help="The kinds of change to try, comma-separated.")
 def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
@@ -510,6 +510,8 @@ def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
     batch, twice the devices -- and their combinations predicted to fit; prints the ones that
     fit, ranked by estimated step time (ties by headroom), each with its peak, headroom, step
     time relative to the step as given, and the `jaxmem analyze` command that reproduces it.
+    Fine-tuning changes are tried too: the optimizer state offloaded to host memory, and LoRA /
+    QLoRA (rank 16; these train adapters instead of every weight, and say so).
     Exit code: 0 when one fits (or the step fits as given), 3 when none does, 2 on a user error.
 
     \b

@@ -131,10 +131,14 @@ def test_axes_of_change_keep_the_global_batch():
     assert ax["remat"] == ["dots_saveable", "dots_with_no_batch_dims_saveable", "full"]
     assert ax["accum"] == [2, 4, 8]          # 64 = 8 devices x 8 samples: at most 8 microbatches of one
     assert ax["devices"] == ["data=16"]
+    assert ax["offload"] == ["optimizer"]
+    assert ax["lora"] == [(16, None), (16, "nf4")]   # LoRA, then QLoRA on an nf4 base
     # already the most sharded, bf16 and fully rematerialized: only microbatches and devices remain
     done = advise_mod.axes(dataclasses.replace(base, layout="fsdp_tp", mesh="data=4,model=2", precision="bf16",
                                                remat="full"), 64)
     assert done["layout"] == [] and done["precision"] == [] and done["remat"] == []
     assert done["accum"] == [2, 4, 8, 16]
+    # a LoRA fine-tune as given is not offered LoRA again
+    assert advise_mod.axes(dataclasses.replace(base, lora_rank=8), 64)["lora"] == []
     opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "data=4,model=2")), ("devices", "data=16")))
     assert (opts.layout, opts.mesh) == ("fsdp_tp", "data=8,model=2")

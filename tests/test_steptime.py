@@ -99,6 +99,26 @@ def test_custom_call_flops_from_shapes():
     assert steptime._custom_call_flops(m, by["gemm"]) == 2 * 16 * 8 * 32
 
 
+OFFLOADED = """HloModule m
+
+ENTRY %main (p: f32[64,256], w: f32[1024]) -> f32[64,256] {
+  %p = f32[64,256]{1,0:S(5)} parameter(0)
+  %w = f32[1024]{0} parameter(1)
+  %cs = (f32[64,256]{1,0:S(5)}, f32[64,256]{1,0}, u32[]) copy-start(%w2), backend_config={}
+  %cd = f32[64,256]{1,0:S(5)} copy-done(%cs)
+  %w2 = f32[64,256]{1,0} copy(%p)
+  %local = f32[1024]{0} copy(%w)
+  ROOT %r = f32[64,256]{1,0:S(5)} copy-done(%cs)
+}
+"""
+
+
+def test_host_transfers_count_copies_to_host_memory_and_host_parameters():
+    m = hlo_text.parse_module(OFFLOADED)
+    # the host parameter read once, the copy out of it, the copy back to host; not the device-only copy
+    assert steptime.host_transfer_bytes(m) == 3 * 64 * 256 * 4
+
+
 def test_communication_follows_ring_algorithms_and_the_link_crossed():
     perf = targets.PERFORMANCE["h100"]
     ag = Collective("all-gather", 8_000, ((0, 1, 2, 3), (4, 5, 6, 7)), ("data",), 3)

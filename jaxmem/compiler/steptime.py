@@ -5,7 +5,8 @@ The rule (an estimate, and labelled one wherever it is shown):
     compute       = FLOPs / the card's peak dense FLOP/s for the compute precision
     memory        = bytes accessed / the card's HBM bandwidth
     communication = sum over collectives of their ring wire bytes / the link they cross
-    estimate      = max(compute, memory) + communication
+    host          = bytes copied to / from pinned host memory (offloaded state) / PCIe bandwidth
+    estimate      = max(compute, memory) + communication + host
 
 * FLOPs and bytes accessed are XLA's own ``HloCostAnalysis`` of the optimized, per-device
   program (``compiled.as_text()``). XLA counts a ``while`` body once, whatever its trip
@@ -48,10 +49,10 @@ from typing import Any
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
-RULE = ("estimate = max(compute, memory) + communication: compute = XLA's FLOPs at the card's peak dense "
+RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs at the card's peak dense "
         "tensor-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, communication = ring-algorithm "
-        "wire bytes at NVLink/PCIe (within a host) or network (across hosts) bandwidth, not overlapped with "
-        "compute; loops counted by their trip counts")
+        "wire bytes at NVLink/PCIe (within a host) or network (across hosts) bandwidth, host = copies to/from "
+        "pinned host memory at PCIe bandwidth; none overlapped with compute; loops counted by their trip counts")
 LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
               "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
 
@@ -209,6 +210,24 @@ def _crosses_hosts(c: Collective, devices_per_host: int) -> bool:
     return any(len({d // devices_per_host for d in g}) > 1 for g in c.replica_groups)
 
 
+def host_transfer_bytes(module: hlo_text.Module) -> int:
+    """Bytes moved between device and pinned host memory (memory space S(5)) per step: the
+    ``copy-start``/``copy`` instructions whose source or destination lives on the host, and the
+    entry parameters that live there (read over PCIe by the kernels that use them, once)."""
+    mult = module.multiplicity
+    by_name = module.by_name
+    total = sum(hlo_text.shape_bytes(ins.shape) for ins in module.computations[module.entry].instructions
+                if ins.opcode == "parameter" and "S(5)" in ins.shape_text)
+    for ins in module.instructions():
+        if ins.opcode not in ("copy-start", "copy") or ins.computation not in mult:
+            continue
+        operands = [by_name[n] for n in re.findall(r"%([\w.\-]+)", ins.operands) if n in by_name]
+        if "S(5)" in ins.shape_text or any("S(5)" in o.shape_text for o in operands):
+            shape = ins.shape[0] if isinstance(ins.shape, tuple) else ins.shape  # copy-start: (dest, src, ctx)
+            total += hlo_text.shape_bytes(shape) * mult[ins.computation]
+    return total
+
+
 def communication(colls: list[Collective], perf, devices_per_host: int) -> tuple[float, list[dict]]:
     """Seconds the collectives take per step (ring algorithms, see the module docstring), and one
     row per (kind, mesh axes, link) with its count, bytes, wire bytes and time."""
@@ -249,6 +268,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, pre
         module = hlo if isinstance(hlo, hlo_text.Module) else hlo_text.parse_module(hlo)
         cost = program_cost(module)
         colls = collectives(module, mesh_axes)
+        host_bytes = host_transfer_bytes(module)
     except Exception as e:  # an unreadable program gets no number rather than a wrong one, or a crash
         return {"label": "estimate", "available": False,
                 "reason": f"could not cost the compiled program ({type(e).__name__}: {str(e)[:200]})"}
@@ -259,14 +279,17 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, pre
     compute_s = cost.flops / peak
     memory_s = cost.bytes_accessed / perf.hbm_bandwidth
     comm_s, rows = communication(colls, perf, per_host)
+    host_s = host_bytes / perf.host_bandwidth if host_bytes else 0.0
     return {
         "label": "estimate",
         "available": True,
-        "estimate_s": max(compute_s, memory_s) + comm_s,
-        "overlapped_s": max(compute_s, memory_s, comm_s),
+        "estimate_s": max(compute_s, memory_s) + comm_s + host_s,
+        "overlapped_s": max(compute_s, memory_s, comm_s, host_s),
         "compute_s": compute_s,
         "memory_s": memory_s,
         "communication_s": comm_s,
+        "host_transfer_s": host_s,
+        "host_transfer_bytes": host_bytes,
         "bound": "compute" if compute_s >= memory_s else "memory",
         "flops": cost.flops,
         "xla_flops_loops_once": cost.xla_flops,
@@ -282,6 +305,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, pre
         "hbm_bandwidth": perf.hbm_bandwidth,
         "intra_host_bandwidth": perf.intra_host_bandwidth,
         "inter_host_bandwidth": perf.inter_host_bandwidth,
+        "host_bandwidth": perf.host_bandwidth,
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }

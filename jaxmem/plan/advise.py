@@ -7,7 +7,11 @@ The changes users actually make, each a field of the analysis options
 * precision: bf16 compute (fp32 params and optimizer state kept);
 * remat: from the least recompute to the most: dots_saveable, dots_with_no_batch_dims_saveable, full;
 * microbatch: gradient accumulation over 2, 4, ... microbatches, keeping the global batch;
-* devices: twice the data-parallel devices, keeping the global batch.
+* devices: twice the data-parallel devices, keeping the global batch;
+* offload: the optimizer state in pinned host memory (same training, PCIe traffic);
+* lora: fine-tune adapters instead of every weight -- LoRA of rank 16 on the default targets, and
+  QLoRA (the same on an nf4-quantized base). These change what is trained: their label says so.
+  (Freezing needs to know which parameters: it is left to --freeze.)
 
 No suggestion without its compiled number. The search compiles in two rounds:
 
@@ -41,6 +45,7 @@ REMAT_RANK = {"none": 0, "everything_saveable": 0, "dots_saveable": 1, "checkpoi
               "dots_with_no_batch_dims_saveable": 2, "checkpoint_dots_with_no_batch_dims": 2,
               "full": 3, "nothing_saveable": 3}
 REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
+LORA_RANK = 16
 SCHEMA = "jaxmem.advise/1"
 
 
@@ -91,6 +96,12 @@ def _describe(axis: str, value) -> str:
     if axis == "layout":
         lo, mesh = value
         return f"layout {lo}" + (f" (mesh {mesh})" if "model" in mesh and lo == "fsdp_tp" else "")
+    if axis == "offload":
+        return "optimizer state offloaded to host memory"
+    if axis == "lora":
+        rank, base = value
+        return (f"QLoRA rank {rank} on a {base} base (trains adapters only)" if base
+                else f"LoRA rank {rank} (trains adapters only)")
     return f"{axis} {value}"
 
 
@@ -101,6 +112,8 @@ def _display(axis: str, value):
         return {"layout": lo, "mesh": mesh}
     if axis == "devices":
         return {"mesh": value, "devices": layouts.parse_mesh(value).size}
+    if axis == "lora":
+        return {"lora_rank": value[0], "base_dtype": value[1]}
     return value
 
 
@@ -189,6 +202,10 @@ def axes(base: AnalyzeOptions, global_batch: int | None) -> dict[str, list]:
     if global_batch and global_batch % (spec.data_size * 2 * base.accum) == 0:
         dev.append(_scale_data(spec, 2))
     out["devices"] = dev
+    # fine-tuning: only for a full fine-tune as given
+    out["offload"] = ["optimizer"] if base.offload is None else []
+    plain = not base.lora_rank and base.freeze is None
+    out["lora"] = [(LORA_RANK, None), (LORA_RANK, "nf4")] if plain else []
     return out
 
 
@@ -219,6 +236,8 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> Analyz
             mesh = mesh_l
         elif axis == "devices":
             kw["_devices"] = value
+        elif axis == "lora":
+            kw["lora_rank"], kw["base_dtype"] = value
         else:
             kw[axis] = value
     if "_devices" in kw:
@@ -308,7 +327,7 @@ def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int 
             for o in outs]
 
 
-CHANGES = ("layout", "precision", "remat", "accum", "devices")
+CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora")
 
 
 def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,

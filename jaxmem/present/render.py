@@ -125,7 +125,10 @@ def step_time_lines(st: dict) -> list[str]:
                      for c in st["collectives"] if c["time_s"] > 0)
     return [f"step time (estimate): {fmt_seconds(st['estimate_s'])} = max(compute {fmt_seconds(st['compute_s'])}, "
             f"memory {fmt_seconds(st['memory_s'])}) + communication {fmt_seconds(st['communication_s'])}"
-            + (f" [{comm}]" if comm else "") + f"; {fmt_seconds(st['overlapped_s'])} if communication overlapped",
+            + (f" [{comm}]" if comm else "")
+            + (f" + host transfers {fmt_seconds(st['host_transfer_s'])} ({_si(st['host_transfer_bytes'], 'B')} "
+               "over PCIe)" if st.get("host_transfer_s") else "")
+            + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped",
             f"  {_si(st['flops'], 'FLOP')} and {_si(st['bytes_accessed'], 'B')} accessed per device per step "
             f"(XLA's cost analysis, loops x trip count) at peak {st['peak_flops'] / 1e12:,.0f} TFLOP/s "
             f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
