@@ -1,0 +1,243 @@
+"""Planning speed: fit searches, sweeps, the compile cache and one analysis, against issue 7's targets.
+
+Every case is a fresh `jaxmem` process, timed wall-clock, median of REPEATS, each with its own
+empty compile cache (JAXMEM_CACHE) unless it measures the cache:
+
+1. `compare --find-batch`, Llama 1B preset, 8 x h100, dp/fsdp x remat none/full (4 rows): <= 90 s.
+2. README's gpt2-xl `compare` example (12 rows): <= 300 s cold; <= 10 s re-run on its cache.
+3. An 8-row sweep with --jobs 2 against --jobs 1: speed-up >= 1.7x.
+4. One `analyze` of the gpt2-medium preset (unrolled) on 8 x h100: wall <= 1.25 x the time XLA
+   spends on its HLO passes plus buffer assignment, read from XLA's own timers
+   (TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1) in a separate run; the same timers with
+   jaxmem's fast backend options off show what they save.
+
+    python benchmarks/planning.py            # all four; writes benchmarks/results/planning.md
+    python benchmarks/planning.py --quick    # a smoke test on tiny models (1 repeat, writes nothing)
+
+Run it on an idle machine: the targets are wall-clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JAXMEM = [sys.executable, "-m", "jaxmem.cli"]
+
+FULL = {
+    "find_batch": ["compare", "models/llama.py", "--arg", "preset=1b", "--gpu", "h100", "--mesh", "data=8",
+                   "--layouts", "dp,fsdp", "--remats", "none,full", "--find-batch"],
+    "readme_gpt2xl": ["compare", "models/gpt2.py", "--arg", "preset=gpt2-xl", "--meshes", "data=8;data=4,model=2",
+                      "--layouts", "fsdp,fsdp_tp", "--batches", "16,32,64"],
+    "sweep8": ["compare", "models/gpt2.py", "--arg", "preset=gpt2", "--gpu", "h100", "--mesh", "data=8",
+               "--layouts", "dp,fsdp", "--remats", "none,full", "--precisions", "fp32,bf16"],
+    "single": ["analyze", "models/gpt2.py", "--arg", "preset=gpt2-medium", "--gpu", "h100", "--mesh", "data=8"],
+}
+QUICK = {
+    "find_batch": ["compare", "models/llama.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
+                   "--layouts", "dp", "--remats", "none,full", "--find-batch", "--mem-fraction", "0.002"],
+    "readme_gpt2xl": ["compare", "models/gpt2.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
+                      "--layouts", "dp,fsdp", "--batches", "8,16"],
+    "sweep8": ["compare", "models/gpt2.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
+               "--layouts", "dp,fsdp", "--batches", "8,16"],
+    "single": ["analyze", "models/gpt2.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
+               "--batch", "8"],
+}
+TARGETS = {"find_batch_s": 90.0, "readme_cold_s": 300.0, "readme_warm_s": 10.0, "speedup": 1.7, "single_ratio": 1.25}
+
+# The analysis run with XLA's timers on: jaxmem captures XLA's log during a compile (to keep one
+# line of it), so this child lets it through to stderr; FAST=0 also turns the fast options off.
+TIMED_CHILD = """
+import contextlib, os, sys
+import jaxmem.compiler.compiled as c
+c._xla_log = lambda notes: contextlib.nullcontext()
+if os.environ.get("PLANNING_FAST") == "0":
+    c.FAST_GPU_OPTIONS = {}
+from jaxmem.cli import main
+sys.argv = ["jaxmem", *sys.argv[1:]]
+main()
+"""
+
+
+def run(args: list[str], cache: str, *, jobs: int | None = None, json_out: bool = True, env: dict | None = None,
+        child: list[str] | None = None) -> dict:
+    argv = (child or JAXMEM) + args + (["--jobs", str(jobs)] if jobs else []) + (["--json"] if json_out else [])
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "JAXMEM_CACHE": cache, **(env or {})})
+    wall = time.perf_counter() - t0
+    if p.returncode not in (0, 3):
+        raise SystemExit(f"{' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return {"wall_s": wall, "stdout": p.stdout, "stderr": p.stderr}
+
+
+def fresh_cache() -> str:
+    return tempfile.mkdtemp(prefix="jaxmem-bench-cache-")
+
+
+def xla_timers(stderr: str) -> dict:
+    """XLA's own timers for the jit_step module: HLO passes, buffer assignment, backend (seconds)."""
+    def ts(line: str) -> float:
+        m = re.match(r"[IWE]\d{4} (\d+):(\d+):([\d.]+)", line)
+        return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+
+    passes = backend = None
+    t_passes_end = t_ba_done = None
+    in_step_ba = False
+    for line in stderr.splitlines():
+        m = re.search(r"GpuCompiler::RunHloPasses for jit_step time: .*?\((\d+) us\)", line)
+        if m:
+            passes, t_passes_end = int(m.group(1)) / 1e6, ts(line)
+        if "Assigning buffers to module jit_step" in line:
+            in_step_ba = True
+        if in_step_ba and "Buffer assignment done" in line and t_ba_done is None:
+            t_ba_done = ts(line)
+        m = re.search(r"GpuCompiler::RunBackend for jit_step time: .*?\((\d+) us\)", line)
+        if m:
+            backend = int(m.group(1)) / 1e6
+    if passes is None or t_ba_done is None:
+        raise SystemExit("XLA's timers were not found in the log (TF_CPP_VMODULE)")
+    ba = t_ba_done - t_passes_end
+    return {"hlo_passes_s": passes, "buffer_assignment_s": ba, "passes_plus_ba_s": passes + ba,
+            "backend_s": backend, "backend_after_ba_s": None if backend is None else backend - ba}
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="tiny models, one repeat, nothing written")
+    ap.add_argument("--repeats", type=int, default=3)
+    ns = ap.parse_args()
+    cases, repeats = (QUICK, 1) if ns.quick else (FULL, ns.repeats)
+    load0 = os.getloadavg()[0]
+    res: dict = {}
+
+    def note(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    # 1. fit search, cold cache
+    walls, compiles = [], None
+    for _ in range(repeats):
+        r = run(cases["find_batch"], fresh_cache())
+        walls.append(r["wall_s"])
+        rows = json.loads(r["stdout"])
+        compiles = [(x["choice"], x["search"]["answer"] if x["search"] else None,
+                     x["search"]["compiles"] if x["search"] else None, x["error"]) for x in rows]
+        note(f"find-batch: {r['wall_s']:.1f} s {compiles}")
+    res["find_batch_s"], res["find_batch_rows"] = median(walls), compiles
+
+    # 2. the README example, cold then warm on the same cache
+    cold, warm = [], []
+    for _ in range(repeats):
+        cache = fresh_cache()
+        c = run(cases["readme_gpt2xl"], cache)
+        w = run(cases["readme_gpt2xl"], cache)
+        assert w["stdout"] == c["stdout"], "a cached sweep printed other rows than the cold one"
+        cold.append(c["wall_s"])
+        warm.append(w["wall_s"])
+        note(f"readme example: cold {c['wall_s']:.1f} s, warm {w['wall_s']:.1f} s")
+    res["readme_cold_s"], res["readme_warm_s"] = median(cold), median(warm)
+    res["readme_rows"] = len(json.loads(c["stdout"]))
+
+    # 3. parallel speed-up, each cold
+    one, two = [], []
+    for _ in range(repeats):
+        a = run(cases["sweep8"], fresh_cache(), jobs=1)
+        b = run(cases["sweep8"], fresh_cache(), jobs=2)
+        one.append(a["wall_s"])
+        two.append(b["wall_s"])
+        note(f"sweep: --jobs 1 {a['wall_s']:.1f} s, --jobs 2 {b['wall_s']:.1f} s")
+    res["sweep_rows"] = len(json.loads(a["stdout"]))
+    res["jobs1_s"], res["jobs2_s"] = median(one), median(two)
+    res["speedup"] = res["jobs1_s"] / res["jobs2_s"]
+
+    # 4. one analysis against XLA's own timers (separate runs: logging costs time)
+    walls, timers, timers_slow = [], [], []
+    log_env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "gpu_compiler=1,buffer_assignment=1"}
+    child = [sys.executable, "-c", TIMED_CHILD]
+    for _ in range(repeats):
+        walls.append(run(cases["single"] + ["--no-cache"], fresh_cache())["wall_s"])
+        timers.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env,
+                                     child=child)["stderr"]))
+        timers_slow.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(),
+                                          env={**log_env, "PLANNING_FAST": "0"}, child=child)["stderr"]))
+        note(f"single: {walls[-1]:.1f} s; XLA (fast options) {timers[-1]}; XLA (default) {timers_slow[-1]}")
+    res["single_s"] = median(walls)
+    res["xla"] = {k: median([t[k] for t in timers]) for k in timers[0] if timers[0][k] is not None}
+    res["xla_default"] = {k: median([t[k] for t in timers_slow]) for k in timers_slow[0]
+                          if timers_slow[0][k] is not None}
+    res["single_ratio"] = res["single_s"] / res["xla"]["passes_plus_ba_s"]
+    res["load_start"], res["load_end"] = load0, os.getloadavg()[0]
+
+    table = render(res, cases, repeats)
+    print(table)
+    if not ns.quick:
+        (ROOT / "benchmarks" / "results" / "planning.md").write_text(table)
+
+
+def render(res: dict, cases: dict, repeats: int) -> str:
+    def ok(v, t, le=True):
+        return "yes" if (v <= t if le else v >= t) else "NO"
+
+    cmd = {k: "jaxmem " + " ".join(a if " " not in a and ";" not in a else f"'{a}'" for a in v)
+           for k, v in cases.items()}
+    x, xd = res["xla"], res["xla_default"]
+    lines = [
+        "# jaxmem planning speed (issue 7)",
+        "",
+        f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}); Python "
+        f"{platform.python_version()}; {datetime.date.today()}. Command: `python benchmarks/planning.py`. "
+        f"Median of {repeats}; every run a fresh process with an empty compile cache unless it says warm. "
+        f"Load average {res['load_start']:.1f} at the start, {res['load_end']:.1f} at the end.",
+        "",
+        "| case | measured | target | ok |",
+        "|---|---:|---:|---|",
+        f"| `--find-batch`, 4 rows, cold | {res['find_batch_s']:.1f} s | <= 90 s | "
+        f"{ok(res['find_batch_s'], TARGETS['find_batch_s'])} |",
+        f"| README gpt2-xl example, {res['readme_rows']} rows, cold | {res['readme_cold_s']:.1f} s | <= 300 s | "
+        f"{ok(res['readme_cold_s'], TARGETS['readme_cold_s'])} |",
+        f"| the same, re-run (cache) | {res['readme_warm_s']:.1f} s | <= 10 s | "
+        f"{ok(res['readme_warm_s'], TARGETS['readme_warm_s'])} |",
+        f"| {res['sweep_rows']}-row sweep, `--jobs 1` / `--jobs 2` | {res['jobs1_s']:.1f} s / {res['jobs2_s']:.1f} s = "
+        f"{res['speedup']:.2f}x | >= 1.7x | {ok(res['speedup'], TARGETS['speedup'], le=False)} |",
+        f"| one analysis / XLA's HLO passes + buffer assignment | {res['single_s']:.1f} s / "
+        f"{x['passes_plus_ba_s']:.1f} s = {res['single_ratio']:.2f}x | <= 1.25x | "
+        f"{ok(res['single_ratio'], TARGETS['single_ratio'])} |",
+        "",
+        "Fit search, compiles per row (last run): " + "; ".join(
+            f"{' '.join(f'{k}={v}' for k, v in ch.items())}: batch {ans}, {n} compiles" + (f" ({err})" if err else "")
+            for ch, ans, n, err in res["find_batch_rows"]),
+        "",
+        "XLA's own timers for the analysis (`TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1`), seconds:",
+        "",
+        "| compile options | HLO passes | buffer assignment | backend after buffer assignment |",
+        "|---|---:|---:|---:|",
+        f"| jaxmem's (fast backend options) | {x['hlo_passes_s']:.1f} | {x['buffer_assignment_s']:.1f} | "
+        f"{x.get('backend_after_ba_s', float('nan')):.1f} |",
+        f"| XLA's defaults | {xd['hlo_passes_s']:.1f} | {xd['buffer_assignment_s']:.1f} | "
+        f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
+        "",
+        "Commands:",
+        "",
+        *[f"- {k}: `{c}`" for k, c in cmd.items()],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
