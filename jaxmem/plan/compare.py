@@ -281,6 +281,14 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
     return cells
 
 
+def probe_count(s: search_mod.SearchResult) -> str:
+    """'4 compiles', or '4 probes: 1 compiled, 3 from the cache'."""
+    cached = len(s.probes) - s.compiles
+    if not cached:
+        return f"{len(s.probes)} compiles"
+    return f"{len(s.probes)} probes: {s.compiles} compiled, {cached} from the cache"
+
+
 def row_line(c: Cell) -> str:
     """One line for a row the moment it finishes (the sorted table follows at the end)."""
     from jaxmem.present.render import fmt_bytes
@@ -296,7 +304,7 @@ def row_line(c: Cell) -> str:
         what = {"batch": "max batch", "seq": f"max {s.arg}", "devices": "min data size"}[s.kind]
         answer = "none" if s.answer in (None, 0) and s.kind != "devices" or s.answer is None else (
             f">= {s.answer}" if s.capped else str(s.answer))
-        line += f"; {what} {answer} ({len(s.probes)} compiles, {len(s.probes) - s.compiles} cached)"
+        line += f"; {what} {answer} ({probe_count(s)})"
     return line
 
 

@@ -260,8 +260,9 @@ def _proof(cell) -> str:
         parts.append("the search stopped at its limit")
     budget = next((p.usable_bytes for p in s.probes if p.usable_bytes), None)
     margin = f" (budget {fmt_bytes(int(budget * (1 - s.margin)))}: usable less a {s.margin:.0%} margin)" if budget else ""
-    cached = len(s.probes) - s.compiles
-    return ", ".join(parts) + margin + f"; {len(s.probes)} compiles" + (f" ({cached} from the cache)" if cached else "")
+    from jaxmem.plan.compare import probe_count
+
+    return ", ".join(parts) + margin + f"; {probe_count(s)}"
 
 
 def render_comparison(cells, console: Console | None = None) -> None:
