@@ -37,6 +37,8 @@ def main() -> int:
         broken += not ok
         msg = next((ln for ln in out.stderr.splitlines() if ln.startswith(("error:", "Error:", "jaxmem"))), "")
         msg = msg.replace("|", "\\|")[:150]
+        if out.after_signal is not None:
+            msg = f"[exit {out.after_signal:.1f} s after the signal] {msg}"
         rows.append((p, out, ok, msg))
         print(f"{p.id[:52]:<52} {f'{out.exit}/{p.exit}':>9} {'y' if out.traceback else 'n':>3} "
               f"{len(out.leftovers):>5} {out.seconds:>6.1f}  {'' if ok else 'BROKEN ' + '; '.join(out.problems) + ' | '}"

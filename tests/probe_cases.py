@@ -239,6 +239,7 @@ class Outcome:
     leftovers: list[str]
     seconds: float
     problems: list[str]          # what the probe's promise found wrong (empty: kept)
+    after_signal: float | None = None   # seconds from the signal to the exit
 
 
 def _fill(text: str, tmp: str) -> str:
@@ -334,6 +335,7 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
                 time.sleep(0.05)
             time.sleep(0.2)
             proc.send_signal(getattr(signal, p.signal))
+            t_signal = time.perf_counter()
         try:
             o, e = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -343,9 +345,11 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
         if p.stdout_to:
             stdout.close()
     seconds = time.perf_counter() - t0
+    after_signal = time.perf_counter() - t_signal if p.signal else None
     time.sleep(0.3)  # a crash's clean-up is the helper process's, which may finish just after
     o = (o or b"").decode(errors="replace")
     e = e.decode(errors="replace")
-    out = Outcome(proc.returncode, o, e, "Traceback (most recent call last)" in o + e, _leftovers(scratch), seconds, [])
+    out = Outcome(proc.returncode, o, e, "Traceback (most recent call last)" in o + e, _leftovers(scratch), seconds, [],
+                  after_signal)
     out.problems = judge(p, out, tmp)
     return out
