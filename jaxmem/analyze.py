@@ -111,9 +111,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     t_decoded = time.perf_counter()  # reading the dump + attribution
     # Gradients are XLA temporaries. With the buffer assignment decoded: the gradient buffers
     # live at the peak (XLA may fuse them away or hold bf16 partials). Without it nothing tells
-    # how much of XLA's temp is gradients (a tiny MLP holds 6 KiB of its 2.5 MiB of gradients at
-    # the peak: XLA updates each parameter as soon as its gradient exists), so all of temp stays
-    # activations_and_temporaries, and a note says so, instead of a guessed split.
+    # how much of XLA's temp is gradients (a small MLP holds 6 KiB of its 2.5 MiB of gradients at
+    # the peak: docs/how-it-works.md §8), so all of temp stays activations_and_temporaries, and a
+    # note says so, instead of a guessed split.
     gradients = min(ex.categories["gradients"], stats.temp) if ex is not None else 0
     breakdown = {
         "params": state.params,
