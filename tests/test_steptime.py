@@ -123,10 +123,12 @@ def test_communication_follows_ring_algorithms_and_the_link_crossed():
     perf = targets.PERFORMANCE["h100"]
     ag = Collective("all-gather", 8_000, ((0, 1, 2, 3), (4, 5, 6, 7)), ("data",), 3)
     ar = Collective("all-reduce", 1_000, ((0, 8),), ("data",), 1)      # devices 0 and 8: two hosts of 8
-    total, rows = steptime.communication([ag, ar], perf, devices_per_host=8)
+    rs = Collective("reduce-scatter", 16_000, (tuple(range(16)),), ("data",), 1)  # 8 per host: 8 NICs each
+    total, rows = steptime.communication([ag, ar, rs], perf, devices_per_host=8)
     t_ag = 3 * 8_000 * 3 / 4 / perf.intra_host_bandwidth
     t_ar = 1_000 * 2 * 1 / 2 / perf.inter_host_bandwidth
-    assert total == pytest.approx(t_ag + t_ar, rel=1e-12)
+    t_rs = 16_000 * 15 / 16 / min(perf.intra_host_bandwidth, 8 * perf.inter_host_bandwidth)
+    assert total == pytest.approx(t_ag + t_ar + t_rs, rel=1e-12)
     by_kind = {r["kind"]: r for r in rows}
     assert by_kind["all-gather"]["link"] == perf.intra_host_link and by_kind["all-reduce"]["link"] == "network"
     assert by_kind["all-gather"]["count"] == 3 and by_kind["all-gather"]["bytes"] == 24_000

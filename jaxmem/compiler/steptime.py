@@ -22,7 +22,8 @@ The rule (an estimate, and labelled one wherever it is shown):
 * Communication follows NCCL's ring algorithms: an all-gather, reduce-scatter or all-to-all
   over n devices moves (n-1)/n of the full buffer through each device's link, an all-reduce
   twice that, a collective-permute the buffer once; at the NVLink (PCIe) bandwidth when the
-  group stays within a host, at the per-GPU network bandwidth when it spans hosts.
+  group stays within a host; across hosts at the network bandwidth of the group's NICs (one
+  per GPU, rail by rail: k members per host use k NICs), at most the host's NVLink bandwidth.
 * ``max(compute, memory)``: a roofline for the whole program (kernels are either
   compute- or bandwidth-bound; the larger total dominates). Communication is added, not
   overlapped: XLA's latency-hiding scheduler overlaps async collectives with compute, but
@@ -51,7 +52,7 @@ from jaxmem.xla.collectives import Collective, collectives
 
 RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs at the card's peak dense "
         "tensor-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, communication = ring-algorithm "
-        "wire bytes at NVLink/PCIe (within a host) or network (across hosts) bandwidth, host = copies to/from "
+        "wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
         "pinned host memory at PCIe bandwidth; none overlapped with compute; loops counted by their trip counts")
 LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
               "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
@@ -206,8 +207,24 @@ def _wire_factor(c: Collective) -> float:
     return (n - 1) / n
 
 
-def _crosses_hosts(c: Collective, devices_per_host: int) -> bool:
-    return any(len({d // devices_per_host for d in g}) > 1 for g in c.replica_groups)
+def _link(c: Collective, devices_per_host: int, perf) -> tuple[str, float]:
+    """The link a collective's groups cross and the bandwidth each member sees on it.
+
+    Within a host: NVLink (PCIe). Across hosts, NCCL runs one ring per network rail, and each
+    GPU of a host has its own NIC, so a group with k members per host moves its data through k
+    NICs at once: k x the per-GPU network bandwidth, but never more than the host's own links.
+    """
+    crossing, k = False, 1
+    for g in c.replica_groups:
+        per_host: dict[int, int] = {}
+        for d in g:
+            per_host[d // devices_per_host] = per_host.get(d // devices_per_host, 0) + 1
+        if len(per_host) > 1:
+            crossing = True
+            k = max(k, min(per_host.values()))
+    if not crossing:
+        return perf.intra_host_link, perf.intra_host_bandwidth
+    return "network", min(perf.intra_host_bandwidth, k * perf.inter_host_bandwidth)
 
 
 def host_transfer_bytes(module: hlo_text.Module) -> int:
@@ -234,12 +251,11 @@ def communication(colls: list[Collective], perf, devices_per_host: int) -> tuple
     rows: dict[tuple, dict] = {}
     total = 0.0
     for c in colls:
-        inter = _crosses_hosts(c, devices_per_host)
-        bw = perf.inter_host_bandwidth if inter else perf.intra_host_bandwidth
+        link, bw = _link(c, devices_per_host, perf)
         wire = _wire_factor(c) * c.bytes_per_step
         t = wire / bw
         total += t
-        key = (c.kind, c.axes, "network" if inter else perf.intra_host_link)
+        key = (c.kind, c.axes, link)
         row = rows.setdefault(key, {"kind": c.kind, "axes": list(c.axes), "link": key[2], "count": 0,
                                     "bytes": 0, "wire_bytes": 0.0, "time_s": 0.0})
         row["count"] += c.count_in_loop
