@@ -197,6 +197,8 @@ def _run(fn):
                 fn()
                 code = EXIT_FITS
             except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
+                if isinstance(e.__context__, OSError):  # rich exits so when stdout's reader is gone: say so
+                    raise e.__context__ from None
                 code = e.code if isinstance(e.code, int) else EXIT_BUG
         _flush_stdout()
     except UserError as e:

@@ -39,7 +39,7 @@ class Probe:
     checks: tuple[str, ...] = ()          # json | analysis | file:NAME | no_ellipsis | once:TEXT | stdout:TEXT
     files: tuple[tuple[str, bytes], ...] = ()   # written into {tmp} first
     signal: str | None = None             # sent once the model signals it is blocked (PROBE_MARKER)
-    stdout_to: str | None = None          # e.g. /dev/full
+    stdout_to: str | None = None          # a path (e.g. /dev/full) or "closed pipe"
     compiles: bool = False                # reaches a compile (slower)
     exits: tuple[int, ...] = ()           # other acceptable exit codes (a signal's two spellings)
     wait_for: str = "marker"              # signal when: "marker" (the model is blocked) | "xla_tempfile" (XLA wrote one)
@@ -166,6 +166,8 @@ PROBES: list[Probe] = [
     Probe("--json to a full device", ("analyze", TINY, *CPU, "--json", "--no-explain"), 2,
           "cannot write the output (stdout): No space left on device", process=True, stdout_to="/dev/full",
           compiles=True),
+    Probe("stdout's reader gone (a closed pipe)", ("analyze", TINY, *CPU, "--no-explain"), 2,
+          "cannot write the output (stdout): Broken pipe", process=True, stdout_to="closed pipe", compiles=True),
     # ------------------------------------------------------------ verify and compare options
     Probe("verify --timeout 0", ("verify", TINY, "--timeout", "0"), 2, "'--timeout': 0"),
     Probe("verify --timeout -1", ("verify", TINY, "--timeout", "-1"), 2, "'--timeout'"),
@@ -320,7 +322,11 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
     args, env = _prepare(p, tmp)
     marker = os.path.join(tmp, "blocked")
     env = {**os.environ, **env, "TMPDIR": scratch, "PROBE_MARKER": marker}
-    stdout = open(p.stdout_to, "wb") if p.stdout_to else subprocess.PIPE
+    if p.stdout_to == "closed pipe":  # its reader already gone, as in `jaxmem ... | head -0`
+        read_end, stdout = os.pipe()
+        os.close(read_end)
+    else:
+        stdout = open(p.stdout_to, "wb") if p.stdout_to else subprocess.PIPE
     t0 = time.perf_counter()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
@@ -342,7 +348,9 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
             proc.kill()
             o, e = proc.communicate()
     finally:
-        if p.stdout_to:
+        if p.stdout_to == "closed pipe":
+            os.close(stdout)
+        elif p.stdout_to:
             stdout.close()
     seconds = time.perf_counter() - t0
     after_signal = time.perf_counter() - t_signal if p.signal else None
