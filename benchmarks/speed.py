@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 3
 CASES = [
     # name, args, target wall seconds, target peak RSS bytes
+    # README's command 1, exactly as printed there (README cites this row for its time and RSS)
+    ("README command 1: llama 8b, fsdp data=8, h100, remat full, bf16",
+     ["models/llama.py", "--mesh", "data=8", "--remat", "full", "--precision", "bf16"], 20, 2 << 30),
     ("llama 8b, fsdp data=8, h100", ["models/llama.py", "--arg", "preset=8b", "--gpu", "h100", "--mesh", "data=8",
                                      "--layout", "fsdp"], 20, 2 << 30),
     ("llama 8b, fsdp data=8, h100, --no-explain", ["models/llama.py", "--arg", "preset=8b", "--gpu", "h100", "--mesh",
@@ -42,7 +45,8 @@ def one(args: list[str]) -> dict:
             "p=subprocess.run(sys.argv[1:],capture_output=True,text=True);"
             "print(json.dumps({'rc':p.returncode,'out':p.stdout,'err':p.stderr[-2000:],"
             "'rss':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024}))")
-    jaxmem = [sys.executable, "-m", "jaxmem.cli", "analyze", *args, "--json"]
+    # --no-cache: every repeat compiles (a cache hit would time the cache); --timings: the phases in the JSON
+    jaxmem = [sys.executable, "-m", "jaxmem.cli", "analyze", *args, "--json", "--no-cache", "--timings"]
     proc = subprocess.run([sys.executable, "-c", code, *jaxmem], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     res = json.loads(proc.stdout)
