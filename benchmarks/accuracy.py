@@ -477,24 +477,42 @@ def save_raw(path: Path, meta: dict, predictions: dict, runs: dict, errors: dict
     path.write_text(json.dumps(raw, indent=1, default=str) + "\n")
 
 
-def render_raw(path: Path, out_path: Path | None) -> list[dict]:
+def render_raw(paths, out_path: Path | None) -> list[dict]:
+    """Rows (and the Markdown) from one run's raw JSON, or from several runs' merged: the predictions of the
+    first file that has each, every measured run of every file (so processes that measured different
+    settings or repeats at the same time add up)."""
     import json
 
-    raw = json.loads(path.read_text())
+    raws = [json.loads(Path(p).read_text()) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
     by_id = {c.id: c for c in CASES}
-    runs = {(r["case"], r["xla_defaults"]): r["runs"] for r in raw["runs"]}
-    cases = [by_id[cid] for cid in raw["meshes"] if cid in by_id]
-    rows = build_rows(cases, raw["predictions"], runs, raw["errors"], raw["meshes"])
+    predictions, errors, meshes, runs = {}, {}, {}, {}
+    for raw in raws:
+        for cid, p in raw["predictions"].items():
+            if cid not in predictions or "error" in predictions[cid]:
+                predictions[cid] = p
+        for cid, e in raw["errors"].items():
+            errors[cid] = (errors.get(cid, "") + " " + e).strip()
+        meshes.update(raw["meshes"])
+        for r in raw["runs"]:
+            runs.setdefault((r["case"], r["xla_defaults"]), []).extend(r["runs"])
+    cases = [c for c in CASES if c.id in meshes]
+    rows = build_rows(cases, predictions, runs, errors, meshes)
     if out_path is not None:
-        meta = dict(raw["meta"])
+        meta = dict(next((r["meta"] for r in raws if r["predictions"]), raws[0]["meta"]))
         done = {len(rs) for rs in runs.values()}
         meta["repeats"] = f"{min(done)}-{max(done)}" if len(done) > 1 else (done.pop() if done else 0)
+        if len(raws) > 1:
+            commits = sorted({r["meta"]["how"].rsplit("commit ", 1)[-1] for r in raws})
+            meta["how"] += (f"; merged from {len(raws)} benchmark processes run at the same time "
+                            f"(commits {', '.join(commits)}; each measurement in its own fresh process)")
+            meta["total_s"] = max(r["meta"]["total_s"] for r in raws)
         out_path.write_text(markdown(rows, meta))
         print(f"wrote {out_path}")
     return rows
 
 
-def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> list[dict]:
+def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str, settings: str = "both",
+        predict_cases: bool = True) -> list[dict]:
     backend = "gpu" if gpu else "cpu"
     gpu_name, n_gpus, device = "cpu", N_DEVICES, None
     if gpu:
@@ -508,6 +526,7 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
         cases = [c for c in cases if not c.handwritten]  # the hand-written harness measures CPU runs only
     meshes = {c.id: (_gpu_mesh(c.mesh, n_gpus) if gpu else c.mesh) for c in cases}
     variants = (False,) if gpu else (False, True)   # on CPU: jaxmem's compile options, then XLA's defaults
+    variants = {"both": variants, "jaxmem": (False,), "defaults": (True,)}[settings]
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     jobs = []
@@ -517,7 +536,7 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
             for c in cases:
                 jobs.append((c.id, xd, rep, pool.submit(measure_once, c, meshes[c.id], backend, xd)))
     predictions = {}
-    for c in cases:
+    for c in cases if predict_cases else ():
         try:
             predictions[c.id] = predict(c, meshes[c.id], gpu_name)
         except Exception as e:  # noqa: BLE001 -- keep the benchmark going; the row says what failed
@@ -535,7 +554,7 @@ def run(cases, gpu: bool, repeats: int, out_path: Path | None, command: str) -> 
             if raw_path is not None:
                 save_raw(raw_path, _meta(backend, device, gpu_name, time.perf_counter() - t_start, repeats,
                                          predictions, command), predictions, runs, errors, meshes)
-            p = predictions[cid].get("predicted")
+            p = predictions.get(cid, {}).get("predicted")
             print(f"measured  {cid:24s} {'xla-defaults' if xd else 'jaxmem-opts '} repeat {rep + 1}: "
                   f"{_fmt(m['peak']):>12} (jaxmem {_pct(relative_error(p, m['peak']) if p else None)}) "
                   f"{m['wall_s']} s", flush=True)
@@ -590,10 +609,14 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="only the cases whose id contains this text (writes no file)")
     p.add_argument("--repeats", type=int, default=3, help="measured runs per case and setting (default 3)")
     p.add_argument("--out", default=None, help="Markdown file to write (default: benchmarks/results/accuracy-<backend>.md)")
-    p.add_argument("--from-json", default=None, help="render the Markdown again from a run's raw JSON (no measuring)")
+    p.add_argument("--settings", choices=("both", "jaxmem", "defaults"), default="both",
+                   help="CPU: measure the program jaxmem predicts (YNNPACK fusions off), XLA's defaults, or both")
+    p.add_argument("--measure-only", action="store_true", help="skip the predictions (to merge with a run that has them)")
+    p.add_argument("--from-json", nargs="+", default=None,
+                   help="render the Markdown again from raw JSON (several: merged), without measuring")
     a = p.parse_args(argv)
     if a.from_json:
-        rows = render_raw(Path(a.from_json), Path(a.out) if a.out else Path(a.from_json).with_suffix(".md"))
+        rows = render_raw(a.from_json, Path(a.out) if a.out else Path(a.from_json[0]).with_suffix(".md"))
         return 1 if summary(rows)["failed"] else 0
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     if a.gpu:
@@ -607,7 +630,7 @@ def main(argv=None) -> int:
                                      f"accuracy-{'gpu' if a.gpu else 'cpu'}.md")
     command = "python benchmarks/accuracy.py" + (" --gpu" if a.gpu else "") + \
         (f" --repeats {a.repeats}" if a.repeats != 3 else "")
-    rows = run(cases, a.gpu, max(a.repeats, 1), out, command)
+    rows = run(cases, a.gpu, max(a.repeats, 1), out, command, a.settings, not a.measure_only)
     s = summary(rows)
     print(f"jaxmem max |err| {_abs_pct(s['max_abs_err'])}, median {_abs_pct(s['median_abs_err'])}; non-arg max "
           f"{_abs_pct(s['non_arg_max_abs_err'])}; vs XLA defaults max {_abs_pct(s['default_max_abs_err'])}; "

@@ -113,3 +113,18 @@ def test_a_hand_written_step_is_measured_by_jaxmems_own_routine():
     # the hand-written step's arguments are what XLA counts, and its peak holds XLA's whole plan
     assert m["args_bytes"] == [m["xla"]["argument"]]
     assert m["measured_peak_bytes"][0] >= m["xla"]["lower_bound"]
+
+
+def test_runs_of_processes_measured_at_the_same_time_add_up(tmp_path):
+    case = acc.CASES[0]
+    meta = {"backend": "cpu", "device": "d", "versions": "v", "date": "today", "total_s": 1.0, "repeats": 1,
+            "command": "c", "gpu_name": "cpu", "overhead": "o", "how": "h; code: jaxmem at commit abc"}
+    preds = {case.id: {"predicted": 100 * MB, "classic": 50 * MB, "simulator": 90 * MB}}
+    acc.save_raw(tmp_path / "a.json", meta, preds, {(case.id, False): runs(99 * MB, 100 * MB)}, {},
+                 {case.id: case.mesh})
+    acc.save_raw(tmp_path / "b.json", meta, {}, {(case.id, False): runs(101 * MB), (case.id, True): runs(120 * MB)},
+                 {}, {case.id: case.mesh})
+    (row,) = acc.render_raw([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "m.md")
+    assert row["same"]["measured"] == {"median": 100 * MB, "min": 99 * MB, "max": 101 * MB, "n": 3}
+    assert row["default"]["measured"]["n"] == 1 and row["simulator"] == 90 * MB
+    assert "merged from 2 benchmark processes" in (tmp_path / "m.md").read_text()
