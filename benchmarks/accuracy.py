@@ -611,6 +611,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="Markdown file to write (default: benchmarks/results/accuracy-<backend>.md)")
     p.add_argument("--settings", choices=("both", "jaxmem", "defaults"), default="both",
                    help="CPU: measure the program jaxmem predicts (YNNPACK fusions off), XLA's defaults, or both")
+    p.add_argument("--reverse", action="store_true",
+                   help="measure the cases in reverse order (spreads the large cases when processes run at once)")
     p.add_argument("--measure-only", action="store_true", help="skip the predictions (to merge with a run that has them)")
     p.add_argument("--from-json", nargs="+", default=None,
                    help="render the Markdown again from raw JSON (several: merged), without measuring")
@@ -626,6 +628,7 @@ def main(argv=None) -> int:
                                    f" --xla_force_host_platform_device_count={N_DEVICES}").strip()
         os.environ["JAX_PLATFORMS"] = "cpu"
     cases = [c for c in CASES if a.only is None or a.only in c.id]
+    cases = cases[::-1] if a.reverse else cases
     out = Path(a.out) if a.out else (None if a.only else ROOT / "benchmarks" / "results" /
                                      f"accuracy-{'gpu' if a.gpu else 'cpu'}.md")
     command = "python benchmarks/accuracy.py" + (" --gpu" if a.gpu else "") + \
