@@ -37,6 +37,12 @@ QLORA = dict(lora_rank=64, lora_alpha=16.0, lora_targets="layers/", base_dtype="
              remat="full", optimizer="adamw", batch=1)
 SEQ_QLORA = 512
 SEQ_8B, BATCH_8B = 2048, 1
+# qwix quantizes every dense/einsum weight, the output head too; bitsandbytes (the paper's implementation)
+# keeps the head in 16 bits: 32000 x 8192 weights at 2 B instead of 0.5 B.
+HEAD_EXTRA = 32000 * 8192 * (2 - 0.5)
+HEAD_NOTE = (f"jaxmem's NF4 base includes the output head (qwix quantizes every dense/einsum weight); bitsandbytes, "
+             f"the paper's implementation, keeps the head in 16 bits, which adds 32000 x 8192 x 1.5 B = "
+             f"{HEAD_EXTRA / 2**30:.2f} GiB to the 65B row.")
 
 
 def row(label: str, opts: AnalyzeOptions, gpu: str, **extra) -> dict:
@@ -157,6 +163,8 @@ def main() -> None:
         *table(qrows, qlora_classic),
         "",
         f"The classic column: {qlora_classic(q65)[1]}.",
+        "",
+        HEAD_NOTE,
         "",
         *commands(qrows),
         "",
