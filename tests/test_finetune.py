@@ -14,6 +14,7 @@ from jaxmem.plan import compare
 from jaxmem.program import layouts, step, train_state
 from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import load_workload
+from jaxmem.report import Report
 
 FIX = Path(__file__).parent / "fixtures"
 MLP = FIX / "finetune_mlp.py"          # Dense a: 37->53, b: 53->29, head: 29->11
@@ -177,6 +178,7 @@ def test_offloaded_optimizer_state_is_in_host_memory_not_on_the_device():
     assert r.state_check["analytic_argument_bytes"] == r.state_check["compiled_argument_bytes"]
     assert not [w for w in r.warnings if w.kind == "offload_not_placed"]
     assert r.options["offload"] == "optimizer"
+    assert Report.from_json(r.to_json()).to_json() == r.to_json()   # cache and compare --from keep it
 
 
 def test_offload_refusals():
