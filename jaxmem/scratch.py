@@ -40,7 +40,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"signum": None}
+_state = {"signum": None, "wake_w": None}
 
 
 def interrupted_by_signal() -> bool:
@@ -104,6 +104,19 @@ while True:
 """
 
 
+def _forget_in_child() -> None:
+    """A forked child (a model's multiprocessing, say) must not wake the helper with its own signals:
+    the helper would take them for jaxmem's and end it."""
+    if _state.get("wake_w") is not None:
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
+        _state["wake_w"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _start_helper(run_dir: str):
     """The helper process, or None where it cannot start (then the in-process cleanup is all there is)."""
     import subprocess
@@ -157,12 +170,14 @@ def run_scope():
                 saved_handlers[s] = signal.signal(s, on_signal)
         if wake_w is not None:
             saved_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            _state["wake_w"] = wake_w
     try:
         yield run_dir
     finally:
         if in_main:
             if wake_w is not None:
                 signal.set_wakeup_fd(saved_wakeup if saved_wakeup is not None else -1)
+                _state["wake_w"] = None
                 os.close(wake_w)
             for s, h in saved_handlers.items():
                 signal.signal(s, h if h is not None else signal.SIG_DFL)
