@@ -76,3 +76,11 @@ def test_an_unexpected_error_is_a_one_line_jaxmem_bug_exit_1(monkeypatch):
     assert "JAXMEM_DEBUG=1" in lines[1] and len(lines) == 2 and "Traceback" not in r.output
     r = CliRunner().invoke(cli.main, ["analyze", pc.TINY, "--gpu", "cpu"], env={"JAXMEM_DEBUG": "1"})
     assert isinstance(r.exception, RuntimeError)  # the traceback, for the report
+
+
+def test_an_axis_named_tp_is_the_model_axis_as_the_readme_says():
+    from jaxmem.program import layouts
+
+    for name in ("model", "tensor", "tp"):
+        m = layouts.parse_mesh(f"data=2,{name}=2")
+        assert m.model_axis == name and m.data_axes == ("data",)
