@@ -93,3 +93,21 @@ def test_other_layouts_compile_and_keep_the_state_exact(layout, mesh):
     else:  # the model axis splits some weights 4 ways
         assert any(leaf.shards % 4 == 0 for leaf in params)
     assert stats.temp > 0
+
+
+def test_nnx_logical_names_reach_the_tp_layout():
+    # an NNX Variable's out_sharding names sit above its /value in the path: the tp rule must see them
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from jaxmem.program.workload import Workload
+
+    init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp"))
+    wl = Workload(model=lambda rngs: nnx.Linear(256, 128, kernel_init=init, rngs=rngs),
+                  batch={"x": jax.ShapeDtypeStruct((8, 256), jnp.float32)}, loss=lambda m, b: m(b["x"]).mean())
+    ms = layouts.parse_mesh("data=1,model=2")
+    built = step.build(wl, step.StepOptions(layout="tp"), layouts.build_mesh(targets.make_target("h100", 2).devices, ms), ms)
+    kernel = next(leaf for leaf in built.leaves if leaf.path == "params:kernel/value")
+    # 'mlp' (dim 1, 128) over the model axis; the unannotated fallback would split the larger dim 0
+    assert kernel.spec == (None, "model")
