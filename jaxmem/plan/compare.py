@@ -358,7 +358,8 @@ def load(path: str) -> list[Cell]:
 
 def to_csv(cells: list[Cell]) -> str:
     axes = list(dict.fromkeys(k for c in cells for k in c.choice))
-    cols = axes + ["status", "error", "per_device_peak_bytes", "fits", "headroom_bytes", "usable_bytes"]
+    cols = axes + ["status", "error", "per_device_peak_bytes", "fits", "headroom_bytes", "usable_bytes",
+                   "step_time_estimate_s"]
     cols += [f"breakdown.{k}" for k in BREAKDOWN_KEYS]
     cols += ["search", "answer", "capped", "fits_at", "fits_at_peak_bytes", "fails_at", "fails_at_peak_bytes",
              "compiles", "margin"]
@@ -372,6 +373,8 @@ def to_csv(cells: list[Cell]) -> str:
             row.update(per_device_peak_bytes=c.report.per_device_peak_bytes, fits=c.report.fits,
                        headroom_bytes=c.report.headroom_bytes, usable_bytes=c.report.target.usable_bytes)
             row.update({f"breakdown.{k}": c.report.breakdown.get(k, 0) for k in BREAKDOWN_KEYS})
+            st = c.report.step_time or {}
+            row["step_time_estimate_s"] = st.get("estimate_s", "") if st.get("available") else ""
         s = c.search
         if s is not None:
             row.update(search=s.kind if s.kind != "seq" else f"seq:{s.arg}", answer=s.answer, capped=s.capped,
