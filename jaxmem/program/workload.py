@@ -286,6 +286,8 @@ def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -
 def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
     if path.is_dir():
         raise UserError(f"{path} is a directory; give the model file (a .py defining workload()).")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is not a regular file; give the model file (a .py defining workload()).")
     if not path.is_file():
         raise UserError(f"model file not found: {path}")
     module_name = f"jaxmem_model_{abs(hash(str(path.resolve())))}"
