@@ -349,6 +349,16 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     jobs = list(jobs)
     if not jobs:
         return []
+    from jaxmem.program import layouts
+
+    # what the CLI does before jax starts, for callers that did not (a no-op when already set)
+    sizes = []
+    for j in jobs:
+        try:
+            sizes.append(layouts.parse_mesh(j.options.mesh).size)
+        except UserError:
+            pass  # that job's own error row
+    prepare_environment(max(sizes, default=1))
     n = min(n_jobs or default_jobs(), len(jobs))
     pool = make_pool(n, executor, ray_address)
     bar = Progress(len(jobs), progress)
