@@ -232,3 +232,8 @@ def test_a_quantized_base_leaves_conv_weights_in_their_dtype():
     s_plain, s_q = train_state.summarize(plain.leaves), train_state.summarize(q.leaves)
     # scales are the weight's storage, not parameters: the counts are the model's
     assert (s_q.trainable_count, s_q.frozen_count) == (s_plain.trainable_count, s_plain.frozen_count)
+
+
+def test_fine_tuning_a_custom_step_is_refused_before_compiling():
+    with pytest.raises(UserError, match="own `step`"):
+        analyze(FIX / "custom_step.py", lora_rank=4, optimizer=None)
