@@ -326,14 +326,14 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
     """
 
     def go():
+        for option, path in (("--html", html_path), ("--png", png_path)):
+            if path:
+                _check_writable(option, path)  # before jax starts, let alone the compile
         _prepare(kw["mesh"])
         from jaxmem.analyze import analyze_file
 
         opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
                         explain=not no_explain or bool(html_path or png_path), cache=not no_cache)
-        for option, path in (("--html", html_path), ("--png", png_path)):
-            if path:
-                _check_writable(option, path)  # before the compile, not after
         report = analyze_file(kw["model_file"], opts)
         if as_json:
             click.echo(json.dumps(report.to_json(timings=with_timings), indent=2))

@@ -110,6 +110,8 @@ PROBES: list[Probe] = [
     Probe("--batch 2^31", ("analyze", TINY, "--batch", str(2**31)), 2, "beyond int32"),
     Probe("--batch 2^62 (bytes beyond int64)", ("analyze", TINY, "--batch", str(2**62)), 2,
           "beyond what XLA's 64-bit byte counts can express"),
+    Probe("--arg hidden=3e9 (params beyond int32)", ("analyze", TINY, "--arg", "hidden=3000000000"), 2,
+          "has a dimension of 3,000,000,000, beyond int32"),
     Probe("--hosts 0", ("analyze", TINY, "--hosts", "0"), 2, "'--hosts': 0 is not in the range x>=1"),
     Probe("--hosts -2", ("analyze", TINY, "--hosts", "-2"), 2, "'--hosts'"),
     Probe("--hosts 3 on 8 devices", ("analyze", TINY, "--mesh", "data=8", "--hosts", "3"), 2, "--hosts 3 does not divide"),
