@@ -104,6 +104,23 @@ def test_find_seq_searches_the_workload_argument(monkeypatch):
     assert s.compiles == len(s.probes) <= 7
 
 
+def test_a_value_the_workload_refuses_bounds_the_answer(monkeypatch):
+    class Refusing(FakePool):
+        def next(self, timeout=None):
+            job = self.queue[0]
+            if dict(job.options.model_args)["seq_len"] > 100:
+                self.queue.pop(0)
+                return sweep.Outcome(job, None, "seq_len exceeds block_size=100", "user_error")
+            return super().next()
+
+    monkeypatch.setattr(sweep, "make_pool", lambda *a: Refusing(lambda opts: 1000 * dict(opts.model_args)["seq_len"]))
+    [cell] = compare.compare("m.py", AnalyzeOptions(gpu="h100"), {}, find=compare.Find("seq", arg="seq_len", granule=10),
+                             progress=False)
+    s = cell.search
+    assert (s.answer, s.fails_at.value) == (100, 110)
+    assert s.fails_at.error == "seq_len exceeds block_size=100" and s.fails_at.peak_bytes is None
+
+
 def test_find_devices_varies_the_first_data_axis(monkeypatch):
     def peak(opts):
         mesh = dict(kv.split("=") for kv in opts.mesh.split(","))

@@ -225,6 +225,11 @@ class _RowSearch:
         elif out.status == "user_error" and "could not fit the program at compile time" in (out.error or ""):
             self.probes[k] = search_mod.Probe(self.value(k), None, None, False)
             self.search.record(k, None, False, None)
+        elif out.status == "user_error" and k != 0:
+            # The workload refuses a larger value (a sequence beyond its position table): a bound
+            # the answer cannot pass, shown as the proof's second half with the workload's reason.
+            self.probes[k] = search_mod.Probe(self.value(k), None, None, False, error=out.error)
+            self.search.record(k, None, False, None)
         else:
             self.error = (out.status, f"at {self.what(k)}: {out.error}")
 
@@ -362,6 +367,7 @@ def to_csv(cells: list[Cell]) -> str:
                    "step_time_estimate_s"]
     cols += [f"breakdown.{k}" for k in BREAKDOWN_KEYS]
     cols += ["search", "answer", "capped", "fits_at", "fits_at_peak_bytes", "fails_at", "fails_at_peak_bytes",
+             "fails_at_refused",
              "compiles", "margin"]
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
@@ -382,7 +388,8 @@ def to_csv(cells: list[Cell]) -> str:
             if s.fits_at is not None:
                 row.update(fits_at=s.fits_at.value, fits_at_peak_bytes=s.fits_at.peak_bytes)
             if s.fails_at is not None:
-                row.update(fails_at=s.fails_at.value, fails_at_peak_bytes=s.fails_at.peak_bytes)
+                row.update(fails_at=s.fails_at.value, fails_at_peak_bytes=s.fails_at.peak_bytes,
+                           fails_at_refused=s.fails_at.error or "")
         w.writerow(row)
     return out.getvalue()
 

@@ -39,6 +39,7 @@ class Probe:
     usable_bytes: int | None
     fits: bool                    # with the margin
     cached: bool = False
+    error: str | None = None      # the workload refused this value (e.g. a sequence beyond its position table)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

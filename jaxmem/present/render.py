@@ -247,6 +247,8 @@ def _proof(cell) -> str:
     s = cell.search
 
     def at(p) -> str:
+        if getattr(p, "error", None):
+            return f"{p.value}: refused by the workload ({p.error})"
         peak = "XLA refused it at compile time" if p.peak_bytes is None else fmt_bytes(p.peak_bytes)
         return f"{p.value}: {peak}"
 
