@@ -13,6 +13,7 @@ empty compile cache (JAXMEM_CACHE) unless it measures the cache:
 
     python benchmarks/planning.py            # all four; writes benchmarks/results/planning.md
     python benchmarks/planning.py --quick    # a smoke test on tiny models (1 repeat, writes nothing)
+    python benchmarks/planning.py --only find_batch,sweep   # some cases: writes planning-find_batch-sweep.md
 
 Run it on an idle machine: the targets are wall-clock.
 """
@@ -121,7 +122,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny models, one repeat, nothing written")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="find_batch,readme,sweep,single",
+                    help="cases to run (comma-separated): find_batch, readme, sweep, single")
     ns = ap.parse_args()
+    only = set(ns.only.split(","))
     cases, repeats = (QUICK, 1) if ns.quick else (FULL, ns.repeats)
     load0 = os.getloadavg()[0]
     res: dict = {}
@@ -131,18 +135,19 @@ def main() -> None:
 
     # 1. fit search, cold cache
     walls, compiles = [], None
-    for _ in range(repeats):
+    for _ in range(repeats if "find_batch" in only else 0):
         r = run(cases["find_batch"], fresh_cache())
         walls.append(r["wall_s"])
         rows = json.loads(r["stdout"])
         compiles = [(x["choice"], x["search"]["answer"] if x["search"] else None,
                      x["search"]["compiles"] if x["search"] else None, x["error"]) for x in rows]
         note(f"find-batch: {r['wall_s']:.1f} s {compiles}")
-    res["find_batch_s"], res["find_batch_rows"] = median(walls), compiles
+    if walls:
+        res["find_batch_s"], res["find_batch_rows"] = median(walls), compiles
 
     # 2. the README example, cold then warm on the same cache
     cold, warm = [], []
-    for _ in range(repeats):
+    for _ in range(repeats if "readme" in only else 0):
         cache = fresh_cache()
         c = run(cases["readme_gpt2xl"], cache)
         w = run(cases["readme_gpt2xl"], cache)
@@ -150,43 +155,48 @@ def main() -> None:
         cold.append(c["wall_s"])
         warm.append(w["wall_s"])
         note(f"readme example: cold {c['wall_s']:.1f} s, warm {w['wall_s']:.1f} s")
-    res["readme_cold_s"], res["readme_warm_s"] = median(cold), median(warm)
-    res["readme_rows"] = len(json.loads(c["stdout"]))
+    if cold:
+        res["readme_cold_s"], res["readme_warm_s"] = median(cold), median(warm)
+        res["readme_rows"] = len(json.loads(c["stdout"]))
 
     # 3. parallel speed-up, each cold
     one, two = [], []
-    for _ in range(repeats):
+    for _ in range(repeats if "sweep" in only else 0):
         a = run(cases["sweep8"], fresh_cache(), jobs=1)
         b = run(cases["sweep8"], fresh_cache(), jobs=2)
         one.append(a["wall_s"])
         two.append(b["wall_s"])
         note(f"sweep: --jobs 1 {a['wall_s']:.1f} s, --jobs 2 {b['wall_s']:.1f} s")
-    res["sweep_rows"] = len(json.loads(a["stdout"]))
-    res["jobs1_s"], res["jobs2_s"] = median(one), median(two)
-    res["speedup"] = res["jobs1_s"] / res["jobs2_s"]
+    if one:
+        res["sweep_rows"] = len(json.loads(a["stdout"]))
+        res["jobs1_s"], res["jobs2_s"] = median(one), median(two)
+        res["speedup"] = res["jobs1_s"] / res["jobs2_s"]
 
     # 4. one analysis against XLA's own timers (separate runs: logging costs time)
     walls, timers, timers_slow = [], [], []
     log_env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "gpu_compiler=1,buffer_assignment=1"}
     child = [sys.executable, "-c", TIMED_CHILD]
-    for _ in range(repeats):
+    for _ in range(repeats if "single" in only else 0):
         walls.append(run(cases["single"] + ["--no-cache"], fresh_cache())["wall_s"])
         timers.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env,
                                      child=child)["stderr"]))
         timers_slow.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(),
                                           env={**log_env, "PLANNING_FAST": "0"}, child=child)["stderr"]))
         note(f"single: {walls[-1]:.1f} s; XLA (fast options) {timers[-1]}; XLA (default) {timers_slow[-1]}")
-    res["single_s"] = median(walls)
-    res["xla"] = {k: median([t[k] for t in timers]) for k in timers[0] if timers[0][k] is not None}
-    res["xla_default"] = {k: median([t[k] for t in timers_slow]) for k in timers_slow[0]
-                          if timers_slow[0][k] is not None}
-    res["single_ratio"] = res["single_s"] / res["xla"]["passes_plus_ba_s"]
+    if walls:
+        res["single_s"] = median(walls)
+        res["xla"] = {k: median([t[k] for t in timers]) for k in timers[0] if timers[0][k] is not None}
+        res["xla_default"] = {k: median([t[k] for t in timers_slow]) for k in timers_slow[0]
+                              if timers_slow[0][k] is not None}
+        res["single_ratio"] = res["single_s"] / res["xla"]["passes_plus_ba_s"]
     res["load_start"], res["load_end"] = load0, os.getloadavg()[0]
 
     table = render(res, cases, repeats)
     print(table)
     if not ns.quick:
-        (ROOT / "benchmarks" / "results" / "planning.md").write_text(table)
+        name = "planning.md" if only >= {"find_batch", "readme", "sweep", "single"} else \
+            f"planning-{'-'.join(sorted(only))}.md"
+        (ROOT / "benchmarks" / "results" / name).write_text(table)
 
 
 def render(res: dict, cases: dict, repeats: int) -> str:
@@ -195,47 +205,52 @@ def render(res: dict, cases: dict, repeats: int) -> str:
 
     cmd = {k: "jaxmem " + " ".join(a if " " not in a and ";" not in a else f"'{a}'" for a in v)
            for k, v in cases.items()}
-    x, xd = res["xla"], res["xla_default"]
     lines = [
         "# jaxmem planning speed (issue 7)",
         "",
         f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}); Python "
         f"{platform.python_version()}; {datetime.date.today()}. Command: `python benchmarks/planning.py`. "
-        f"Median of {repeats}; every run a fresh process with an empty compile cache unless it says warm. "
+        f"Median of {repeats}; every run a fresh process with an empty compile cache unless it says re-run. "
         f"Load average {res['load_start']:.1f} at the start, {res['load_end']:.1f} at the end.",
         "",
         "| case | measured | target | ok |",
         "|---|---:|---:|---|",
-        f"| `--find-batch`, 4 rows, cold | {res['find_batch_s']:.1f} s | <= 90 s | "
-        f"{ok(res['find_batch_s'], TARGETS['find_batch_s'])} |",
-        f"| README gpt2-xl example, {res['readme_rows']} rows, cold | {res['readme_cold_s']:.1f} s | <= 300 s | "
-        f"{ok(res['readme_cold_s'], TARGETS['readme_cold_s'])} |",
-        f"| the same, re-run (cache) | {res['readme_warm_s']:.1f} s | <= 10 s | "
-        f"{ok(res['readme_warm_s'], TARGETS['readme_warm_s'])} |",
-        f"| {res['sweep_rows']}-row sweep, `--jobs 1` / `--jobs 2` | {res['jobs1_s']:.1f} s / {res['jobs2_s']:.1f} s = "
-        f"{res['speedup']:.2f}x | >= 1.7x | {ok(res['speedup'], TARGETS['speedup'], le=False)} |",
-        f"| one analysis / XLA's HLO passes + buffer assignment | {res['single_s']:.1f} s / "
-        f"{x['passes_plus_ba_s']:.1f} s = {res['single_ratio']:.2f}x | <= 1.25x | "
-        f"{ok(res['single_ratio'], TARGETS['single_ratio'])} |",
-        "",
-        "Fit search, compiles per row (last run): " + "; ".join(
-            f"{' '.join(f'{k}={v}' for k, v in ch.items())}: batch {ans}, {n} compiles" + (f" ({err})" if err else "")
-            for ch, ans, n, err in res["find_batch_rows"]),
-        "",
-        "XLA's own timers for the analysis (`TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1`), seconds:",
-        "",
-        "| compile options | HLO passes | buffer assignment | backend after buffer assignment |",
-        "|---|---:|---:|---:|",
-        f"| jaxmem's (fast backend options) | {x['hlo_passes_s']:.1f} | {x['buffer_assignment_s']:.1f} | "
-        f"{x.get('backend_after_ba_s', float('nan')):.1f} |",
-        f"| XLA's defaults | {xd['hlo_passes_s']:.1f} | {xd['buffer_assignment_s']:.1f} | "
-        f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
-        "",
-        "Commands:",
-        "",
-        *[f"- {k}: `{c}`" for k, c in cmd.items()],
-        "",
     ]
+    if "find_batch_s" in res:
+        lines.append(f"| `--find-batch`, {len(res['find_batch_rows'])} rows, cold | {res['find_batch_s']:.1f} s | "
+                     f"<= 90 s | {ok(res['find_batch_s'], TARGETS['find_batch_s'])} |")
+    if "readme_cold_s" in res:
+        lines.append(f"| README gpt2-xl example, {res['readme_rows']} rows, cold | {res['readme_cold_s']:.1f} s | "
+                     f"<= 300 s | {ok(res['readme_cold_s'], TARGETS['readme_cold_s'])} |")
+        lines.append(f"| the same, re-run (cache) | {res['readme_warm_s']:.1f} s | <= 10 s | "
+                     f"{ok(res['readme_warm_s'], TARGETS['readme_warm_s'])} |")
+    if "speedup" in res:
+        lines.append(f"| {res['sweep_rows']}-row sweep, `--jobs 1` / `--jobs 2` | {res['jobs1_s']:.1f} s / "
+                     f"{res['jobs2_s']:.1f} s = {res['speedup']:.2f}x | >= 1.7x | "
+                     f"{ok(res['speedup'], TARGETS['speedup'], le=False)} |")
+    if "single_s" in res:
+        x = res["xla"]
+        lines.append(f"| one analysis / XLA's HLO passes + buffer assignment | {res['single_s']:.1f} s / "
+                     f"{x['passes_plus_ba_s']:.1f} s = {res['single_ratio']:.2f}x | <= 1.25x | "
+                     f"{ok(res['single_ratio'], TARGETS['single_ratio'])} |")
+    if "find_batch_rows" in res:
+        lines += ["", "Fit search, compiles per row (last run): " + "; ".join(
+            f"{' '.join(f'{k}={v}' for k, v in ch.items())}: batch {ans}, {n} compiles" + (f" ({err})" if err else "")
+            for ch, ans, n, err in res["find_batch_rows"])]
+    if "single_s" in res:
+        x, xd = res["xla"], res["xla_default"]
+        lines += [
+            "",
+            "XLA's own timers for the analysis (`TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1`), seconds:",
+            "",
+            "| compile options | HLO passes | buffer assignment | backend after buffer assignment |",
+            "|---|---:|---:|---:|",
+            f"| jaxmem's (fast backend options) | {x['hlo_passes_s']:.1f} | {x['buffer_assignment_s']:.1f} | "
+            f"{x.get('backend_after_ba_s', float('nan')):.1f} |",
+            f"| XLA's defaults | {xd['hlo_passes_s']:.1f} | {xd['buffer_assignment_s']:.1f} | "
+            f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
+        ]
+    lines += ["", "Commands:", "", *[f"- {k}: `{c}`" for k, c in cmd.items()], ""]
     return "\n".join(lines)
 
 
