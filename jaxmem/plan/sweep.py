@@ -91,6 +91,16 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
         if job is None:
             return
         results.send(run_one(job))
+        _forget()
+
+
+def _forget() -> None:
+    """A worker lives for many jobs: drop jax's caches of the last one (each job traces new
+    functions; their compiled and traced forms would otherwise accumulate)."""
+    import sys
+
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
 
 
 def _death(exitcode: int | None, stderr_tail: str) -> str:
@@ -228,7 +238,10 @@ class LocalPool:
 
 
 def _ray_run(job: Job) -> Outcome:  # runs on a Ray worker
-    return run_one(job)
+    try:
+        return run_one(job)
+    finally:
+        _forget()
 
 
 class RayPool:
