@@ -606,7 +606,7 @@ def _meta(backend, device, gpu_name, total_s, repeats, predictions, command) -> 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="run on the attached NVIDIA GPU(s); writes accuracy-gpu.md")
-    p.add_argument("--only", default=None, help="only the cases whose id contains this text (writes no file)")
+    p.add_argument("--only", default=None, help="only the cases whose id contains this text, or one of these comma-separated texts (writes no file)")
     p.add_argument("--repeats", type=int, default=3, help="measured runs per case and setting (default 3)")
     p.add_argument("--out", default=None, help="Markdown file to write (default: benchmarks/results/accuracy-<backend>.md)")
     p.add_argument("--settings", choices=("both", "jaxmem", "defaults"), default="both",
@@ -627,7 +627,8 @@ def main(argv=None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                    f" --xla_force_host_platform_device_count={N_DEVICES}").strip()
         os.environ["JAX_PLATFORMS"] = "cpu"
-    cases = [c for c in CASES if a.only is None or a.only in c.id]
+    only = None if a.only is None else [o for o in a.only.split(",") if o]
+    cases = [c for c in CASES if only is None or any(o in c.id for o in only)]
     cases = cases[::-1] if a.reverse else cases
     out = Path(a.out) if a.out else (None if a.only else ROOT / "benchmarks" / "results" /
                                      f"accuracy-{'gpu' if a.gpu else 'cpu'}.md")
