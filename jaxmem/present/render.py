@@ -303,8 +303,8 @@ def render_comparison(cells, console: Console | None = None) -> None:
             kind = "failed" if getattr(c, "status", "") == "failed" else "error"
             console.print(f"[red]{kind}[/red] {', '.join(f'{k}={v}' for k, v in c.choice.items())}: {c.error}")
     done = [c for c in cells if c.report is not None]
-    if done:
-        t = done[0].report.target
+    # one line per distinct target (rows may differ in GPU or device count)
+    for t in dict.fromkeys(c.report.target for c in done):
         console.print(f"[dim]{t.description}, {t.devices} devices; usable {fmt_bytes(t.usable_bytes)} "
                       f"({t.usable_note})[/dim]")
         console.print("[dim]step (est.): an estimated step time, max(compute, memory) + communication at the card's "
