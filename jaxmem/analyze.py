@@ -61,6 +61,7 @@ def _check_before_devices(wl: Workload, opts: AnalyzeOptions, mesh_spec: layouts
     from jaxmem.program import state as state_mod
 
     layouts.check_layout(opts.layout, mesh_spec)
+    sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
     from jaxmem.program import finetune
 
     finetune.check(opts.finetune(), custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)

@@ -272,12 +272,18 @@ def _silence_stdout() -> None:
         pass
 
 
-def _prepare(mesh: str) -> None:
-    # Must happen before jax starts: CPU meshes need forced host devices.
-    from jaxmem.program import layouts
+def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
+    """Before jax starts: a CPU mesh needs forced host devices -- only when the target may be the
+    CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU mesh needs none, and
+    10,000 forced host devices alone took a minute to start."""
+    from jaxmem.program import layouts, sizes
     from jaxmem.compiler import targets
 
-    targets.ensure_host_devices(max(layouts.parse_mesh(mesh).size, 1))
+    n = max(layouts.parse_mesh(mesh).size, 1)
+    on_cpu = (gpu or "").strip().lower() == "cpu" or (gpu is None and cpu_default)
+    sizes.check_mesh_devices(n, cpu=on_cpu)
+    if on_cpu:
+        targets.ensure_host_devices(n)
 
 
 def _options(kw: dict, **extra):
@@ -329,7 +335,7 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
         for option, path in (("--html", html_path), ("--png", png_path)):
             if path:
                 _check_writable(option, path)  # before jax starts, let alone the compile
-        _prepare(kw["mesh"])
+        _prepare(kw["mesh"], kw["gpu"])
         from jaxmem.analyze import analyze_file
 
         opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
@@ -525,7 +531,7 @@ def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
     def go():
         from jaxmem.plan import sweep
 
-        _prepare(kw["mesh"])
+        _prepare(kw["mesh"], kw["gpu"])
         # workers inherit the environment; the largest candidate mesh has twice the devices
         from jaxmem.program import layouts as layouts_mod
 
@@ -614,7 +620,7 @@ def verify(as_json, timeout, html_path, **kw):
         if html_path:
             _check_writable("--html", html_path)  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
-        _prepare(kw["mesh"])
+        _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
 
         def side_outputs():  # after the result is printed: a failed side output never loses it

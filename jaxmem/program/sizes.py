@@ -66,3 +66,21 @@ def compile_limit_error(e: BaseException) -> UserError | None:
     return UserError(f"the step has a temporary too large for one GPU kernel: XLA's kernel {m.group(1)!r} would need "
                      f"({m.group(2)}) thread blocks, more than the hardware's ({m.group(3)}); use a smaller --batch "
                      "(or --accum N to split it into microbatches).")
+
+
+# Mesh sizes jaxmem can build (docs/how-it-works.md §8): a deviceless topology of 131,072 GPUs
+# builds in seconds and one of 1,000,000 crashed XLA; --gpu cpu starts every forced host device
+# in this one process (8,192 took 9 s, 1,000,000 crashed).
+MAX_DEVICES = 131072
+MAX_HOST_DEVICES = 8192
+
+
+def check_mesh_devices(n: int, *, cpu: bool) -> None:
+    """Refuse, before jax starts, a mesh larger than jaxmem can build for its target."""
+    limit = MAX_HOST_DEVICES if cpu else MAX_DEVICES
+    if n > limit:
+        if cpu:
+            raise UserError(f"--mesh has {n:,} devices: --gpu cpu starts each as a host device of this one process, "
+                            f"at most {limit:,}; use a smaller mesh, or a GPU target (its devices are compile-only).")
+        raise UserError(f"--mesh has {n:,} devices: jaxmem builds deviceless meshes of at most {limit:,} devices; "
+                        "use a smaller mesh.")
