@@ -46,9 +46,9 @@ def main() -> None:
     out = json.loads(proc.stdout)
     fitting = [c for c in out["candidates"] if c["fits"]]
     ok = len(fitting) >= WANT and wall <= LIMIT_S
+    claim = "" if args.small else f" (claim: >= {WANT} in <= {LIMIT_S:.0f} s): {'PASS' if ok else 'FAIL'}"
     print(f"exit {proc.returncode}; {len(fitting)} fitting of {len(out['candidates'])} compiled changes; "
-          f"{out['compiles']} compiles in {wall:.0f} s wall (claim: >= {WANT} in <= {LIMIT_S:.0f} s): "
-          f"{'PASS' if ok else 'FAIL'}")
+          f"{out['compiles']} compiles in {wall:.0f} s wall{claim}")
     for i, c in enumerate(fitting, 1):
         print(f"{i:>2} x{c['relative_step_time']:.2f} {c['per_device_peak_bytes'] / 2**30:6.2f} GiB  {c['label']}")
     if args.small:

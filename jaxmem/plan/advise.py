@@ -392,14 +392,14 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         scored = []
         for combo in itertools.product(*choices):
             ch = tuple(c for c in combo if c is not None)
-            if len(ch) < 2:
+            if len(ch) < 2 or not _divides(base, ch, _global_batch(original.report)):
                 continue
             peak, t = model.predict(ch)
             if peak <= usable * 1.05:  # a small margin: the compile decides
                 scored.append((t, peak, ch))
         scored.sort(key=lambda x: (x[0], x[1]))
         predicted = {ch: peak for _, peak, ch in scored}
-        queue = [ch for _, _, ch in scored]
+        queue = _interleave([ch for _, _, ch in scored])
         for _ in range(2):
             batch = []
             while queue and len(batch) < combinations:
@@ -415,6 +415,34 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
 
     ranked = _rank(probes + extra)
     return Advice(path, original, tuple(ranked), compiles, cached, time.perf_counter() - t0, searched=True)
+
+
+def _divides(base: AnalyzeOptions, changes, global_batch: int | None) -> bool:
+    """Whether the global batch still splits into the microbatches over the data devices of `changes`."""
+    if not global_batch:
+        return True
+    opts = _apply(base, changes)
+    return global_batch % (layouts.parse_mesh(opts.mesh).data_size * opts.accum) == 0
+
+
+# Which kind of plan a combination is: the same training on the same GPUs first, then with its
+# optimizer state offloaded, then on more GPUs, then a different training (LoRA, QLoRA).
+def _plan_kind(changes) -> tuple:
+    d = dict(changes)
+    return (d.get("lora") is not None, d.get("lora", (0, None))[1] is not None, "devices" in d, "offload" in d)
+
+
+def _interleave(queue: list) -> list:
+    """Fastest predicted first within each kind of plan, the kinds taken in turn: a faster plan on
+    twice the GPUs or with LoRA does not crowd out every full fine-tune on the GPUs as given."""
+    groups: dict[tuple, list] = {}
+    for ch in queue:
+        groups.setdefault(_plan_kind(ch), []).append(ch)
+    order = [groups[k] for k in sorted(groups)]
+    out = []
+    for i in range(max((len(g) for g in order), default=0)):
+        out += [g[i] for g in order if i < len(g)]
+    return out
 
 
 def _rank(cands: list[Candidate]) -> list[Candidate]:
