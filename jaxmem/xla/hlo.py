@@ -1,9 +1,6 @@
 """The optimized module and buffer assignment of a serialized ``xla.HloProto``, decoded into
 :class:`jaxmem.xla.buffers.BufferAssignment` (every logical buffer with its instruction, shape,
 op_name, allocation and live range, and XLA's memory curve).
-
-(Reconstructed from the pre-split ``buffers.py`` after this file was overwritten by mistake;
-the owner of the split should compare it with their version.)
 """
 
 from __future__ import annotations
@@ -244,8 +241,7 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
             collective=opcode in opnames.COLLECTIVES or wrapped in opnames.COLLECTIVES, is_thread_local=thread_local,
         ))
         if is_param and opcode == "parameter" and is_float(dtype):
-            arg = pidx[0] if pidx else pnum
-            param_shapes[shape] = param_shapes.get(shape, ()) + (arg,)
+            param_shapes[shape] = param_shapes.get(shape, ()) + (buffers[-1].argument_index,)
 
     backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
 
