@@ -1,6 +1,6 @@
 """Where the step runs: the NVIDIA GPU catalogue, deviceless topologies, the local device.
 
-The catalogue values are XLA's published target specs (DESIGN.md §3). Each one is
+The catalogue values are XLA's published target specs (docs/how-it-works.md §3). Each one is
 rendered to a text-format ``GpuTargetConfigProto`` and compiled against by
 ``jax.experimental.topologies`` -- no GPU needed. ``device_memory_size`` matters:
 XLA:GPU's scheduler and rematerialization budget about 80% of it.
