@@ -142,27 +142,27 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     fits = None if usable_bytes is None else peak <= usable_bytes and bud.out_of_pool_fits
     headroom = None if usable_bytes is None else usable_bytes - peak
 
-    warnings = [report.Warning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
+    warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
                                "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
                 for n in built.notes]
     if not bud.out_of_pool_fits:
-        warnings.append(report.Warning(
+        warnings.append(report.ReportWarning(
             "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
             f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
             f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
             f"memory fraction of at most {max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
             rt.out_of_pool_bytes - bud.out_of_pool_room))
     if ex is None and state.gradients:
-        warnings.append(report.Warning(
+        warnings.append(report.ReportWarning(
             "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split into "
             f"gradients (at most {state.gradients / 2**20:,.2f} MiB, if all were live at once) and activations; all of "
             "them are under activations_and_temporaries. Drop --no-explain to split them."))
-    warnings += [report.Warning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
+    warnings += [report.ReportWarning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
                  for n in stats.notes]
     if target.platform == "cpu":
-        warnings.append(report.Warning("cpu_fusions_off", CPU_FUSIONS_OFF))
+        warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
-        warnings.append(report.Warning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
+        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))
     host = _host(state, stats, warnings)
 
@@ -230,7 +230,7 @@ def _host(state: train_state.StateBytes, stats, warnings: list) -> dict[str, int
     if not state.host:
         return {}
     if stats.host_argument != state.host_arguments:
-        warnings.append(report.Warning(
+        warnings.append(report.ReportWarning(
             "offload_not_placed", f"--offload: XLA placed {stats.host_argument:,} bytes of arguments in host memory, "
             f"not the {state.host_arguments:,} offloaded; the device numbers count what stayed on the device",
             max(state.host_arguments - stats.host_argument, 0)))

@@ -49,7 +49,7 @@ class TargetInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Warning:
+class ReportWarning:
     kind: str          # not_donated | unsharded_leaf | ...
     message: str
     bytes: int = 0     # the per-device cost of leaving it as it is
@@ -91,7 +91,7 @@ class Report:
     runtime_overhead_source: str
     fits: bool | None                  # None when the target has no fixed memory (cpu)
     headroom_bytes: int | None
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[ReportWarning, ...] = ()
     top_buffers: tuple[BufferRow, ...] = ()
     modules: tuple[ModuleRow, ...] = ()
     peak_categories: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -149,7 +149,7 @@ class Report:
             raise ValueError(f"unknown Report fields {unknown} (written by a newer jaxmem?)")
         d["target"] = TargetInfo(**d["target"])
         d["mesh"] = tuple((str(k), int(v)) for k, v in d["mesh"].items())
-        d["warnings"] = tuple(Warning(**w) for w in d.get("warnings", ()))
+        d["warnings"] = tuple(ReportWarning(**w) for w in d.get("warnings", ()))
         d["top_buffers"] = tuple(BufferRow(**b) for b in d.get("top_buffers", ()))
         d["modules"] = tuple(ModuleRow(**m) for m in d.get("modules", ()))
         if "timeline" in d:

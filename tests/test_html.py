@@ -9,7 +9,7 @@ from jaxmem import cli
 from jaxmem.present import html
 from jaxmem.analyze import AnalyzeOptions, analyze_file
 from jaxmem.present.render import fmt_bytes
-from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, Warning
+from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, ReportWarning
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
 MLP = str(FIX / "mlp_small.py")
@@ -77,7 +77,7 @@ def test_every_report_string_is_escaped(report, tmp_path):
     r = dataclasses.replace(
         report, model=f"<b>{NASTY}</b>", top_buffers=(row, *report.top_buffers),
         modules=(ModuleRow(NASTY, 99, 1), *report.modules),
-        warnings=(Warning("unsharded_leaf", f"leaf {NASTY} {evil}", 4096),),
+        warnings=(ReportWarning("unsharded_leaf", f"leaf {NASTY} {evil}", 4096),),
         options={**report.options, "arg:<x>": NASTY})
     text = page(r, tmp_path)
     assert NASTY not in text and "<img" not in text

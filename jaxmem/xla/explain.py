@@ -16,7 +16,7 @@ from jaxmem.xla.buffers import BufferAssignment
 from jaxmem.xla.categories import CATEGORIES
 from jaxmem.xla.opnames import primitive
 from jaxmem.xla.timeline import downsample, downsampled_index
-from jaxmem.report import BufferRow, ModuleRow, Warning
+from jaxmem.report import BufferRow, ModuleRow, ReportWarning
 
 TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small
 STATE = ("params", "optimizer_state", "batch", "other_state")
@@ -30,7 +30,7 @@ class Explanation:
     timeline: tuple[int, ...]
     peak_index: int
     peak_bytes: int
-    warnings: tuple[Warning, ...]
+    warnings: tuple[ReportWarning, ...]
 
 
 def leaf_module(path: str) -> str:
@@ -86,14 +86,14 @@ def explain(
     )
 
 
-def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[Warning]:
+def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[ReportWarning]:
     """Patterns at the peak that have a known fix, each with its byte cost."""
     out = []
     gathered = [r for r in rows if r.category == "collectives"]
     gathered_bytes = sum(r.size for r in gathered)
     # FSDP gathers one layer at a time; a tenth of the peak in gathered buffers means several at once.
     if gathered and gathered_bytes > 0.10 * peak:
-        out.append(Warning(
+        out.append(ReportWarning(
             "gathered_params_live",
             f"{len(gathered)} collective buffers (all-gathered weights or activations) are live at the peak; "
             "gathered parameters kept alive across layers defeat FSDP: put the layers under nn.scan / a loop so "
@@ -101,7 +101,7 @@ def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: in
             gathered_bytes))
     acts = cats.get("activations", 0)
     if remat != "none" and acts > 0.4 * peak:
-        out.append(Warning(
+        out.append(ReportWarning(
             "remat_saves_too_much",
             f"with --remat {remat}, {acts / peak:.0%} of the peak is still activations saved for the backward "
             "pass: the policy saves more than it should; try --remat full (saves only layer inputs)",
