@@ -1,15 +1,35 @@
-"""Test set-up: 8 forced CPU devices and the deviceless-CUDA switch, before jax starts."""
+"""Test set-up: 8 forced CPU devices and the deviceless-CUDA switch, before jax starts; a hermetic
+environment (no user's compile cache or calibration file; every test's env changes undone)."""
 
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+# The suite must not read a developer's own calibration (it changes the runtime terms) nor fill their
+# compile cache; one cache for the session still spares compiling the same tiny step twice.
+_SESSION = tempfile.mkdtemp(prefix="jaxmem-tests-")
+atexit.register(shutil.rmtree, _SESSION, ignore_errors=True)
+os.environ["JAXMEM_CACHE"] = os.path.join(_SESSION, "cache")
+os.environ["JAXMEM_CALIBRATION"] = os.path.join(_SESSION, "calibration.json")
 
 import pytest  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Commands run in-process (click's CliRunner) may set allocator variables for their own process
+    (e.g. verify's parent); undo them so a later test's verdict does not depend on test order."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture
