@@ -8,7 +8,6 @@ from click.testing import CliRunner
 from jaxmem.truth import verify
 from jaxmem.compiler import runtime, targets
 from jaxmem.cli import main
-from jaxmem.program.workload import load_workload
 
 # ~230 MB measured on one host device: 12.6 M params of AdamW state (200 MB) + the step's
 # temporaries. The signal dwarfs the runtime's ~14 MB and the noise of a loaded 2-core machine.
