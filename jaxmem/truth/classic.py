@@ -38,6 +38,7 @@ import math
 from typing import Any
 
 from jaxmem.program import layouts
+from jaxmem.program.state import override_batch
 from jaxmem.program.train_state import classic_bytes_per_param
 
 _LAYERS = ("n_layer", "n_layers", "num_layers", "num_hidden_layers")
@@ -179,10 +180,7 @@ def estimate(wl, *, param_count: int, mesh: str, layout: str, precision: str, op
     state = param_count * bpp // shards
     rule = f"state {bpp} B/param ({opt}, {precision}) / {shards}"
 
-    batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(tuple(x.shape), x.dtype), wl.batch)
-    if batch_size is not None:
-        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size,) + tuple(x.shape[1:]), x.dtype)
-                             if x.shape else x, batch)
+    batch = override_batch(wl.batch, batch_size)
     leaves = jax.tree.leaves(batch)
     global_b = leaves[0].shape[0] if leaves and leaves[0].shape else 1
     b = max(global_b // max(data, 1), 1)

@@ -53,6 +53,7 @@ import jax
 import numpy as np
 
 from jaxmem.program import layouts
+from jaxmem.program.state import override_batch
 from jaxmem.truth.classic import TransformerDims, model_config, transformer_dims
 
 _FFN = ("ffn_dim", "mlp_dim", "intermediate_size", "n_inner", "d_ff")
@@ -266,10 +267,7 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
     c = 4 if precision == "fp32" else 2          # compute dtype bytes
     store = 2 if precision == "bf16-pure" else 4  # storage dtype of params, grads, optimizer state
 
-    batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(tuple(np.shape(x)), x.dtype), wl.batch)
-    if batch_size is not None:
-        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size,) + tuple(x.shape[1:]), x.dtype)
-                             if x.shape else x, batch)
+    batch = override_batch(wl.batch, batch_size)
     leaves = jax.tree.leaves(batch)
     global_b = leaves[0].shape[0] if leaves and leaves[0].shape else 1
     b = max(global_b // max(d, 1), 1)
