@@ -74,6 +74,19 @@ def _check_before_devices(wl: Workload, opts: AnalyzeOptions, mesh_spec: layouts
                        x64=bool(jax.config.jax_enable_x64))
 
 
+def _parsed_program(text: str | None):
+    """The optimized HLO parsed once for both readers of it (the runtime model's communicators and
+    the step-time estimate); left as text when it cannot be parsed, so that the estimate says why."""
+    if not text:
+        return text
+    from jaxmem.xla import hlo_text
+
+    try:
+        return hlo_text.parse_module(text)
+    except Exception:
+        return text
+
+
 def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
@@ -100,9 +113,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         assignment = decode_hlo_proto(art.dump)
 
     state = train_state.summarize(built.leaves)
+    program = _parsed_program(art.hlo_text) if target.platform == "cuda" else art.hlo_text
     # the collectives' device groups size NCCL's communicators (only multi-device GPU programs have any)
-    hlo_text = art.hlo_text if target.platform == "cuda" and mesh_spec.size > 1 else None
-    rt = runtime.model(target, hlo_text, mesh_spec.axes)
+    rt = runtime.model(target, program if mesh_spec.size > 1 else None, mesh_spec.axes)
     ex = None
     if assignment is not None:
         from jaxmem.xla import explain
@@ -134,7 +147,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     peak = stats.lower_bound + rt.in_pool_bytes
     from jaxmem.compiler import steptime
 
-    step_time = steptime.estimate(art.hlo_text, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu,
+    step_time = steptime.estimate(program, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu,
                                   precision=opts.precision)
 
     bud = runtime.budget(target, opts.mem_fraction, rt)

@@ -87,17 +87,20 @@ def program_text(lowered) -> str:
     return _FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True))
 
 
-def key(lowered, built, options: dict, *, explain: bool) -> str:
-    """The cache key of compiling `lowered` (of `built`) with `options`."""
+def keys(lowered, built, options: dict, *, explain: bool) -> list[str]:
+    """The cache keys that answer compiling `lowered` (of `built`) with `options`, in the order to try:
+    an entry compiled with the explanation serves a request without it (same compile, the dump is
+    dropped), so without `explain` both keys, the last one being where a fresh compile is stored.
+    The lowered program is serialized and hashed once for both."""
     from jaxmem.compiler.compiled import CompiledStats
 
-    program = hashlib.sha256(program_text(lowered).encode()).hexdigest()
-    material = {"program": program, "target": _target(built),
-                "options": {k: str(v) for k, v in sorted(options.items())}, "explain": explain,
+    material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
+                "options": {k: str(v) for k, v in sorted(options.items())},
                 "xla_flags": _xla_flags(), "versions": _versions(),
                 # what an entry holds: a field added to CompiledStats must not be read back as its default
                 "stats_fields": [f.name for f in dataclasses.fields(CompiledStats)]}
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    digest = lambda e: hashlib.sha256(json.dumps({**material, "explain": e}, sort_keys=True).encode()).hexdigest()  # noqa: E731
+    return [digest(True)] if explain else [digest(True), digest(False)]
 
 
 def _path(k: str) -> Path:

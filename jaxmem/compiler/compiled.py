@@ -190,13 +190,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
 
     lowered, lower_s = lower(built)
     options = compile_options(built, fast=fast)
-    keys = []
+    keys = cache_mod.keys(lowered, built, options, explain=explain) if cache else []
     if cache:
-        # An answer compiled with the explanation serves a request without it (same compile,
-        # the dump is dropped); the reverse is a miss.
-        keys = [cache_mod.key(lowered, built, options, explain=True)]
-        if not explain:
-            keys.append(cache_mod.key(lowered, built, options, explain=False))
         for k in keys:
             hit = cache_mod.load(k)
             if hit is not None:
