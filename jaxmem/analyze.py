@@ -95,19 +95,29 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
-    mesh = layouts.build_mesh(target.devices, mesh_spec)
-    built = step.build(wl, opts.step_options(), mesh, mesh_spec)
-    import jax
+    # A deviceless GPU compile runs in a child process stopped after buffer assignment; started
+    # now, its jax import overlaps the tracing below (compile_step closes it, used or not).
+    from jaxmem.compiler import early_stop
 
-    sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
+    child = early_stop.Child.start(target) if early_stop.applies(target) else None
+    try:
+        mesh = layouts.build_mesh(target.devices, mesh_spec)
+        built = step.build(wl, opts.step_options(), mesh, mesh_spec)
+        import jax
+
+        sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
+    except BaseException:
+        if child is not None:
+            child.close()
+        raise
     t_built = time.perf_counter()
     # One compile (or its cached Artifacts); everything below is re-done from them, so a cached
     # answer is processed exactly as a fresh one.
-    art = compiled_mod.compile_step(built, explain=opts.explain, cache=opts.cache)
+    art = compiled_mod.compile_step(built, explain=opts.explain, cache=opts.cache, child=child)
     stats = art.stats
     t_compiled = time.perf_counter()
-    assignment = None
-    if art.dump is not None:
+    assignment = art.assignment
+    if assignment is None and art.dump is not None:
         from jaxmem.xla.hlo import decode_hlo_proto
 
         assignment = decode_hlo_proto(art.dump)

@@ -87,16 +87,18 @@ def program_text(lowered) -> str:
     return _FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True))
 
 
-def keys(lowered, built, options: dict, *, explain: bool) -> list[str]:
+def keys(lowered, built, options: dict, *, explain: bool, until: str = "executable") -> list[str]:
     """The cache keys that answer compiling `lowered` (of `built`) with `options`, in the order to try:
     an entry compiled with the explanation serves a request without it (same compile, the dump is
     dropped), so without `explain` both keys, the last one being where a fresh compile is stored.
-    The lowered program is serialized and hashed once for both."""
+    The lowered program is serialized and hashed once for both. `until`: how far XLA ran
+    ("executable", or "buffer_assignment" for jaxmem.compiler.early_stop, whose HLO text lacks the
+    module-config attributes of the header line): a cached answer equals a fresh one of its kind."""
     from jaxmem.compiler.compiled import CompiledStats
 
     material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())},
-                "xla_flags": _xla_flags(), "versions": _versions(),
+                "xla_flags": _xla_flags(), "versions": _versions(), "until": until,
                 # what an entry holds: a field added to CompiledStats must not be read back as its default
                 "stats_fields": [f.name for f in dataclasses.fields(CompiledStats)]}
     digest = lambda e: hashlib.sha256(json.dumps({**material, "explain": e}, sort_keys=True).encode()).hexdigest()  # noqa: E731

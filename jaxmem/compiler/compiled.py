@@ -92,14 +92,10 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
-        if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
-            raise UserError(f"XLA could not fit the program at compile time: {msg.splitlines()[0]}") from None
+        _raise_compile_error(msg)
         if "output tile sizes" not in msg:
             raise
-        # Without a GPU, XLA cannot autotune and its Triton GEMM emitter finds no tiling for
-        # some dot shapes; a real compile would fall back to cuBLAS, so we do the same.
-        notes.append(f"Triton GEMM tiling failed devicelessly ({msg.splitlines()[0][:160]}); "
-                     "compiled with xla_gpu_enable_triton_gemm=false (cuBLAS GEMMs), as autotuning would fall back")
+        notes.append(_TRITON_NOTE.format(msg.splitlines()[0][:160]))
         if dump_dir is not None:
             import shutil
 
@@ -120,6 +116,18 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
         host_alias=int(m.host_alias_size_in_bytes),
     )
     return compiled, stats
+
+
+# Without a GPU, XLA cannot autotune and its Triton GEMM emitter finds no tiling for some dot
+# shapes; a real compile would fall back to cuBLAS, so we do the same.
+_TRITON_NOTE = ("Triton GEMM tiling failed devicelessly ({}); compiled with xla_gpu_enable_triton_gemm=false "
+                "(cuBLAS GEMMs), as autotuning would fall back")
+
+
+def _raise_compile_error(msg: str) -> None:
+    """XLA's errors that the user's program causes, as UserErrors."""
+    if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
+        raise UserError(f"XLA could not fit the program at compile time: {msg.splitlines()[0]}") from None
 
 
 # XLA:GPU options that skip backend work the memory answer does not need. Buffer assignment is
@@ -150,6 +158,8 @@ class Artifacts:
     hlo_text: str
     dump: bytes | None = None
     cached: bool = False     # read from the disk cache (not part of the answer: not serialized)
+    # the dump already decoded (jaxmem.xla.hlo.decode_hlo_proto), when this run had to; not serialized
+    assignment: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         import base64
@@ -177,7 +187,8 @@ def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
     return options
 
 
-def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: bool = True) -> Artifacts:
+def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: bool = True,
+                 child=None) -> Artifacts:
     """Lower and compile `built` for its target: the Artifacts an analysis needs.
 
     explain: also capture XLA's buffer assignment (a dump of the optimized module).
@@ -185,20 +196,34 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     by the lowered program, the target, the compile options and the versions. Lowering always
     runs (it is the key); the compile is what a hit saves.
     fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
+    child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
+    there and stops after buffer assignment (every number is read from XLA's dump). The child is
+    closed on return, used or not.
     """
     from jaxmem.compiler import cache as cache_mod
 
-    lowered, lower_s = lower(built)
-    options = compile_options(built, fast=fast)
-    keys = cache_mod.keys(lowered, built, options, explain=explain) if cache else []
-    if cache:
-        for k in keys:
-            hit = cache_mod.load(k)
-            if hit is not None:
-                art = Artifacts.from_json(hit, cached=True)
-                # this run's costs: it lowered, and compiled nothing
-                return dataclasses.replace(art, dump=art.dump if explain else None,
-                                           stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
+    try:
+        lowered, lower_s = lower(built)
+        options = compile_options(built, fast=fast)
+        until = "buffer_assignment" if child is not None else "executable"
+        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until) if cache else []
+        if cache:
+            for k in keys:
+                hit = cache_mod.load(k)
+                if hit is not None:
+                    art = Artifacts.from_json(hit, cached=True)
+                    # this run's costs: it lowered, and compiled nothing
+                    return dataclasses.replace(art, dump=art.dump if explain else None,
+                                               stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
+        if child is not None:
+            art = _compile_early(child, lowered, options, lower_s)
+            child = None
+            if cache:   # the dump is always there: stored so that it answers with and without explain
+                cache_mod.store(keys[0], art.to_json())
+            return art if explain else dataclasses.replace(art, dump=None, assignment=None)
+    finally:
+        if child is not None:
+            child.close()
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
         full = options
@@ -227,6 +252,42 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     return art
 
 
+def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
+    """The Artifacts of a compile stopped after buffer assignment (jaxmem.compiler.early_stop)."""
+    from jaxmem.compiler import early_stop
+    from jaxmem.xla import memory_stats
+    from jaxmem.xla.hlo import decode_hlo_proto
+
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    try:
+        try:
+            raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
+        except early_stop.CompileFailed as e:
+            if "output tile sizes" not in str(e):
+                raise
+            notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
+            retry = early_stop.Child(*child.args)
+            raw, log = early_stop.compile_until_buffer_assignment(
+                retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
+    except early_stop.CompileFailed as e:
+        _raise_compile_error(str(e))
+        raise RuntimeError(str(e)) from None
+    notes += _notes_from_log(log)
+    m = memory_stats.from_hlo_proto(raw)
+    assignment = decode_hlo_proto(raw)
+    stats = CompiledStats(
+        argument=m["argument"], output=m["output"], alias=m["alias"], temp=m["temp"],
+        generated_code=0,   # what a compile-only executable reports: no code is loaded
+        peak=assignment.peak_bytes, host_temp=m["host_temp"],
+        lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes),
+        host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],
+    )
+    # the deviceless compile-only executable has no cost analysis either: the step-time estimate
+    # reads the optimized HLO itself
+    return Artifacts(stats=stats, cost={}, hlo_text=early_stop.hlo_text(raw), dump=raw, assignment=assignment)
+
+
 @contextlib.contextmanager
 def _xla_log(notes: list[str]):
     """Capture XLA's C++ log lines (written to fd 2) during a compile.
@@ -248,10 +309,16 @@ def _xla_log(notes: list[str]):
             os.dup2(saved, 2)
             os.close(saved)
             log.seek(0)
-            for line in log.read().decode(errors="replace").splitlines():
-                m = re.search(r"hlo_rematerialization\.cc:\d+\] (Can't reduce memory use.*)", line)
-                if m:
-                    notes.append(f"XLA: {m.group(1)}")
+            notes += _notes_from_log(log.read().decode(errors="replace"))
+
+
+def _notes_from_log(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        m = re.search(r"hlo_rematerialization\.cc:\d+\] (Can't reduce memory use.*)", line)
+        if m:
+            out.append(f"XLA: {m.group(1)}")
+    return out
 
 
 def _explain_trace_error(e: Exception) -> str:

@@ -144,6 +144,7 @@ class Module:
     name: str
     computations: dict[str, Computation]
     entry: str
+    text: str = dataclasses.field(default="", repr=False, compare=False)  # what it was parsed from
 
     def instructions(self):
         for comp in self.computations.values():
@@ -221,7 +222,10 @@ class Module:
         return order
 
     def submodule_text(self, root: str) -> str:
-        """HLO text of a module whose entry is `root` (with everything it calls), for XLA's parser."""
+        """HLO text of a module whose entry is `root` (with everything it calls), for XLA's parser.
+        For the entry itself that is the module's own text (XLA reads only what the entry reaches)."""
+        if root == self.entry and self.text:
+            return self.text
         parts = [f"HloModule {self.name}_{root}\n"]
         for name in self.reachable(root):
             lines = list(self.computations[name].lines)
@@ -260,7 +264,7 @@ def parse_module(text: str) -> Module:
         i += 1
     if entry is None:
         raise ValueError("no ENTRY computation in the HLO text")
-    return Module(name, comps, entry)
+    return Module(name, comps, entry, text)
 
 
 def _parse_instruction(line: str, computation: str) -> Instruction | None:

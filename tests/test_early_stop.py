@@ -1,0 +1,149 @@
+"""The compile stopped after buffer assignment gives exactly what the whole compile gives, and the
+child that runs it never outlives its use or its parent."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from jaxmem.analyze import AnalyzeOptions
+from jaxmem.compiler import compiled, early_stop, targets
+from jaxmem.program import layouts, step
+from jaxmem.program.workload import load_workload
+from jaxmem.xla import memory_stats
+from jaxmem.xla.hlo import decode_hlo_proto
+
+XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp",
+               "host_argument", "host_output", "host_alias")
+
+
+def _built(models_dir, model: str, layout: str, **opts):
+    wl = load_workload(models_dir / model, preset="tiny", batch_size=8)
+    o = AnalyzeOptions(mesh="data=8", layout=layout, gpu="h100", **opts)
+    mesh_spec = layouts.parse_mesh(o.mesh)
+    target = targets.make_target(o.gpu, mesh_spec.size)
+    return target, step.build(wl, o.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
+
+
+# scanned (llama) and unrolled (gpt2) layers; dp, fsdp; undonated state (no aliasing); optimizer
+# state offloaded to pinned host memory (XLA's host_* numbers)
+@pytest.mark.parametrize("model,layout,opts", [
+    ("llama.py", "fsdp", {}), ("gpt2.py", "dp", {}), ("llama.py", "dp", {"donate": False}),
+    ("gpt2.py", "fsdp", {"offload": "optimizer"}),
+])
+def test_stopped_compile_equals_the_whole_compile(models_dir, model, layout, opts):
+    target, built = _built(models_dir, model, layout, **opts)
+    whole = compiled.compile_step(built, explain=True, cache=False)
+    child = early_stop.Child.start(target)
+    stopped = compiled.compile_step(built, explain=True, cache=False, child=child)
+    assert child._proc.poll() is not None                     # stopped, not left compiling
+    assert {k: getattr(stopped.stats, k) for k in XLA_NUMBERS} == {k: getattr(whole.stats, k) for k in XLA_NUMBERS}
+    if opts.get("offload"):
+        assert stopped.stats.host_argument > 0
+    if opts.get("donate") is False:
+        assert stopped.stats.alias == 0 < whole.stats.output
+    a, b = decode_hlo_proto(whole.dump), decode_hlo_proto(stopped.dump)
+    assert len(a.buffers) > 50 and a.buffers == b.buffers    # size, shape, allocation, offset, live range
+    assert list(a.timeline) == list(b.timeline)
+    # the same optimized module, printed the same way; the dump lacks only the module config
+    # attributes of the header line (num_partitions, sharding propagation flags)
+    w_head, w_body = whole.hlo_text.split("\n", 1)
+    s_head, s_body = stopped.hlo_text.split("\n", 1)
+    assert s_body == w_body
+    assert s_head.split(", frontend_attributes")[0] in w_head
+    assert stopped.assignment is not None and stopped.assignment.peak_bytes == whole.stats.peak
+
+
+def test_memory_numbers_from_the_dump_equal_xla_memory_analysis(models_dir):
+    _, built = _built(models_dir, "llama.py", "fsdp")
+    lowered, _ = compiled.lower(built)
+    import tempfile
+
+    from jaxmem.xla import dump
+
+    d = tempfile.mkdtemp()
+    exe, stats = compiled._compile(lowered, {**dump.compile_options(d), **compiled.FAST_GPU_OPTIONS}, d, 0.0)
+    m = memory_stats.from_hlo_proto(dump.read_dump_bytes(d))
+    ma = exe.memory_analysis()
+    assert m == {k: int(getattr(ma, f"{k}_size_in_bytes")) for k in memory_stats.NUMBERS}
+    assert m["temp"] > 0 and m["alias"] > 0
+
+
+def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):
+    target, built = _built(models_dir, "gpt2.py", "dp")
+    art = compiled.compile_step(built, explain=True, cache=False, child=early_stop.Child.start(target))
+    name = "module_0001.jit_step.sm_9.0a_gpu_after_optimizations"
+    (tmp_path / f"{name}.hlo.pb").write_bytes(art.dump[:-100])
+    assert early_stop._finished_dump(str(tmp_path)) is None         # no memory report yet
+    (tmp_path / f"{name}-memory-usage-report.pb").write_bytes(b"")
+    assert early_stop._finished_dump(str(tmp_path)) is None         # truncated: does not parse to its end
+    (tmp_path / f"{name}.hlo.pb").write_bytes(art.dump)
+    assert early_stop._finished_dump(str(tmp_path)) == art.dump
+
+
+def test_an_xla_error_in_the_child_is_a_compile_failure_with_its_message(models_dir):
+    target, _ = _built(models_dir, "gpt2.py", "dp")
+    child = early_stop.Child.start(target)
+    with pytest.raises(early_stop.CompileFailed, match="Error"):
+        child.compile({"module": b"not a module", "options": b"", "device_ids": [0]}, "/nonexistent")
+    assert child._proc.poll() is not None
+
+
+def test_a_killed_child_is_a_compile_failure_naming_the_signal(models_dir):
+    target, built = _built(models_dir, "gpt2.py", "dp")
+    child = early_stop.Child.start(target)
+    child._proc.kill()
+    with pytest.raises(RuntimeError, match="killed by signal 9"):
+        compiled.compile_step(built, explain=True, cache=False, child=child)
+
+
+def test_the_child_dies_with_its_parent(models_dir):
+    # a parent that hands the child a compile of about 15 s and is then killed (no clean-up runs)
+    code = textwrap.dedent(f"""
+        import os, sys, tempfile, time
+        from jaxmem.analyze import AnalyzeOptions
+        from jaxmem.compiler import compiled, early_stop, targets
+        from jaxmem.program import layouts, step
+        from jaxmem.program.workload import load_workload
+        from jaxmem.xla import dump
+        wl = load_workload({str(models_dir / "gpt2.py")!r}, preset="gpt2", batch_size=8)
+        o = AnalyzeOptions(mesh="data=8", layout="dp", gpu="h100")
+        ms = layouts.parse_mesh(o.mesh)
+        t = targets.make_target("h100", 8)
+        child = early_stop.Child.start(t)
+        built = step.build(wl, o.step_options(), layouts.build_mesh(t.devices, ms), ms)
+        lowered, _ = compiled.lower(built)
+        d = tempfile.mkdtemp()
+        req = early_stop.capture(lowered, {{**dump.compile_options(d), **compiled.compile_options(built)}})
+        child._proc.stdin.write(__import__("pickle").dumps(req))
+        child._proc.stdin.flush()
+        print(child._proc.pid, d, flush=True)
+        time.sleep(120)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"})
+    pid, dump_dir = parent.stdout.readline().split()
+    pid = int(pid)
+    time.sleep(1.0)
+    assert _alive(pid)                       # compiling
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 5
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid)
+    # it died before XLA finished: a whole compile of this step writes its buffer assignment much later
+    assert not any("after_optimizations" in n for n in os.listdir(dump_dir))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"   # a zombie has exited
+    except FileNotFoundError:
+        return False
+    except OSError:
+        os.kill(pid, 0)
+        return True
