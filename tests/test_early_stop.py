@@ -77,10 +77,15 @@ def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):
     name = "module_0001.jit_step.sm_9.0a_gpu_after_optimizations"
     (tmp_path / f"{name}.hlo.pb").write_bytes(art.dump[:-100])
     assert early_stop._finished_dump(str(tmp_path)) is None         # no memory report yet
+    assert early_stop._finished_dump(str(tmp_path), writer_done=True) is None  # truncated
     (tmp_path / f"{name}-memory-usage-report.pb").write_bytes(b"")
     assert early_stop._finished_dump(str(tmp_path)) is None         # truncated: does not parse to its end
     (tmp_path / f"{name}.hlo.pb").write_bytes(art.dump)
     assert early_stop._finished_dump(str(tmp_path)) == art.dump
+    # once the child has exited, a dump that parses to its end is complete, report or not
+    (tmp_path / f"{name}-memory-usage-report.pb").unlink()
+    assert early_stop._finished_dump(str(tmp_path)) is None
+    assert early_stop._finished_dump(str(tmp_path), writer_done=True) == art.dump
 
 
 def test_an_xla_error_in_the_child_is_a_compile_failure_with_its_message(models_dir):

@@ -73,24 +73,38 @@ class CompileFailed(Exception):
 class Child:
     """One compile in a child process, stopped after buffer assignment."""
 
-    def __init__(self, target_config: str, topology: str):
+    def __init__(self, target_config: str, topology: str, *, now: bool = True):
         self.args = (target_config, topology)
+        self._proc = None
+        if now:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        target_config, topology = self.args
         self._log = tempfile.TemporaryFile(mode="w+b")
+        # the child imports this jaxmem, wherever it was imported from (an install, a checkout)
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxmem.compiler.early_stop", target_config, topology],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"})
+            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path})
 
     @classmethod
-    def start(cls, target) -> "Child":
+    def start(cls, target, *, now: bool = True) -> "Child":
+        """A child for `target`. now: start it at once (its jax import then overlaps the caller's
+        tracing, which pays when a core is idle); else when the compile is sent, so that a cache
+        hit costs nothing (sweep workers: every core is busy anyway)."""
         from jaxmem.compiler import targets
 
         topo, _ = targets.topology_string(len(target.devices), target.hosts)
-        return cls(targets.CATALOGUE[target.gpu].target_config(), topo)
+        return cls(targets.CATALOGUE[target.gpu].target_config(), topo, now=now)
 
     def compile(self, request: dict, dump_dir: str) -> tuple[bytes, str]:
         """Send the request; return (the after-optimizations HloProto, XLA's log) as soon as XLA
         has written it, stopping the compile there. Raises CompileFailed."""
+        if self._proc is None:
+            self._spawn()
         try:
             self._proc.stdin.write(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
             self._proc.stdin.flush()
@@ -102,7 +116,7 @@ class Child:
                 if data is not None:
                     return data, self._stop()
                 if self._proc.poll() is not None:
-                    data = _finished_dump(dump_dir)
+                    data = _finished_dump(dump_dir, writer_done=True)
                     if data is not None:  # the whole compile finished between two looks
                         return data, self._stop()
                     raise CompileFailed(self._failure())
@@ -130,6 +144,8 @@ class Child:
         return f"the XLA compile process died: {how}{hint}" + (f"; its last lines: {' | '.join(tail)}" if tail else "")
 
     def close(self) -> None:
+        if self._proc is None:
+            return
         if self._proc.poll() is None:
             self._proc.kill()
         try:
@@ -143,8 +159,9 @@ class Child:
                 pass
 
 
-def _finished_dump(dump_dir: str) -> bytes | None:
-    """The after-optimizations HloProto once XLA has finished writing it, else None."""
+def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
+    """The after-optimizations HloProto once XLA has finished writing it, else None.
+    writer_done: the child has exited, so whatever parses to its end is complete."""
     try:
         names = os.listdir(dump_dir)
     except OSError:
@@ -152,7 +169,7 @@ def _finished_dump(dump_dir: str) -> bytes | None:
     for n in names:
         if n.endswith("after_optimizations.hlo.pb") and ".jit_" in n:
             # written just after the module, by the same thread: the module file is closed
-            if n[: -len(".hlo.pb")] + "-memory-usage-report.pb" not in names:
+            if not writer_done and n[: -len(".hlo.pb")] + "-memory-usage-report.pb" not in names:
                 return None
             with open(os.path.join(dump_dir, n), "rb") as f:
                 data = f.read()
