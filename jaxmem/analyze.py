@@ -36,17 +36,20 @@ class AnalyzeOptions(StepChoice):
     cache: bool = True               # answer from the on-disk compile cache when it holds this compile
 
 
-def analyze_file(path: str, opts: AnalyzeOptions) -> report.Report:
+def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
+    """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
+    sweep workers say no, every core being busy."""
     t0 = time.perf_counter()
     wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
-    return analyze_workload(wl, opts, source=str(path), t_start=t0)
+    return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
 
 
-def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None) -> report.Report:
+def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None,
+                     *, prestart: bool = True) -> report.Report:
     # The model's code runs again while the step is traced: its stdout and exits are guarded.
     with running_user_code(source):
         try:
-            return _analyze_workload(wl.checked(source), opts, source, t_start)
+            return _analyze_workload(wl.checked(source), opts, source, t_start, prestart)
         except UserError:
             raise
         except Exception as e:
@@ -87,7 +90,8 @@ def _parsed_program(text: str | None):
         return text
 
 
-def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None) -> report.Report:
+def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None,
+                      prestart: bool = True) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
     _check_before_devices(wl, opts, mesh_spec)
@@ -96,10 +100,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
     # A deviceless GPU compile runs in a child process stopped after buffer assignment; started
-    # now, its jax import overlaps the tracing below (compile_step uses or releases it).
+    # now (prestart), its jax import overlaps the tracing below (compile_step closes it, used or not).
     from jaxmem.compiler import early_stop
 
-    child = early_stop.Child.start(target) if early_stop.applies(target) else None
+    child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
     try:
         mesh = layouts.build_mesh(target.devices, mesh_spec)
         built = step.build(wl, opts.step_options(), mesh, mesh_spec)
@@ -108,7 +112,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
     except BaseException:
         if child is not None:
-            child.release()
+            child.close()
         raise
     t_built = time.perf_counter()
     # One compile (or its cached Artifacts); everything below is re-done from them, so a cached

@@ -152,36 +152,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         os.kill(pid, 0)
         return True
-
-
-def test_a_child_the_cache_spared_serves_the_next_compile(models_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("JAXMEM_CACHE", str(tmp_path))
-    target, built = _built(models_dir, "gpt2.py", "dp")
-    first = early_stop.Child.start(target)
-    fresh = compiled.compile_step(built, explain=True, cache=True, child=first)
-    assert first._proc.poll() is not None                      # used: stopped
-    second = early_stop.Child.start(target)
-    hit = compiled.compile_step(built, explain=True, cache=True, child=second)
-    assert hit.cached and (hit.dump, hit.hlo_text, hit.cost) == (fresh.dump, fresh.hlo_text, fresh.cost)
-    assert _numbers(hit) == _numbers(fresh)
-    third = early_stop.Child.start(target)                     # the one the hit did not need
-    assert third is second and third._proc.poll() is None
-    # ... and it compiles like a new one
-    again = compiled.compile_step(built, explain=True, cache=False, child=third)
-    assert _numbers(again) == _numbers(fresh) and again.dump == fresh.dump
-    assert third._proc.poll() is not None and early_stop.Child.start(target) is not third
-
-
-def _numbers(art) -> dict:
-    return {k: getattr(art.stats, k) for k in XLA_NUMBERS}
-
-
-def test_idle_children_are_bounded():
-    kids = [early_stop.Child("", f"1x1x{n}") for n in (1, 2, 4)]
-    for k in kids:
-        k.release()
-    assert len(early_stop._SPARES) <= early_stop._MAX_SPARES
-    assert kids[0]._proc.poll() is not None                    # the oldest was stopped
-    for k in list(early_stop._SPARES.values()):
-        k.close()
-    early_stop._SPARES.clear()

@@ -197,8 +197,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     runs (it is the key); the compile is what a hit saves.
     fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
     child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
-    there and stops after buffer assignment (every number is read from XLA's dump). Unused (a
-    cache hit, an error before the compile), it is released for a later analysis.
+    there and stops after buffer assignment (every number is read from XLA's dump). The child is
+    closed on return, used or not.
     """
     from jaxmem.compiler import cache as cache_mod
 
@@ -223,7 +223,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:
-            child.release()
+            child.close()
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
         full = options

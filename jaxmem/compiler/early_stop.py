@@ -31,8 +31,6 @@ import tempfile
 import time
 
 _POLL_S = 0.02
-_MAX_SPARES = 2          # idle children kept per process (one per target)
-_SPARES: dict = {}       # (target_config, topology) -> an idle Child
 
 
 class _Captured(Exception):
@@ -73,16 +71,16 @@ class CompileFailed(Exception):
 
 
 class Child:
-    """One compile in a child process, stopped after buffer assignment.
+    """One compile in a child process, stopped after buffer assignment."""
 
-    A child is started before it is needed, to overlap its start-up with the caller's tracing. When
-    the compile cache answers instead, :meth:`release` keeps it, idle, for the next analysis of the
-    same target in this process (a sweep worker's next row): a warm sweep starts one per worker,
-    not one per row."""
-
-    def __init__(self, target_config: str, topology: str):
+    def __init__(self, target_config: str, topology: str, *, now: bool = True):
         self.args = (target_config, topology)
-        self._sent = False
+        self._proc = None
+        if now:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        target_config, topology = self.args
         self._log = tempfile.TemporaryFile(mode="w+b")
         # the child imports this jaxmem, wherever it was imported from (an install, a checkout)
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,33 +91,20 @@ class Child:
             env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path})
 
     @classmethod
-    def start(cls, target) -> "Child":
-        """A child for `target`: an idle one kept by :meth:`release`, else a new one."""
+    def start(cls, target, *, now: bool = True) -> "Child":
+        """A child for `target`. now: start it at once (its jax import then overlaps the caller's
+        tracing, which pays when a core is idle); else when the compile is sent, so that a cache
+        hit costs nothing (sweep workers: every core is busy anyway)."""
         from jaxmem.compiler import targets
 
         topo, _ = targets.topology_string(len(target.devices), target.hosts)
-        args = (targets.CATALOGUE[target.gpu].target_config(), topo)
-        spare = _SPARES.pop(args, None)
-        if spare is not None and spare._proc.poll() is None:
-            return spare
-        return cls(*args)
-
-    def release(self) -> None:
-        """Done with this child without compiling: keep it idle for a later analysis."""
-        if self._sent or self._proc.poll() is not None:
-            self.close()
-            return
-        old = _SPARES.pop(self.args, None)
-        if old is not None and old is not self:
-            old.close()
-        _SPARES[self.args] = self
-        while len(_SPARES) > _MAX_SPARES:   # the oldest goes
-            _SPARES.pop(next(iter(_SPARES))).close()
+        return cls(targets.CATALOGUE[target.gpu].target_config(), topo, now=now)
 
     def compile(self, request: dict, dump_dir: str) -> tuple[bytes, str]:
         """Send the request; return (the after-optimizations HloProto, XLA's log) as soon as XLA
         has written it, stopping the compile there. Raises CompileFailed."""
-        self._sent = True
+        if self._proc is None:
+            self._spawn()
         try:
             self._proc.stdin.write(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
             self._proc.stdin.flush()
@@ -159,6 +144,8 @@ class Child:
         return f"the XLA compile process died: {how}{hint}" + (f"; its last lines: {' | '.join(tail)}" if tail else "")
 
     def close(self) -> None:
+        if self._proc is None:
+            return
         if self._proc.poll() is None:
             self._proc.kill()
         try:

@@ -68,7 +68,8 @@ def run_one(job: Job) -> Outcome:
 
     t0 = time.perf_counter()
     try:
-        report = analyze_file(job.path, job.options)
+        # no compile child started ahead: every core is busy with a job, and a cache hit needs none
+        report = analyze_file(job.path, job.options, prestart=False)
         return Outcome(job, report, None, "ok", time.perf_counter() - t0)
     except UserError as e:
         return Outcome(job, None, str(e), "user_error", time.perf_counter() - t0)
