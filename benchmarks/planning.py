@@ -48,6 +48,9 @@ FULL = {
     "sweep8": ["compare", "models/gpt2.py", "--arg", "preset=gpt2", "--gpu", "h100", "--mesh", "data=8",
                "--layouts", "dp,fsdp", "--remats", "none,full", "--precisions", "fp32,bf16"],
     "single": ["analyze", "models/gpt2.py", "--arg", "preset=gpt2-medium", "--gpu", "h100", "--mesh", "data=8"],
+    # one row of the GPT-2 XL grid (--single gpt2xl_row): XLA's own time per row bounds that grid
+    "gpt2xl_row": ["analyze", "models/gpt2.py", "--arg", "preset=gpt2-xl", "--gpu", "h100", "--mesh", "data=8",
+                   "--layout", "fsdp", "--batch", "16"],
 }
 QUICK = {
     "find_batch": ["compare", "models/llama.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
@@ -134,9 +137,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="find_batch,readme,sweep,single",
                     help="cases to run (comma-separated): find_batch, readme, gpt2xl, sweep, single")
+    ap.add_argument("--single", default="single", choices=["single", "gpt2xl_row"],
+                    help="the analysis the `single` case times (gpt2xl_row: one row of the GPT-2 XL grid)")
     ns = ap.parse_args()
     only = set(ns.only.split(","))
     cases, repeats = (QUICK, 1) if ns.quick else (FULL, ns.repeats)
+    if ns.single != "single" and not ns.quick:
+        cases = {**cases, "single": cases[ns.single]}
     load0 = os.getloadavg()[0]
     res: dict = {}
 
@@ -154,6 +161,7 @@ def main() -> None:
         note(f"find-batch: {r['wall_s']:.1f} s {compiles}")
     if walls:
         res["find_batch_s"], res["find_batch_rows"] = median(walls), compiles
+        res["runs"] = {"find-batch, cold (s)": walls}
 
     # 2. the README example (and, asked for, the GPT-2 XL grid it replaced), cold then warm on the same cache
     for name in ("readme", "gpt2xl"):
@@ -169,6 +177,7 @@ def main() -> None:
         if cold:
             res[f"{name}_cold_s"], res[f"{name}_warm_s"] = median(cold), median(warm)
             res[f"{name}_rows"] = len(json.loads(c["stdout"]))
+            res.setdefault("runs", {}).update({f"{name}, cold (s)": cold, f"{name}, re-run (s)": warm})
 
     # 3. parallel speed-up, each cold
     one, two = [], []
@@ -182,6 +191,8 @@ def main() -> None:
         res["sweep_rows"] = len(json.loads(a["stdout"]))
         res["jobs1_s"], res["jobs2_s"] = median(one), median(two)
         res["speedup"] = res["jobs1_s"] / res["jobs2_s"]
+        res.setdefault("runs", {}).update({"sweep, --jobs 1 (s)": one, "sweep, --jobs 2 (s)": two,
+                                           "sweep, speed-up of each repeat": [a / b for a, b in zip(one, two)]})
 
     # 4. one analysis against XLA's own timers (separate runs: logging costs time)
     walls, timers, timers_slow = [], [], []
@@ -200,13 +211,16 @@ def main() -> None:
         res["xla_default"] = {k: median([t[k] for t in timers_slow]) for k in timers_slow[0]
                               if timers_slow[0][k] is not None}
         res["single_ratio"] = res["single_s"] / res["xla"]["passes_plus_ba_s"]
+        xs = [t["passes_plus_ba_s"] for t in timers]
+        res.setdefault("runs", {}).update({"one analysis, wall (s)": walls, "XLA's HLO passes + buffer assignment (s)": xs,
+                                           "their ratio, repeat by repeat": [w / x for w, x in zip(walls, xs)]})
     res["load_start"], res["load_end"] = load0, os.getloadavg()[0]
 
     table = render(res, cases, repeats)
     print(table)
     if not ns.quick:
-        name = "planning.md" if only >= {"find_batch", "readme", "sweep", "single"} else \
-            f"planning-{'-'.join(sorted(only))}.md"
+        name = "planning.md" if only >= {"find_batch", "readme", "sweep", "single"} and ns.single == "single" else \
+            f"planning-{'-'.join(sorted(only | ({ns.single} - {'single'})))}.md"
         (ROOT / "benchmarks" / "results" / name).write_text(table)
 
 
@@ -262,6 +276,9 @@ def render(res: dict, cases: dict, repeats: int) -> str:
             f"| XLA's defaults | {xd['hlo_passes_s']:.1f} | {xd['buffer_assignment_s']:.1f} | "
             f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
         ]
+    if res.get("runs"):
+        lines += ["", "Every run (in order; the table shows medians):", ""]
+        lines += [f"- {k}: {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in res["runs"].items()]
     lines += ["", "Commands:", "", *[f"- {k}: `{c}`" for k, c in cmd.items()], ""]
     return "\n".join(lines)
 
