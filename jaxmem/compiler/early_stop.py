@@ -2,7 +2,7 @@
 
 A deviceless XLA:GPU compile runs the HLO passes, assigns buffers, and then emits LLVM IR and
 compiles every kernel to PTX and a cubin: about a fifth of the compile (gpt2-medium on 8 x H100:
-8.7 s of 49 s, benchmarks/results/planning.md) that no memory number depends on. XLA has no
+8.3 s of 43 s, benchmarks/results/planning.md) that no memory number depends on. XLA has no
 option to stop after buffer assignment, so the compile runs in a child process, and the parent
 stops it the moment XLA has written the buffer-assigned module (the ``after_optimizations`` dump
 with its buffer assignment; XLA writes its memory-usage report right after it, in the same
