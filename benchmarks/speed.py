@@ -1,8 +1,10 @@
 """Speed and footprint of `jaxmem analyze` on real model sizes, on this machine.
 
 Each case is a fresh `jaxmem analyze` process (Python start-up included), timed
-wall-clock, with its peak RSS read from the kernel (ru_maxrss of that child);
-each is run REPEATS times and the median wall time (max RSS) is reported.
+wall-clock, with two memory footprints: the largest single process (ru_maxrss, from the
+kernel) and the whole process tree at once (jaxmem and the child its GPU compile runs in,
+summed; sampled from /proc every 0.1 s, so a shorter peak can be missed); each is run
+REPEATS times and the median wall time (max footprints) is reported.
 
     python benchmarks/speed.py            # prints the table, writes benchmarks/results/speed.md
 """
@@ -15,6 +17,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,13 +50,43 @@ def one(args: list[str]) -> dict:
             "'rss':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss*1024}))")
     # --no-cache: every repeat compiles (a cache hit would time the cache); --timings: the phases in the JSON
     jaxmem = [sys.executable, "-m", "jaxmem.cli", "analyze", *args, "--json", "--no-cache", "--timings"]
-    proc = subprocess.run([sys.executable, "-c", code, *jaxmem], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", code, *jaxmem], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    out: dict = {}
+    reader = threading.Thread(target=lambda: out.update(zip(("stdout", "stderr"), proc.communicate())))
+    reader.start()
+    tree = 0
+    while reader.is_alive():
+        tree = max(tree, _tree_rss(proc.pid))
+        reader.join(0.1)
     wall = time.perf_counter() - t0
-    res = json.loads(proc.stdout)
+    res = json.loads(out["stdout"])
     if res["rc"] not in (0, 3):
         raise SystemExit(f"{' '.join(args)} failed:\n{res['err']}")
     report = json.loads(res["out"])
-    return {"wall_s": wall, "rss": res["rss"], "report": report}
+    return {"wall_s": wall, "rss": res["rss"], "tree_rss": tree, "report": report}
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of `root` and all its descendants, now (Linux /proc)."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    total, stack, page = 0, [root], os.sysconf("SC_PAGE_SIZE")
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            pass
+        stack += kids.get(pid, [])
+    return total
 
 
 def gib(n):
@@ -66,9 +99,9 @@ def main() -> None:
     for name, args, t_wall, t_rss in CASES:
         runs = [one(args) for _ in range(REPEATS)]
         r = sorted(runs, key=lambda x: x["wall_s"])[REPEATS // 2]
-        r = {**r, "rss": max(x["rss"] for x in runs)}
+        r = {**r, "rss": max(x["rss"] for x in runs), "tree_rss": max(x["tree_rss"] for x in runs)}
         rep = r["report"]
-        ok = r["wall_s"] <= t_wall and (t_rss is None or r["rss"] <= t_rss)
+        ok = r["wall_s"] <= t_wall and (t_rss is None or max(r["rss"], r["tree_rss"]) <= t_rss)
         rows.append((name, r, rep, t_wall, t_rss, ok))
         print(f"{name}: {r['wall_s']:.1f} s, RSS {gib(r['rss'])}, peak/device {gib(rep['per_device_peak_bytes'])}, "
               f"compile {rep['timings']['compile_s']:.1f} s, decode {rep['timings']['decode_s']:.2f} s", flush=True)
@@ -82,15 +115,19 @@ def main() -> None:
         f"{datetime.date.today().isoformat()}. Command: `python benchmarks/speed.py`.",
         "",
         f"Wall time is the whole `jaxmem analyze ... --json` process, Python start-up included; median of "
-        f"{REPEATS} runs (peak RSS: the largest). Load average at the start: {load0:.1f}.",
+        f"{REPEATS} runs (footprints: the largest). A deviceless GPU compile runs in a child process "
+        "(jaxmem/compiler/early_stop.py): `peak RSS` is the largest single process, `tree` the parent and its "
+        f"child at once (sampled every 0.1 s); the target applies to both. Load average at the start: {load0:.1f}.",
         "",
-        "| case | params | per-device peak | fits | wall | target | peak RSS | target | compile | decode+attribution | ok |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        "| case | params | per-device peak | fits | wall | target | peak RSS | tree | target | compile | "
+        "decode+attribution | ok |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, r, rep, t_wall, t_rss, ok in rows:
         lines.append(
             f"| {name} | {rep['param_count'] / 1e9:.2f} B | {gib(rep['per_device_peak_bytes'])} | {rep['fits']} | "
-            f"{r['wall_s']:.1f} s | <= {t_wall} s | {gib(r['rss'])} | {'<= ' + gib(t_rss) if t_rss else '-'} | "
+            f"{r['wall_s']:.1f} s | <= {t_wall} s | {gib(r['rss'])} | {gib(r['tree_rss'])} | "
+            f"{'<= ' + gib(t_rss) if t_rss else '-'} | "
             f"{rep['timings']['compile_s']:.1f} s | {rep['timings']['decode_s']:.2f} s | {'yes' if ok else 'NO'} |")
     # Issue 4's budget: decoding + attribution at most 20% of analyze's time.
     pairs = [(rows[0], rows[1]), (rows[2], rows[3])]
