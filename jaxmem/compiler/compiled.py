@@ -217,13 +217,12 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
         if child is not None:
             art = _compile_early(child, lowered, options, lower_s)
-            child = None
             if cache:   # the dump is always there: stored so that it answers with and without explain
                 cache_mod.store(keys[0], art.to_json())
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:
-            child.close()
+            child.close()   # idempotent: a child that compiled has already stopped
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
         full = options
