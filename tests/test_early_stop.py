@@ -18,9 +18,9 @@ XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", 
                "host_argument", "host_output", "host_alias")
 
 
-def _built(models_dir, model: str, layout: str, **opts):
-    wl = load_workload(models_dir / model, preset="tiny", batch_size=8)
-    o = AnalyzeOptions(mesh="data=8", layout=layout, gpu="h100", **opts)
+def _built(models_dir, model: str, layout: str, mesh: str = "data=8", model_args=None, **opts):
+    wl = load_workload(models_dir / model, **(model_args or {"preset": "tiny", "batch_size": 8}))
+    o = AnalyzeOptions(mesh=mesh, layout=layout, gpu="h100", **opts)
     mesh_spec = layouts.parse_mesh(o.mesh)
     target = targets.make_target(o.gpu, mesh_spec.size)
     return target, step.build(wl, o.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
@@ -34,6 +34,24 @@ def _built(models_dir, model: str, layout: str, **opts):
 ])
 def test_stopped_compile_equals_the_whole_compile(models_dir, model, layout, opts):
     target, built = _built(models_dir, model, layout, **opts)
+    _assert_stopped_equals_whole(target, built, opts)
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+# Custom-partitioned ops: XLA asks the process that lowered the step how they shard; the child
+# forwards those questions to the parent (jaxmem.compiler.partitioners)
+def test_a_custom_partitioned_op_compiles_stopped_as_whole():
+    import pathlib
+
+    target, built = _built(pathlib.Path(FIXTURES), "custom_partitioned.py", "dp", mesh="data=2",
+                           model_args={"batch_size": 8})
+    assert "CustomSPMDPartitioning" in compiled.lower(built)[0].as_text()
+    _assert_stopped_equals_whole(target, built, {})
+
+
+def _assert_stopped_equals_whole(target, built, opts):
     whole = compiled.compile_step(built, explain=True, cache=False)
     child = early_stop.Child.start(target)
     stopped = compiled.compile_step(built, explain=True, cache=False, child=child)
@@ -106,8 +124,7 @@ def test_the_child_dies_with_its_parent(models_dir):
         lowered, _ = compiled.lower(built)
         d = tempfile.mkdtemp()
         req = early_stop.capture(lowered, {{**dump.compile_options(d), **compiled.compile_options(built)}})
-        child._proc.stdin.write(__import__("pickle").dumps(req))
-        child._proc.stdin.flush()
+        early_stop._send(child._proc.stdin, req)
         print(child._proc.pid, d, flush=True)
         time.sleep(120)
     """)

@@ -4,7 +4,8 @@ An entry is the :class:`~jaxmem.compiler.compiled.Artifacts` of one compile, sto
 JSON under a key made of everything that decides them:
 
 * the lowered program (StableHLO text with its op names -- what the explanation attributes
-  buffers to -- but not its file:line locations), so any change to the model file, its
+  buffers to -- but not its file:line locations, and with a custom-partitioned op's per-run
+  callback key replaced by a fingerprint of its partitioning rules), so any change to the model file, its
   arguments or the step's options that changes the program misses, and any change that does
   not (a comment, a moved line) hits with the same answer;
 * the target: platform, device kind, the GPU's target config (memory size, SM count ... change
@@ -83,8 +84,11 @@ _FILE_LOC = re.compile(r'"[^"]*":\d+:\d+(?: to \d*:?\d+)?')
 def program_text(lowered) -> str:
     """The lowered program with its op names (the explanation attributes buffers to them) but
     without file:line locations: those name the caller's frames too (the line that called
-    analyze), which change nothing XLA decides and nothing jaxmem reports."""
-    return _FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True))
+    analyze), which change nothing XLA decides and nothing jaxmem reports. A custom-partitioned
+    op's per-run callback key is replaced by what its callbacks are (jaxmem.compiler.partitioners)."""
+    from jaxmem.compiler.partitioners import stable_program_text
+
+    return stable_program_text(_FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True)))
 
 
 def keys(lowered, built, options: dict, *, explain: bool, until: str = "executable") -> list[str]:

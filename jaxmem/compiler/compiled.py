@@ -126,6 +126,11 @@ _TRITON_NOTE = ("Triton GEMM tiling failed devicelessly ({}); compiled with xla_
 
 def _raise_compile_error(msg: str) -> None:
     """XLA's errors that the user's program causes, as UserErrors."""
+    from jaxmem.compiler.partitioners import rule_failure
+
+    rule = rule_failure(msg)
+    if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
+        raise UserError(f"a custom partitioning rule of the model failed while XLA partitioned the step: {rule}") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
         raise UserError(f"XLA could not fit the program at compile time: {msg.splitlines()[0]}") from None
 

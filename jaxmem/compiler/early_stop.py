@@ -15,22 +15,52 @@ both ways and asserts identical numbers, buffers and HLO.
 The child is started before the parent traces the step (:meth:`Child.start`), so its jax import
 and topology overlap the tracing. It receives exactly what JAX would have handed XLA: the parent
 runs ``lowered.compile`` with XLA's entry point intercepted, and sends the StableHLO module, the
-serialized CompileOptions and the device ids. The user's model never runs in the child. The child
-dies with its parent (PR_SET_PDEATHSIG on Linux, and EOF on its stdin everywhere).
+serialized CompileOptions and the device ids. The user's model never runs in the child: a
+custom-partitioned op's rules (cuDNN attention, ...) are Python callbacks that XLA calls while it
+partitions the program, and the child forwards each to the parent, which answers it with JAX's
+own functions (:mod:`jaxmem.compiler.partitioners`). The child dies with its parent
+(PR_SET_PDEATHSIG on Linux, and EOF on its stdin everywhere).
+
+Both directions carry length-prefixed pickles (:func:`_send`, :func:`_receive`): parent to child
+the compile request, then the answers to its callbacks; child to parent the callbacks' questions
+and, if XLA fails, its error.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
+import select
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 _POLL_S = 0.02
+_HEADER = struct.Struct(">Q")
+
+
+def _send(stream, message) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    """The next message on `stream`; EOFError when it ends (between or inside a message)."""
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = stream.read(n - len(out))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        return out
+
+    (size,) = _HEADER.unpack(exactly(_HEADER.size))
+    return pickle.loads(exactly(size))
 
 
 class _Captured(Exception):
@@ -106,8 +136,7 @@ class Child:
         if self._proc is None:
             self._spawn()
         try:
-            self._proc.stdin.write(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-            self._proc.stdin.flush()
+            _send(self._proc.stdin, request)
         except (BrokenPipeError, OSError):
             pass  # the child is gone: its exit status says why, below
         try:
@@ -120,9 +149,30 @@ class Child:
                     if data is not None:  # the whole compile finished between two looks
                         return data, self._stop()
                     raise CompileFailed(self._failure())
-                time.sleep(_POLL_S)
+                self._answer_questions()
         finally:
             self.close()
+
+    def _answer_questions(self) -> None:
+        """Wait up to one poll interval for a message from the child; answer a partitioning
+        callback (jaxmem.compiler.partitioners), raise XLA's error. The child asks one question at
+        a time and waits for its answer, so nothing is left unread in the stream's buffer."""
+        ready, _, _ = select.select([self._proc.stdout], [], [], _POLL_S)
+        if not ready:
+            return
+        try:
+            message = _receive(self._proc.stdout)
+        except EOFError:   # the child is exiting: its status says why, on the next look
+            self._proc.wait(timeout=30)
+            return
+        if "error" in message:
+            raise CompileFailed(message["error"])
+        from jaxmem.compiler import partitioners
+
+        try:
+            _send(self._proc.stdin, partitioners.serve(message))
+        except (BrokenPipeError, OSError):
+            pass
 
     def _stop(self) -> str:
         self.close()
@@ -130,12 +180,12 @@ class Child:
         return self._log.read().decode(errors="replace")
 
     def _failure(self) -> str:
-        out = self._proc.stdout.read().decode(errors="replace") if self._proc.stdout else ""
-        for line in out.splitlines():
-            try:
-                return json.loads(line)["error"]
-            except (ValueError, KeyError, TypeError):
-                continue
+        try:
+            message = _receive(self._proc.stdout) if self._proc.stdout else None
+        except (EOFError, OSError, pickle.UnpicklingError):
+            message = None
+        if isinstance(message, dict) and "error" in message:
+            return message["error"]
         code = self._proc.returncode
         self._log.seek(0)
         tail = self._log.read().decode(errors="replace").strip().splitlines()[-3:]
@@ -218,6 +268,7 @@ def _die_with_parent() -> None:
 
 def _child_main(target_config: str, topology: str) -> None:
     _die_with_parent()
+    import queue
     import threading
 
     import jax  # noqa: F401  (the import is what the early start overlaps)
@@ -227,13 +278,26 @@ def _child_main(target_config: str, topology: str) -> None:
     from jax.experimental import topologies
 
     topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=topology)
-    stdin = sys.stdin.buffer
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
-        request = pickle.load(stdin)
+        request = _receive(stdin)
     except EOFError:
         os._exit(0)  # the parent answered from its cache, or stopped
-    # the parent closing our stdin (or dying) ends us, whatever XLA is doing
-    threading.Thread(target=lambda: (stdin.read(), os._exit(0)), daemon=True).start()
+    # the parent's answers to partitioning callbacks come on stdin; its closing stdin (or dying)
+    # ends us, whatever XLA is doing
+    replies: queue.SimpleQueue = queue.SimpleQueue()
+
+    def listen() -> None:
+        try:
+            while True:
+                replies.put(_receive(stdin))
+        except (EOFError, OSError):
+            os._exit(0)
+
+    threading.Thread(target=listen, daemon=True).start()
+    from jaxmem.compiler import partitioners
+
+    partitioners.forward_to(lambda message: _send(stdout, message), replies)
     by_id = {d.id: d for d in topo.devices}
     try:
         with mlir.make_ir_context():
@@ -242,8 +306,7 @@ def _child_main(target_config: str, topology: str) -> None:
             module, executable_devices=xc.DeviceList(tuple(by_id[i] for i in request["device_ids"])),
             compile_options=xc.CompileOptions.ParseFromString(request["options"]))
     except Exception as e:
-        sys.stdout.write(json.dumps({"error": f"{type(e).__name__}: {str(e).strip()[:4000]}"}) + "\n")
-        sys.stdout.flush()
+        _send(stdout, {"error": f"{type(e).__name__}: {str(e).strip()[:4000]}"})
         os._exit(1)
     os._exit(0)
 
