@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, describe
 from jaxmem.program import finetune
 from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import Workload
@@ -144,11 +144,6 @@ def is_nnx(wl: Workload) -> bool:
     return isinstance(wl.model, nnx.Module) or callable(wl.model)
 
 
-def first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else ""
-
-
 def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
@@ -158,7 +153,7 @@ def _abstract_linen(wl: Workload, model, batch):
     except UserError:
         raise
     except Exception as e:
-        raise UserError(f"initializing the model through loss(model, batch) failed: {type(e).__name__}: {first_line(e)}") from None
+        raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
     params = variables.get("params", {})
@@ -179,14 +174,13 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {type(e).__name__}: "
-                            f"{first_line(e)}") from None
+            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
     elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:
                 model = nnx.eval_shape(make)
             except Exception as e:
-                raise UserError(f"building the NNX model failed: {type(e).__name__}: {first_line(e)}") from None
+                raise UserError(f"building the NNX model failed: {describe(e)}") from None
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def names_of(v):
