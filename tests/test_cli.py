@@ -85,6 +85,22 @@ def test_a_very_long_model_error_is_cut_and_says_so():
     assert "Traceback" not in r.output
 
 
+def test_batch_that_no_batch_leaf_can_take_is_refused_before_compiling(monkeypatch):
+    scalars = str(FIX / "scalar_batch.py")
+    assert invoke("analyze", scalars, "--gpu", "cpu", "--no-explain").exit_code == 0   # a scalar batch is fine
+    from jaxmem.compiler import compiled
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled although --batch was refused")
+
+    monkeypatch.setattr(compiled, "compile_step", no_compile)
+    r = CliRunner().invoke(cli.main, ["analyze", scalars, "--gpu", "cpu", "--batch", "16"])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: --batch 16: the workload's batch has no leaf with a batch dimension")
+    assert "batch['scale']: float32[], batch['x']: float32[]" in r.output and "Drop --batch" in r.output
+    assert "Traceback" not in r.output
+
+
 def test_gpus_lists_the_catalogue():
     r = invoke("gpus", "--json")
     names = {g["name"]: g for g in json.loads(r.output)}

@@ -107,13 +107,25 @@ def is_float(dtype) -> bool:
 
 
 def override_batch(batch, batch_size: int | None):
+    """The batch abstractly, with `batch_size` (--batch) as the leading dimension of every leaf that
+    has one. A --batch that no leaf can take is refused: ignored, it would analyze another step
+    than the one asked for."""
     def one(x):
         x = x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
         if batch_size is not None and x.shape:
             x = jax.ShapeDtypeStruct((batch_size,) + tuple(x.shape[1:]), x.dtype)
         return x
 
-    return jax.tree.map(one, batch)
+    out = jax.tree.map(one, batch)
+    flat = jax.tree_util.tree_flatten_with_path(out)[0]
+    if batch_size is not None and not any(x.shape for _, x in flat):
+        shown = [f"batch{jax.tree_util.keystr(p)}: {x.dtype}[{','.join(map(str, x.shape))}]" for p, x in flat[:8]]
+        more = f" and {len(flat) - 8} more" if len(flat) > 8 else ""
+        raise UserError(f"--batch {batch_size}: the workload's batch has no leaf with a batch dimension to set "
+                        f"({', '.join(shown)}{more}: scalars only); --batch sets the leading dimension of the batch's "
+                        "arrays. Drop --batch, or give the batch leaves their leading batch dimension in workload() "
+                        "(e.g. jax.ShapeDtypeStruct((8, 128), jnp.int32)).")
+    return out
 
 
 def micro(batch, accum: int):
