@@ -7,7 +7,8 @@ base's storage dtype, and optimizer state in pinned host memory.
   frozen gradient or moment.
 * ``--lora RANK``: qwix's ``LoraProvider`` wraps the model; every dense/einsum/conv
   weight whose *module* path matches ``--lora-targets`` gets ``<weight>_lora_a`` and
-  ``<weight>_lora_b`` (applied to the activations: ``x @ A @ B``). Only adapters train.
+  ``<weight>_lora_b`` (applied to the activations: ``x @ A @ B``, cast to the layer's compute
+  dtype). Only adapters train.
 * ``--base-dtype``: the frozen base in bf16, or quantized by qwix (int8, int4, nf4;
   per-channel scales in the weight's dtype, qwix's default) and dequantized in the step.
 * ``--offload optimizer``: optimizer state in pinned host memory, moved to the device
@@ -139,11 +140,12 @@ def _provider_class():
 
         qwix 0.1.8 adds ``x @ A @ B`` (A, B in the weight's storage dtype, fp32 usually) to the base
         output as it is, so a layer computing in bf16 (``Dense(dtype=bf16)``) returns fp32: an
-        ``nn.scan`` carry changes dtype (a TypeError), and fp32 reaches ops that take bf16 only
-        (cuDNN attention). Like PEFT, the adapter computes in its own dtype and its output is cast
-        to the base output's: the layer keeps its compute dtype. Also dropped: qwix's ``einsum``
-        stores a debug string on the module, which a frozen linen module refuses
-        (SetAttributeFrozenModuleError). Otherwise qwix's computation, from its own helpers; the
+        ``nn.scan`` carry changes dtype (a TypeError), fp32 reaches ops that take bf16 only (cuDNN
+        attention), and a bf16 conv fails (lax.conv takes one dtype). Like PEFT, the adapter
+        computes in the promoted dtype and its output is cast to the base output's: the layer keeps
+        its compute dtype. Also: the weight is looked up before the base op (``lora_rule``), and
+        qwix's ``einsum`` debug string is not stored on the module (a frozen linen module refuses
+        it: SetAttributeFrozenModuleError). Otherwise qwix's computation, from its own helpers; the
         rules jaxmem makes have no LoRA dropout, so none is applied.
         """
 
