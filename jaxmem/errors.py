@@ -23,3 +23,45 @@ def bug_summary(e: BaseException) -> str:
     text = str(e).strip()
     first = text.splitlines()[0][:300] if text else ""
     return f"{type(e).__name__}: {first}{where}" if first else f"{type(e).__name__}{where}"
+
+
+# The most of an error's explanation a report quotes: jax's and flax's messages say what went wrong
+# on their later lines (a scan carry's mismatched dtypes, a shape error's operands), yet a message
+# can also hold a whole program's repr.
+DESCRIBE_LINES = 25
+DESCRIBE_CHARS = 2000
+
+
+def describe(e: BaseException, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE_CHARS) -> str:
+    """``ExcType: message`` for an error in the user's code: the whole message, every line of it,
+    then its explicit cause (``raise ... from err``) as ``caused by: ExcType: message``; capped at
+    `max_lines` lines and `max_chars` characters, a last line saying what was cut."""
+    parts, seen = [], set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e).strip()
+        parts.append(f"{type(e).__name__}: {text}" if text else type(e).__name__)
+        e = e.__cause__
+    return cap("\ncaused by: ".join(parts), max_lines=max_lines, max_chars=max_chars)
+
+
+def cap(text: str, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE_CHARS) -> str:
+    """`text` cut to at most `max_lines` lines and `max_chars` characters (at a line's end when a
+    line fits), with a last line saying how much of it was cut."""
+    lines = [line.rstrip() for line in text.strip().splitlines()]
+    kept: list[str] = []
+    used = 0
+    for line in lines[:max_lines]:
+        if used + len(line) > max_chars:
+            if not kept:   # one huge first line: its start
+                kept.append(line[:max_chars])
+            break
+        kept.append(line)
+        used += len(line) + 1
+    shown = "\n".join(kept)
+    whole = "\n".join(lines)
+    if len(shown) == len(whole):
+        return shown
+    more = len(lines) - len(kept)
+    lines_note = f"{more} more line{'s' if more != 1 else ''}, " if more else ""
+    return f"{shown}\n[message cut: {lines_note}{len(whole) - len(shown)} more characters]"

@@ -61,6 +61,46 @@ def test_user_errors_exit_2_with_one_message(args, message):
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("args,where", [
+    ((), "initializing the model through loss(model, batch) failed"),
+    (("--arg", "custom_step=true"), "tracing the training step failed"),
+], ids=["model init", "custom step traced"])
+def test_a_model_error_keeps_the_lines_that_explain_it(args, where):
+    r = CliRunner().invoke(cli.main, ["analyze", str(FIX / "scan_carry_dtype.py"), "--gpu", "cpu", "--no-explain",
+                                      *args])
+    assert r.exit_code == 2, r.output
+    assert f"{where}: TypeError: scan body function carry input and carry output must have equal types" in r.output
+    # jax names the culprit after its first line
+    assert "has type bfloat16[4,8] but the corresponding output carry component has type float32[4,8]" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_very_long_model_error_is_cut_and_says_so():
+    r = CliRunner().invoke(cli.main, ["analyze", str(FIX / "raises_long.py")])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[0].endswith("workload() raised: ValueError: line 1: the table has a bad row (raises_long.py, line 5)")
+    assert lines[1:25] == [f"line {i}: the table has a bad row" for i in range(2, 26)]
+    assert lines[25].startswith("[message cut: 175 more lines") and len(lines) == 26
+    assert "Traceback" not in r.output
+
+
+def test_batch_that_no_batch_leaf_can_take_is_refused_before_compiling(monkeypatch):
+    scalars = str(FIX / "scalar_batch.py")
+    assert invoke("analyze", scalars, "--gpu", "cpu", "--no-explain").exit_code == 0   # a scalar batch is fine
+    from jaxmem.compiler import compiled
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled although --batch was refused")
+
+    monkeypatch.setattr(compiled, "compile_step", no_compile)
+    r = CliRunner().invoke(cli.main, ["analyze", scalars, "--gpu", "cpu", "--batch", "16"])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: --batch 16: the workload's batch has no leaf with a batch dimension")
+    assert "batch['scale']: float32[], batch['x']: float32[]" in r.output and "Drop --batch" in r.output
+    assert "Traceback" not in r.output
+
+
 def test_gpus_lists_the_catalogue():
     r = invoke("gpus", "--json")
     names = {g["name"]: g for g in json.loads(r.output)}

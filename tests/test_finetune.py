@@ -3,6 +3,7 @@ import json
 import re
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
 
@@ -19,6 +20,8 @@ from jaxmem.report import Report
 FIX = Path(__file__).parent / "fixtures"
 MLP = FIX / "finetune_mlp.py"          # Dense a: 37->53, b: 53->29, head: 29->11
 NNX = FIX / "finetune_nnx.py"          # Linear a: 37->53, head: 53->11
+BF16 = FIX / "lora_bf16.py"            # linen, layers computing in bf16: scanned, or unrolled (scan=False)
+BF16_NNX = FIX / "lora_bf16_nnx.py"    # NNX, blocks computing in bf16
 LLAMA = Path(__file__).resolve().parent.parent / "models" / "llama.py"
 ADAMW_COUNT = 4                        # optax.adamw's step counter: one int32
 
@@ -120,6 +123,66 @@ def test_lora_applies_adapters_to_activations_never_materializing_w_plus_ab():
     assert not computed_shapes(art.hlo_text, "f32", (37, 53))
     assert not computed_shapes(art.hlo_text, "f32", (53, 29))
     assert computed_shapes(art.hlo_text, "f32", (8, 4))       # x @ A: (batch, rank)
+
+
+def layer_outputs(path, model_args=None, **ft):
+    """{module path: dtype} of the output of every module call in loss(model, batch), qwix's
+    adapters on (linen: capture_intermediates; NNX: nnx.capture of every method's output)."""
+    import jax
+    from flax import nnx
+
+    from jaxmem.program import finetune
+
+    wl = load_workload(path, **(model_args or {}))
+    ft = FineTune(**ft)
+    if isinstance(wl.model, nnx.Module) or not hasattr(wl.model, "init"):
+        model = finetune.wrap_nnx(lambda: wl.model(nnx.Rngs(0)), ft, wl.loss, wl.batch)
+        graphdef, state = nnx.split(model)
+        run = nnx.capture(lambda m, b: wl.loss(m, b), nnx.Intermediate, method_outputs=nnx.Intermediate)
+        out = jax.eval_shape(lambda st, b: run(nnx.merge(graphdef, st), b)[1], state, wl.batch)
+    else:
+        model = finetune.wrap_linen(wl.model, ft)
+        loss = lambda m, b: wl.loss(m, b)  # noqa: E731
+        variables = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, method=loss), wl.batch)
+        out = jax.eval_shape(lambda v, b: model.apply(v, b, method=loss, capture_intermediates=True,
+                                                      mutable=["intermediates"])[1], variables, wl.batch)
+    flat = jax.tree_util.tree_flatten_with_path(out)[0]
+    return {jax.tree_util.keystr(p, simple=True, separator="/").split("/__call__")[0]: x.dtype for p, x in flat}
+
+
+# every layer of the bf16 fixtures takes an adapter: (d_in + d_out) * rank each
+BF16_ADAPTED = {"heads": 16 + 16, "merge": 16 + 16, "conv": 3 * 16 + 16, "up": 16 + 48, "down": 48 + 16}
+BF16_NNX_ADAPTED = {"conv": 3 * 16 + 16, "up": 16 + 48, "down": 48 + 16}
+
+
+@pytest.mark.parametrize("base_dtype", [None, "nf4"])
+@pytest.mark.parametrize("scan", [True, False], ids=["scanned", "unrolled"])
+def test_lora_keeps_the_bf16_compute_of_linen_layers(scan, base_dtype):
+    # qwix's adapter output is fp32: without the cast, the scan's carry changed dtype (a TypeError)
+    args = (("scan", scan),)
+    r = analyze(BF16, gpu="cpu", model_args=args, lora_rank=4, base_dtype=base_dtype)
+    assert r.trainable_param_count == 2 * 4 * sum(BF16_ADAPTED.values())
+    outs = layer_outputs(BF16, dict(args), lora_rank=4, base_dtype=base_dtype)
+    layers = {p.rsplit("/", 1)[-1] for p in outs}
+    assert set(BF16_ADAPTED) <= layers
+    assert set(outs.values()) == {jnp.dtype("bfloat16")}, outs
+
+
+@pytest.mark.parametrize("base_dtype", [None, "nf4"])
+def test_lora_keeps_the_bf16_compute_of_nnx_layers(base_dtype):
+    r = analyze(BF16_NNX, gpu="cpu", lora_rank=4, base_dtype=base_dtype)
+    assert r.trainable_param_count == 2 * 4 * sum(BF16_NNX_ADAPTED.values())
+    outs = layer_outputs(BF16_NNX, lora_rank=4, base_dtype=base_dtype)
+    assert set(BF16_NNX_ADAPTED) <= {p.rsplit("/", 1)[-1] for p in outs}
+    assert set(outs.values()) == {jnp.dtype("bfloat16")}, outs
+
+
+def test_lora_output_of_a_bf16_layer_reaches_cudnn_attention_in_bf16():
+    # cuDNN attention refuses fp32 queries while tracing (NotImplementedError: Q must be fp16/bf16/...)
+    built = build(BF16, mesh="data=2", model_args={"cudnn": True}, lora_rank=4)
+    lowered, _ = compiled.lower(built)   # a UserError naming the NotImplementedError if Q were fp32
+    # the attention is in the program: jax lowers cuDNN attention under a mesh as a custom partitioning call
+    assert "@CustomSPMDPartitioning" in lowered.as_text()
 
 
 def test_lora_targets_that_match_nothing_are_refused():

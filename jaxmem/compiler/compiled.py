@@ -11,7 +11,7 @@ import time
 
 import jax
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, describe
 from jaxmem.program.step import BuiltStep
 
 
@@ -326,9 +326,8 @@ def _notes_from_log(text: str) -> list[str]:
 
 
 def _explain_trace_error(e: Exception) -> str:
-    """One line for errors raised while tracing the user's model or loss."""
+    """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
     msg = str(e).strip()
-    first = msg.splitlines()[0] if msg else type(e).__name__
     m = re.search(r"unbound axis name: (\w+)", msg)
     if m:
         return (f"the model uses the collective axis {m.group(1)!r} (e.g. BatchNorm(axis_name=...)), written for pmap; "
@@ -336,5 +335,5 @@ def _explain_trace_error(e: Exception) -> str:
                 f"Drop axis_name={m.group(1)!r} from the model for the analysis.")
     m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
     if m:
-        return f"a sharding does not divide a dimension: {first}"
-    return f"tracing the training step failed: {type(e).__name__}: {first}"
+        return f"a sharding does not divide a dimension: {describe(e)}"
+    return f"tracing the training step failed: {describe(e)}"

@@ -7,7 +7,8 @@ base's storage dtype, and optimizer state in pinned host memory.
   frozen gradient or moment.
 * ``--lora RANK``: qwix's ``LoraProvider`` wraps the model; every dense/einsum/conv
   weight whose *module* path matches ``--lora-targets`` gets ``<weight>_lora_a`` and
-  ``<weight>_lora_b`` (applied to the activations: ``x @ A @ B``). Only adapters train.
+  ``<weight>_lora_b`` (applied to the activations: ``x @ A @ B``, cast to the layer's compute
+  dtype). Only adapters train.
 * ``--base-dtype``: the frozen base in bf16, or quantized by qwix (int8, int4, nf4;
   per-channel scales in the weight's dtype, qwix's default) and dequantized in the step.
 * ``--offload optimizer``: optimizer state in pinned host memory, moved to the device
@@ -122,27 +123,92 @@ def _provider_class():
     from qwix._src.providers import ptq as qwix_ptq
     from qwix._src.utils import flax_util
 
+    def lora_rule(provider, op: str, rhs):
+        """The LoraRule of this op and the name of its weight, or None when it takes no adapter.
+
+        Asked before the base op runs: under QLoRA the base op's first call (at init) replaces the
+        weight with its quantized form, after which qwix's find_param no longer recognizes a weight
+        that was reshaped on creation (DenseGeneral's kernel) and the adapter would go missing."""
+        rule, _ = provider._get_current_rule_and_op_id(op, only_rule=True)
+        if not isinstance(rule, qwix_lora.LoraRule):
+            return None
+        weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
+        return None if weight_name is None else (rule, weight_name)   # None: rhs is not a weight
+
     class LoraProvider(qwix.LoraProvider):
-        """qwix's LoraProvider, less one line: qwix 0.1.8's ``einsum`` stores a debug string on the
-        module (``setattr(module, name + '_lora_einsum_str', ...)``), which a frozen linen module
-        refuses (SetAttributeFrozenModuleError), so einsum layers of linen models could not take
-        adapters. The same computation otherwise, from qwix's own helpers: x @ A @ B on activations."""
+        """qwix's LoraProvider, with the adapter's contribution in the base op's output dtype.
+
+        qwix 0.1.8 adds ``x @ A @ B`` (A, B in the weight's storage dtype, fp32 usually) to the base
+        output as it is, so a layer computing in bf16 (``Dense(dtype=bf16)``) returns fp32: an
+        ``nn.scan`` carry changes dtype (a TypeError), fp32 reaches ops that take bf16 only (cuDNN
+        attention), and a bf16 conv fails (lax.conv takes one dtype). Like PEFT, the adapter
+        computes in the promoted dtype and its output is cast to the base output's: the layer keeps
+        its compute dtype. Also: the weight is looked up before the base op (``lora_rule``), and
+        qwix's ``einsum`` debug string is not stored on the module (a frozen linen module refuses
+        it: SetAttributeFrozenModuleError). Otherwise qwix's computation, from its own helpers; the
+        rules jaxmem makes have no LoRA dropout, so none is applied.
+        """
+
+        def dot_general(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                        out_sharding=None):
+            found = lora_rule(self, "dot_general", rhs)
+            res = qwix_ptq.PtqProvider.dot_general(self, lhs, rhs, dimension_numbers, precision,
+                                                   preferred_element_type, out_sharding=out_sharding)
+            if found is None:
+                return res
+            rule, weight_name = found
+            (lhs_ca, rhs_ca), (lhs_ba, rhs_ba) = dimension_numbers
+            rhs_ra = tuple(i for i in range(rhs.ndim) if i not in rhs_ca and i not in rhs_ba)
+            contract, batch, remain = (tuple(rhs.shape[i] for i in axes) for axes in (rhs_ca, rhs_ba, rhs_ra))
+            a_shape, a_t, b_shape, b_t = qwix_lora._create_lora_layer_shapes(
+                rhs_ca, rhs_ba, rhs_ra, contract, batch, remain, rule.rank)
+            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+                name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
+                a_sharding_transpose=a_t, b_sharding_transpose=b_t)
+            delta = qwix_lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract, batch, remain,
+                                                  rule.rank, precision=precision)
+            return res + (delta * (rule.alpha / rule.rank)).astype(res.dtype)
 
         def einsum(self, einsum_str, *operands, **kwargs):
+            found = lora_rule(self, "einsum", operands[1]) if len(operands) == 2 else None
             res = qwix_ptq.PtqProvider.einsum(self, einsum_str, *operands, **kwargs)
-            rule, _ = self._get_current_rule_and_op_id("einsum", repeated_call=True)
-            if not isinstance(rule, qwix_lora.LoraRule) or len(operands) != 2:
+            if found is None:
                 return res
-            lhs, rhs = operands
-            weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
-            if weight_name is None:  # rhs is not a weight
-                return res
+            (rule, weight_name), (lhs, rhs) = found, operands
             a_shape, b_shape, lora_str, a_t, b_t = qwix_lora._parse_einsum_str_for_lora(
                 lhs.shape, rhs.shape, einsum_str, rule.rank)
             lora_a, lora_b = qwix_lora._get_or_create_lora_params(
                 name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
                 a_sharding_transpose=a_t, b_sharding_transpose=b_t)
-            return res + jnp.einsum(lora_str, lhs, lora_a, lora_b, **kwargs) * (rule.alpha / rule.rank)
+            delta = jnp.einsum(lora_str, lhs, lora_a, lora_b, **kwargs) * (rule.alpha / rule.rank)
+            return res + delta.astype(res.dtype)
+
+        def conv_general_dilated(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                                 dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
+                                 preferred_element_type=None, out_sharding=None):
+            conv = dict(lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, feature_group_count=feature_group_count,
+                        batch_group_count=batch_group_count, precision=precision,
+                        preferred_element_type=preferred_element_type)
+            found = lora_rule(self, "conv_general_dilated", rhs)
+            res = qwix_ptq.PtqProvider.conv_general_dilated(
+                self, lhs, rhs, window_strides, padding, dimension_numbers=dimension_numbers,
+                out_sharding=out_sharding, **conv)
+            if found is None:
+                return res
+            rule, weight_name = found
+            dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+            # qwix's adapter x * A @ B needs the output features last, in the kernel and the output
+            if not (dn.rhs_spec[0] == rhs.ndim - 1 and dn.out_spec[1] == lhs.ndim - 1):
+                raise NotImplementedError(f"LoRA on a conv with output features not last: {dn}")
+            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+                name=weight_name, rule=rule, a_shape=(*rhs.shape[:-1], rule.rank), b_shape=(rule.rank, rhs.shape[-1]),
+                a_sharding_transpose=(*range(rhs.ndim - 1), None), b_sharding_transpose=(None, rhs.ndim - 1))
+            # lax.conv takes one dtype (a bf16 layer's input, the fp32 adapter): the promoted one, as
+            # dot_general promotes by itself
+            dt = jnp.promote_types(lhs.dtype, lora_a.dtype)
+            delta = jax.lax.conv_general_dilated(lhs.astype(dt), lora_a.astype(dt), window_strides, padding,
+                                                 dimension_numbers=dn, **conv)
+            return res + (delta @ lora_b * (rule.alpha / rule.rank)).astype(res.dtype)
 
     return LoraProvider
 

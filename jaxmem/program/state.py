@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, describe
 from jaxmem.program import finetune
 from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import Workload
@@ -107,13 +107,25 @@ def is_float(dtype) -> bool:
 
 
 def override_batch(batch, batch_size: int | None):
+    """The batch abstractly, with `batch_size` (--batch) as the leading dimension of every leaf that
+    has one. A --batch that no leaf can take is refused: ignored, it would analyze another step
+    than the one asked for."""
     def one(x):
         x = x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
         if batch_size is not None and x.shape:
             x = jax.ShapeDtypeStruct((batch_size,) + tuple(x.shape[1:]), x.dtype)
         return x
 
-    return jax.tree.map(one, batch)
+    out = jax.tree.map(one, batch)
+    flat = jax.tree_util.tree_flatten_with_path(out)[0]
+    if batch_size is not None and not any(x.shape for _, x in flat):
+        shown = [f"batch{jax.tree_util.keystr(p)}: {x.dtype}[{','.join(map(str, x.shape))}]" for p, x in flat[:8]]
+        more = f" and {len(flat) - 8} more" if len(flat) > 8 else ""
+        raise UserError(f"--batch {batch_size}: the workload's batch has no leaf with a batch dimension to set "
+                        f"({', '.join(shown)}{more}: scalars only); --batch sets the leading dimension of the batch's "
+                        "arrays. Drop --batch, or give the batch leaves their leading batch dimension in workload() "
+                        "(e.g. jax.ShapeDtypeStruct((8, 128), jnp.int32)).")
+    return out
 
 
 def micro(batch, accum: int):
@@ -144,11 +156,6 @@ def is_nnx(wl: Workload) -> bool:
     return isinstance(wl.model, nnx.Module) or callable(wl.model)
 
 
-def first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else ""
-
-
 def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
@@ -158,7 +165,7 @@ def _abstract_linen(wl: Workload, model, batch):
     except UserError:
         raise
     except Exception as e:
-        raise UserError(f"initializing the model through loss(model, batch) failed: {type(e).__name__}: {first_line(e)}") from None
+        raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
     params = variables.get("params", {})
@@ -179,14 +186,13 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {type(e).__name__}: "
-                            f"{first_line(e)}") from None
+            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
     elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:
                 model = nnx.eval_shape(make)
             except Exception as e:
-                raise UserError(f"building the NNX model failed: {type(e).__name__}: {first_line(e)}") from None
+                raise UserError(f"building the NNX model failed: {describe(e)}") from None
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def names_of(v):

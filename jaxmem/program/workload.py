@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, describe
 
 # Names accepted by --remat. "none" and "full" are jaxmem's; the rest are
 # jax.checkpoint_policies of the same name.
@@ -380,12 +380,12 @@ def _arg_hint(e: Exception, model_args: dict[str, Any]) -> str:
 
 
 def _user_frame(e: BaseException, path: Path) -> str:
-    """`ExcType: message (file.py, line N)` for the deepest frame in the user's file."""
+    """`ExcType: message (file.py, line N)` for the deepest frame in the user's file: the message
+    whole (errors.describe), the location after its first line."""
     where = _where(e, path)
-    text = str(e).strip()
     if isinstance(e, SyntaxError):  # str() already ends in "(file, line N)": say it once
-        text = (e.msg or "").strip()
         if e.lineno:
             where = f" ({path.name}, line {e.lineno})"
-    msg = text.splitlines()[0] if text else ""
-    return f"{type(e).__name__}: {msg}{where}"
+        return f"{type(e).__name__}: {(e.msg or '').strip()}{where}"
+    first, sep, rest = describe(e).partition("\n")
+    return f"{first}{where}{sep}{rest}"
