@@ -132,7 +132,9 @@ def _raise_compile_error(msg: str) -> None:
     if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
         raise UserError(f"a custom partitioning rule of the model failed while XLA partitioned the step: {rule}") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
-        raise UserError(f"XLA could not fit the program at compile time: {msg.splitlines()[0]}") from None
+        from jaxmem.errors import cap
+
+        raise UserError(f"XLA could not fit the program at compile time: {cap(msg)}") from None
 
 
 # XLA:GPU options that skip backend work the memory answer does not need. Buffer assignment is
