@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxmem.errors import UserError
+
+if TYPE_CHECKING:  # the return types, without importing the pipeline (and jax) with jaxmem
+    from jaxmem.plan.advise import Advice
+    from jaxmem.plan.compare import Rows
+    from jaxmem.report import Report
 
 # The CLI's flags whose names differ from their AnalyzeOptions field.
 ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
@@ -29,7 +34,7 @@ GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batc
 HOST_DEVICES = 8
 
 
-def analyze(model, **options: Any):
+def analyze(model, **options: Any) -> Report:
     """Predict the per-device peak memory of a training step: ``jaxmem analyze`` from Python.
 
     Args:
@@ -66,7 +71,7 @@ def analyze(model, **options: Any):
 
 
 def compare(model, *, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
-            **options: Any):
+            **options: Any) -> Rows:
     """Analyze a grid of choices side by side: ``jaxmem compare`` from Python.
 
     Args:
@@ -108,7 +113,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
     return compare_mod.Rows(cells)
 
 
-def advise(model, *, all: bool = False, changes=None, jobs: int | None = None, **options: Any):  # noqa: A002
+def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  # noqa: A002 (the CLI's --all)
+           **options: Any) -> Advice:
     """The changes that make a step fit, fastest first: ``jaxmem advise`` from Python.
 
     Args:
@@ -129,9 +135,9 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None, *
             not compile as given.
 
     Example:
-        >>> a = jaxmem.advise("models/mlp.py", args={"preset": "tiny"}, gpu="h100", mem_fraction=0.001,
+        >>> a = jaxmem.advise("models/mlp.py", args={"preset": "tiny"}, gpu="h100", all=True,
         ...                   changes=["precision", "remat"], jobs=1)
-        >>> [(c.label, c.fits) for c in a.candidates]
+        >>> [(c.label, c.fits, c.peak) for c in a.candidates]
     """
     from jaxmem.plan import advise as advise_mod
 

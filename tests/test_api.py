@@ -206,3 +206,22 @@ def test_jax_started_before_jaxmem_is_a_user_error_that_says_what_to_do():
     assert cpu.startswith("ERROR: the mesh needs 2 CPU devices but jax has 1")
     assert "--xla_force_host_platform_device_count=2" in cpu and "restart the kernel" in cpu
     assert api_line == "API jaxmem.api"
+
+
+def _wakeup_fd() -> int:
+    import signal
+
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+def test_a_signal_mid_compile_never_ends_the_callers_process():
+    """The CLI's scope wakes its helper on a signal, which ends a process stuck in a compile; the API's
+    (a notebook's kernel) does not: the interrupt waits for the compile instead."""
+    from jaxmem import scratch
+
+    with scratch.run_scope():
+        assert _wakeup_fd() >= 0
+    with api._session(0):
+        assert _wakeup_fd() == -1
