@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 from jaxmem.compiler import compiled as compiled_mod
@@ -11,7 +12,7 @@ from jaxmem.compiler import runtime, targets
 from jaxmem import report
 from jaxmem.errors import UserError
 from jaxmem.program import sizes
-from jaxmem.program.workload import StepChoice, Workload, load_workload, running_user_code
+from jaxmem.program.workload import StepChoice, Workload, load_workload, running_user_code, workload_of
 
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
@@ -42,6 +43,16 @@ def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> r
     t0 = time.perf_counter()
     wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
     return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
+
+
+def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
+    """Any model the Python API takes: a model file's path (analyze_file), or a Workload or a function
+    returning one (jaxmem.program.workload.workload_of), through the same pipeline."""
+    if isinstance(model, (str, os.PathLike)):
+        return analyze_file(os.fspath(model), opts, prestart=prestart)
+    t0 = time.perf_counter()
+    wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args))
+    return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
 
 
 def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None,

@@ -51,3 +51,46 @@ def check(environ=None) -> None:
                 int(env[n])
             except ValueError:
                 raise UserError(f"{n}={env[n]!r} is not an integer, which jax requires.") from None
+
+
+# -- jax started before jaxmem was imported (a notebook that ran jax.devices() first) --------------
+
+SWITCH = "JAX_SKIP_CUDA_CONSTRAINTS_CHECK"   # jaxmem/__init__.py sets it: deviceless CUDA needs it
+_at_import = {"jax_started": False, "switch": True}
+
+
+def note_jax_state() -> None:
+    """Record, as jaxmem is imported, whether jax had already loaded its plugins and without the
+    switch: jax loads them once, so its CUDA plugin then stays refused on a machine without a GPU."""
+    import sys
+
+    xb = sys.modules.get("jax._src.xla_bridge")  # never imports jax: only asks one already imported
+    started = False
+    if xb is not None:
+        started = bool(getattr(xb, "_plugins_registered", False))
+        is_init = getattr(xb, "backends_are_initialized", None)
+        started = started or bool(is_init is not None and is_init())
+    _at_import.update(jax_started=started, switch=bool(os.environ.get(SWITCH)))
+
+
+def jax_started_without_switch() -> bool:
+    return _at_import["jax_started"] and not _at_import["switch"]
+
+
+def started_too_early(what: str) -> UserError:
+    """The error when jax started before jaxmem could prepare it (`what`: what that broke)."""
+    return UserError(
+        f"{what}: jax's backend was initialised before jaxmem was imported (e.g. jax.devices() or a jnp array "
+        f"ran first), without {SWITCH}=1, so jax's CUDA plugin, finding no usable GPU, refused to load "
+        "(jax loads its plugins once per process). Restart the kernel (the Python process) and `import jaxmem` "
+        f"before touching jax, or set {SWITCH}=1 (os.environ, or the shell) before jax starts.")
+
+
+def too_few_cpu_devices(needed: int, have: int) -> UserError:
+    """A CPU mesh larger than the CPU devices jax started with: XLA reads their number once, when jax's
+    backend starts (in a notebook, often before the analysis that needs more)."""
+    flag = f"--xla_force_host_platform_device_count={needed}"
+    return UserError(
+        f"the mesh needs {needed} CPU devices but jax has {have}: XLA fixes the number of CPU devices when jax's "
+        f"backend starts, from XLA_FLAGS={flag}. Add it to XLA_FLAGS before anything touches jax (the jaxmem CLI "
+        "does this itself); in a notebook, restart the kernel and set os.environ['XLA_FLAGS'] in the first cell.")

@@ -135,6 +135,12 @@ class Report:
         d["schema"] = "jaxmem.report/1"
         return d
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rendering: the verdict, the breakdown and the memory curve (jaxmem.present.notebook)."""
+        from jaxmem.present import notebook  # lazily: the contract imports no renderer
+
+        return notebook.report_html(self)
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Report":
         """The Report that `to_json` wrote (`compare --from`, saved sweeps): its to_json is the same JSON.

@@ -136,8 +136,12 @@ def _start_helper(run_dir: str):
 
 
 @contextlib.contextmanager
-def run_scope():
-    """A private TMPDIR for the command, removed on exit, on SIGINT/SIGTERM/SIGHUP, and after a crash."""
+def run_scope(*, end_stuck: bool = True):
+    """A private TMPDIR for the command, removed on exit, on SIGINT/SIGTERM/SIGHUP, and after a crash.
+
+    end_stuck=False (the Python API): a signal during a C++ compile waits for the compile instead of
+    the helper ending the process -- in a notebook that process is the user's kernel, and its
+    state is worth more than a prompt stop."""
     in_main = threading.current_thread() is threading.main_thread()
     base = tempfile.gettempdir()
     try:
@@ -168,7 +172,7 @@ def run_scope():
         for s in SIGNALS:
             with contextlib.suppress(OSError, ValueError):
                 saved_handlers[s] = signal.signal(s, on_signal)
-        if wake_w is not None:
+        if wake_w is not None and end_stuck:
             saved_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
             _state["wake_w"] = wake_w
     try:
@@ -176,7 +180,8 @@ def run_scope():
     finally:
         if in_main:
             if wake_w is not None:
-                signal.set_wakeup_fd(saved_wakeup if saved_wakeup is not None else -1)
+                if end_stuck:
+                    signal.set_wakeup_fd(saved_wakeup if saved_wakeup is not None else -1)
                 _state["wake_w"] = None
                 os.close(wake_w)
             for s, h in saved_handlers.items():

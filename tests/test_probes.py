@@ -62,13 +62,15 @@ def test_module_table_groups_what_has_no_module_and_is_capped():
 def test_an_unexpected_error_is_a_one_line_jaxmem_bug_exit_1(monkeypatch):
     from click.testing import CliRunner
 
-    import jaxmem.analyze
+    import importlib
+
     from jaxmem import cli
 
     def broken(path, opts):
         raise RuntimeError("internal invariant broken\nsecond line")
 
-    monkeypatch.setattr(jaxmem.analyze, "analyze_file", broken)
+    # the pipeline's module (the attribute jaxmem.analyze is the Python API's function)
+    monkeypatch.setattr(importlib.import_module("jaxmem.analyze"), "analyze_file", broken)
     r = CliRunner().invoke(cli.main, ["analyze", pc.TINY, "--gpu", "cpu"])
     assert r.exit_code == 1
     lines = r.stderr.strip().splitlines()

@@ -210,11 +210,9 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
     if key == "cpu":
         devs = jax.devices("cpu")
         if len(devs) < n_devices:
-            raise UserError(
-                f"the mesh needs {n_devices} CPU devices but jax has {len(devs)}; "
-                f"set XLA_FLAGS=--xla_force_host_platform_device_count={n_devices} before starting "
-                "(the jaxmem CLI does this itself)"
-            )
+            from jaxmem import env
+
+            raise env.too_few_cpu_devices(n_devices, len(devs))
         return Target("cpu", "cpu", "CPU (host)", None, False, tuple(devs[:n_devices]))
     if key == "local":
         devs = jax.devices("gpu") if local_gpu_count() else []
@@ -232,6 +230,10 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
     try:
         topo = topologies.get_topology_desc(platform="cuda", target_config=spec.target_config(), topology=topo_str)
     except Exception as e:  # the plugin missing is an install problem, not a bug
+        from jaxmem import env
+
+        if env.jax_started_without_switch():  # installed, but refused when jax started: say so, not "install"
+            raise env.started_too_early(f"cannot build a deviceless {spec.key} topology") from None
         raise UserError(
             f"cannot build a deviceless {spec.key} topology ({type(e).__name__}: {str(e).splitlines()[0]}). "
             "Deviceless GPU compilation needs the CUDA plugin: pip install 'jax[cuda12]==0.10.2' (Linux)."

@@ -141,6 +141,11 @@ class Advice:
         base, mine = self.original.step_s, c.step_s
         return None if not base or mine is None else mine / base
 
+    def _repr_html_(self) -> str:
+        from jaxmem.present import notebook  # lazily: Jupyter's table of the plans
+
+        return notebook.advice_html(self)
+
     def to_json(self) -> dict[str, Any]:
         def row(c: Candidate) -> dict[str, Any]:
             return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label, "command": c.command(self.path),

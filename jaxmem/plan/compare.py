@@ -56,6 +56,23 @@ class Cell:
     def max_batch_capped(self) -> bool:
         return bool(self.search is not None and self.search.kind == "batch" and self.search.capped)
 
+    def to_json(self) -> dict:
+        """This row as `jaxmem compare --json` prints it."""
+        return row_json(self)
+
+
+class Rows(list):
+    """The rows (Cells, in grid order) as the Python API returns them: a list, with the JSON that
+    `jaxmem compare --json` prints, and a table in a notebook."""
+
+    def to_json(self) -> list[dict]:
+        return to_json(self)
+
+    def _repr_html_(self) -> str:
+        from jaxmem.present import notebook  # lazily: renderers are not the rows' concern
+
+        return notebook.rows_html(self)
+
 
 def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
     """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination."""

@@ -32,7 +32,8 @@ STATUSES = ("ok", "user_error", "failed")
 @dataclasses.dataclass(frozen=True)
 class Job:
     key: str            # the caller's name for it (a row, a probe)
-    path: str           # the model file
+    path: str           # the model file; or (executor "inline" only: it does not pickle) a Workload or a
+                        # function returning one, as the Python API takes them
     options: "AnalyzeOptions"  # noqa: F821 (jaxmem.analyze.AnalyzeOptions; imported lazily: no jax here)
 
 
@@ -64,12 +65,12 @@ def prepare_environment(max_devices: int) -> None:
 
 def run_one(job: Job) -> Outcome:
     """One job, in this process (what a worker does)."""
-    from jaxmem.analyze import analyze_file
+    from jaxmem.analyze import analyze_model
 
     t0 = time.perf_counter()
     try:
         # no compile child started ahead: every core is busy with a job, and a cache hit needs none
-        report = analyze_file(job.path, job.options, prestart=False)
+        report = analyze_model(job.path, job.options, prestart=False)
         return Outcome(job, report, None, "ok", time.perf_counter() - t0)
     except UserError as e:
         return Outcome(job, None, str(e), "user_error", time.perf_counter() - t0)
@@ -238,6 +239,31 @@ class LocalPool:
         self._idle, self._busy = [], {}
 
 
+class InlinePool:
+    """The same interface, each job run in this process when its Outcome is asked for: for a model
+    that cannot be sent to a worker (a Workload defined in a notebook), and for one job at a time
+    without a worker's start-up (the Python API's jobs=1)."""
+
+    def __init__(self):
+        self._queue: deque[Job] = deque()
+
+    def submit(self, job: Job) -> None:
+        self._queue.append(job)
+
+    def running(self) -> list[Job]:
+        return []
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def next(self, timeout: float | None = None) -> Outcome | None:
+        return run_one(self._queue.popleft()) if self._queue else None
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
 def _ray_run(job: Job) -> Outcome:  # runs on a Ray worker
     try:
         return run_one(job)
@@ -321,6 +347,8 @@ def make_pool(n_jobs: int | None = None, executor: str = "local", ray_address: s
         return LocalPool(n_jobs or default_jobs())
     if executor == "ray":
         return RayPool(n_jobs, ray_address, _worker_env())
+    if executor == "inline":
+        return InlinePool()
     raise UserError(f"--executor {executor!r}: expected local or ray")
 
 

@@ -115,10 +115,13 @@ def _buffer_budget(r: Report) -> int | None:
     return r.target.usable_bytes - r.breakdown.get("runtime_overhead", 0)
 
 
-def curve_svg(r: Report, width: int = 1000, height: int = 340) -> tuple[str, dict]:
+def curve_svg(r: Report, width: int = 1000, height: int = 340, *, clip_id: str = "over",
+              hover: bool = True) -> tuple[str, dict]:
     """The bytes live over program order, peak marked.
 
     Returns an inline <svg> (no xmlns needed inside HTML) and its geometry, for the hover script.
+    clip_id: unique per page (a notebook shows many curves, and url(#id) takes the first);
+    hover=False leaves out the hover read-out's elements (no script to drive them).
     """
     tl = r.timeline
     n = len(tl)
@@ -162,9 +165,9 @@ def curve_svg(r: Report, width: int = 1000, height: int = 340) -> tuple[str, dic
     if show_budget:
         # the part of the area above the budget, in red
         yb = y(budget)
-        out.append(f'<clipPath id="over"><rect x="{ml}" y="{mt}" width="{pw}" '
+        out.append(f'<clipPath id="{e(clip_id)}"><rect x="{ml}" y="{mt}" width="{pw}" '
                    f'height="{max(yb - mt, 0):.1f}"/></clipPath>')
-        out.append(f'<path class="area over" d="{area}" clip-path="url(#over)"/>')
+        out.append(f'<path class="area over" d="{area}" clip-path="url(#{e(clip_id)})"/>')
     out.append(f'<polyline class="line" points="{pts}"/>')
     if show_budget:
         yb = y(budget)
@@ -181,11 +184,11 @@ def curve_svg(r: Report, width: int = 1000, height: int = 340) -> tuple[str, dic
     out.append(f'<text id="peak-label" class="peaklab" x="{px + dx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
                f'peak {e(fmt_bytes(tl[pi]))}</text>')
     out.append(f'<line class="axisline" x1="{ml}" x2="{ml + pw}" y1="{mt + ph}" y2="{mt + ph}"/>')
-    # hover read-out (driven by the script below)
-    out.append('<g id="hover" visibility="hidden"><line id="hover-line" class="hoverline" '
-               f'x1="0" x2="0" y1="{mt}" y2="{mt + ph}"/>'
-               '<circle id="hover-dot" class="hoverdot" r="4" cx="0" cy="0"/></g>')
-    out.append(f'<rect id="hover-area" x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="transparent"/>')
+    if hover:  # hover read-out (driven by the script below)
+        out.append('<g id="hover" visibility="hidden"><line id="hover-line" class="hoverline" '
+                   f'x1="0" x2="0" y1="{mt}" y2="{mt + ph}"/>'
+                   '<circle id="hover-dot" class="hoverdot" r="4" cx="0" cy="0"/></g>')
+        out.append(f'<rect id="hover-area" x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="transparent"/>')
     out.append("</svg>")
     geom = {"ml": ml, "mt": mt, "pw": pw, "ph": ph, "ymax": ymax, "w": width, "h": height}
     return "".join(out), geom
@@ -409,12 +412,13 @@ def _breakdown(r: Report) -> str:
             f'</tfoot></table></section>')
 
 
-def _curve(r: Report) -> str:
+def _curve(r: Report, *, clip_id: str = "over", hover: bool = True, width: int = 1000, height: int = 340) -> str:
+    """The curve's section; hover=False: no script (a notebook's output), the svg alone."""
     if not r.timeline:
         return ('<section class="card" id="timeline"><h2>Memory over the step</h2>'
                 '<p class="note">No curve: the buffer assignment was not decoded (run without --no-explain).</p>'
                 '</section>')
-    svg, geom = curve_svg(r)
+    svg, geom = curve_svg(r, width, height, clip_id=clip_id, hover=hover)
     top = max(r.timeline)
     data = {"timeline": [int(v) for v in r.timeline], "peak": _peak_index(r), "geom": geom}
     ovh = r.breakdown.get("runtime_overhead", 0)
@@ -423,8 +427,10 @@ def _curve(r: Report) -> str:
            f"the per-device peak adds the runtime overhead ({fmt_bytes(ovh)})"
            + (f" and {fmt_bytes(extra)} XLA counts outside the curve (generated code, lower-bound slack)."
               if extra > 0 else "."))
-    return (f'<section class="card" id="timeline"><h2>Memory over the step</h2><p class="sub">{e(sub)}</p>'
-            f'<div class="plot">{svg}<div id="tip"></div></div>'
+    head = f'<section class="card" id="timeline"><h2>Memory over the step</h2><p class="sub">{e(sub)}</p>'
+    if not hover:
+        return f'{head}<div class="plot">{svg}</div></section>'
+    return (f'{head}<div class="plot">{svg}<div id="tip"></div></div>'
             f'<script type="application/json" id="timeline-data">{json.dumps(data, separators=(",", ":"))}</script>'
             f'<script>{_SCRIPT}</script></section>')
 

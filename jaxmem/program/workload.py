@@ -283,6 +283,40 @@ def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -
         return _load_workload(Path(path), remat, model_args)
 
 
+def source_label(model: Workload | Callable[..., Workload]) -> str:
+    """What a report's `source` and the errors call a model given in Python (a file's is its path)."""
+    if isinstance(model, Workload):
+        return "<workload>"
+    return f"{getattr(model, '__qualname__', type(model).__name__)}()"
+
+
+def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none",
+                model_args: dict[str, Any] | None = None) -> tuple[Workload, str]:
+    """The workload of a model given in Python (the API's `jaxmem.analyze(workload_fn)`), and the
+    source label its report and errors name: a Workload as it is, or a function called as a model
+    file's ``workload()`` is (model arguments, ``remat``)."""
+    model_args = dict(model_args or {})
+    source = source_label(model)
+    if isinstance(model, Workload):
+        if model_args:
+            raise UserError(f"{source}: args={model_args} are arguments of a workload() function, but a Workload "
+                            "object was given; pass the function that builds it (jaxmem calls it with them).")
+        if remat != "none":
+            raise UserError(f"{source}: remat={remat!r} asked, but a Workload object was given, so jaxmem cannot "
+                            "place checkpoints inside your model. Pass a function workload(remat=...) that wraps "
+                            "its layers with nn.remat(Layer, policy=jaxmem.remat_policy(remat)).")
+        model.validate(source)
+        return model, source
+    if not callable(model):
+        raise UserError(f"model={model!r:.80}: expected a model file's path, a jaxmem.Workload, or a function "
+                        "returning one")
+    with running_user_code(source):
+        wl = call_workload(model, Path(source), remat, model_args)
+    if wl.name is None:
+        wl = dataclasses.replace(wl, name=getattr(model, "__name__", None))
+    return wl, source
+
+
 def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
     if path.is_dir():
         raise UserError(f"{path} is a directory; give the model file (a .py defining workload()).")
@@ -309,7 +343,21 @@ def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Worklo
     fn = getattr(module, "workload", None)
     if not callable(fn):
         raise UserError(f"{path}: defines no `workload()` function. Add `def workload(): return jaxmem.Workload(model=..., batch=..., loss=...)`.")
-    params = inspect.signature(fn).parameters
+    wl = call_workload(fn, path, remat, model_args)
+    if wl.name is None:
+        wl = dataclasses.replace(wl, name=path.stem)
+    return wl
+
+
+def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
+    """Call a ``workload()`` function as jaxmem does a model file's: the model arguments checked
+    against its signature, ``remat`` passed when it takes it, its errors quoting the frame in
+    ``path`` (the model file, or a label for a function given to the Python API)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing to check its arguments against
+        raise UserError(f"{path}: cannot read the signature of {fn!r}; give a Python function that returns "
+                        "a jaxmem.Workload") from None
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     unknown = [k for k in model_args if k not in params and not accepts_any]
     if unknown:
@@ -334,8 +382,6 @@ def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Worklo
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")
     wl.validate(str(path))
-    if wl.name is None:
-        wl = dataclasses.replace(wl, name=path.stem)
     return wl
 
 

@@ -1,0 +1,291 @@
+"""jaxmem from Python: ``analyze``, ``compare`` and ``advise`` with the CLI's options as keywords.
+
+A thin layer over the pipeline the CLI calls (``jaxmem.analyze.analyze_model``,
+``jaxmem.plan.compare``, ``jaxmem.plan.advise``), returning the objects the CLI renders. The
+keywords are the fields of ``AnalyzeOptions`` (plus three names the CLI spells differently), and
+each value goes through the CLI's own option type, so a bad value gets the CLI's message. Every
+error a user can cause is a ``jaxmem.UserError``. See docs/api.md.
+
+Nothing here imports jax at module level: ``import jaxmem`` stays as light as the CLI's start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from jaxmem.errors import UserError
+
+if TYPE_CHECKING:  # the return types, without importing the pipeline (and jax) with jaxmem
+    from jaxmem.plan.advise import Advice
+    from jaxmem.plan.compare import Rows
+    from jaxmem.report import Report
+
+# The CLI's flags whose names differ from their AnalyzeOptions field.
+ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
+# compare's grid keywords (the CLI's --layouts, --batches, ...) -> the option each one varies
+# (jaxmem.plan.compare.AXES; tests/test_api.py checks that every axis has its keyword).
+GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batches": "batch",
+        "optimizers": "optimizer", "meshes": "mesh", "gpus": "gpu", "loras": "lora_rank",
+        "base_dtypes": "base_dtype"}
+# Forced CPU devices asked for at least: XLA reads their number once, when jax starts, so a
+# notebook's first analysis (often data=1) must not leave a later data=8 on the CPU without them.
+HOST_DEVICES = 8
+
+
+def analyze(model, **options: Any) -> Report:
+    """Predict the per-device peak memory of a training step: ``jaxmem analyze`` from Python.
+
+    Args:
+        model: a model file's path (``str`` or ``Path``, a .py defining ``workload()``), a
+            ``jaxmem.Workload``, or a function returning one (called as a model file's
+            ``workload()`` is: with ``args`` as keywords, and ``remat=`` when it takes it).
+        **options: the CLI's options in snake_case, e.g. ``gpu="h100"``, ``mesh="data=8"``,
+            ``layout="fsdp"``, ``batch=64``, ``precision="bf16"``, ``remat="full"``, ``accum=4``,
+            ``optimizer="adafactor"``, ``donate=False``, ``freeze="embed"``, ``lora=16``,
+            ``lora_targets="attn"``, ``lora_alpha=32.0``, ``base_dtype="nf4"``,
+            ``offload="optimizer"``, ``mem_fraction=0.9``, ``hosts=2``, ``top=10``, ``depth=3``,
+            ``explain=False``, ``cache=False``, and ``args={"preset": "tiny"}`` for the workload's
+            own arguments (the CLI's ``--arg``). Any field of ``jaxmem.analyze.AnalyzeOptions``.
+
+    Returns:
+        The ``jaxmem.Report`` the CLI prints: ``per_device_peak_bytes``, ``breakdown``,
+        ``fits``, ``headroom_bytes``, ...; ``to_json()`` is what ``jaxmem analyze --json`` prints,
+        and in Jupyter it renders as the verdict, the breakdown and the memory curve.
+
+    Raises:
+        jaxmem.UserError: an unknown option or a bad value (with the CLI's message), a model that
+            fails to load, a mesh the layout cannot use, ...
+
+    Example:
+        >>> import jaxmem
+        >>> r = jaxmem.analyze("models/mlp.py", args={"preset": "tiny"}, gpu="h100", mesh="data=2")
+        >>> r.fits, r.per_device_peak_bytes
+    """
+    from jaxmem.analyze import analyze_model
+
+    opts = _options(options)
+    with _session(_mesh_size(opts.mesh) if _on_cpu(opts.gpu) else 0):
+        return analyze_model(model, opts)
+
+
+def compare(model, *, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
+            **options: Any) -> Rows:
+    """Analyze a grid of choices side by side: ``jaxmem compare`` from Python.
+
+    Args:
+        model: as for :func:`analyze`. A model file's rows compile in worker processes; a
+            ``Workload`` or a function (which cannot be sent to one) compile in this process.
+        **options: the grid, each axis a list: ``layouts=["dp", "fsdp"]``, ``remats``,
+            ``precisions``, ``batches=[8, 16]``, ``optimizers``, ``meshes=["data=8",
+            "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``; every row is the
+            combination on top of the other options, which are :func:`analyze`'s.
+        jobs: worker processes (default: all cores); ``1`` compiles the rows in this process.
+        executor: ``"local"`` (worker processes) or ``"ray"`` (tasks on a Ray cluster).
+        ray_address: the Ray cluster, with ``executor="ray"``.
+
+    Returns:
+        The rows, one ``Cell`` per combination in grid order (``choice``, ``report``, ``error``,
+        ``status``): a list, with ``to_json()`` giving what ``jaxmem compare --json`` prints, and a
+        table in Jupyter. A row that fails is an error row; the others are kept.
+
+    Raises:
+        jaxmem.UserError: an unknown option or a bad value, or every row failing.
+
+    Example:
+        >>> rows = jaxmem.compare("models/mlp.py", args={"preset": "tiny"}, gpu="h100", mesh="data=2",
+        ...                       layouts=["dp", "fsdp"], jobs=1)
+        >>> [(c.choice["layout"], c.report.per_device_peak_bytes) for c in rows]
+    """
+    from jaxmem.plan import compare as compare_mod
+
+    spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
+    base = _options(options, also=(*GRID, "jobs", "executor", "ray_address"))
+    n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
+    executor = _cli_value("compare", "executor", "executor", executor)
+    meshes = spec.get("mesh") or base.mesh
+    with _session(max(_mesh_size(m) for m in meshes.split(";") if m.strip())):
+        if not _is_path(model) or (n_jobs == 1 and executor == "local"):
+            executor = "inline"   # a Workload does not pickle; one job needs no worker to start
+        cells = compare_mod.compare(_path_or(model), base, spec, n_jobs=n_jobs, executor=executor,
+                                    ray_address=ray_address, progress=False)
+    return compare_mod.Rows(cells)
+
+
+def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  # noqa: A002 (the CLI's --all)
+           **options: Any) -> Advice:
+    """The changes that make a step fit, fastest first: ``jaxmem advise`` from Python.
+
+    Args:
+        model: as for :func:`analyze`; a ``Workload`` or a function compiles in this process.
+        all: search even when the step fits as given (the CLI's ``--all``).
+        changes: the kinds of change to try, a list from ``layout``, ``precision``, ``remat``,
+            ``accum``, ``devices``, ``offload``, ``lora`` (default: all of them).
+        jobs: worker processes compiling candidates (default: all cores; ``1``: this process).
+        **options: the step as given, as for :func:`analyze`; it needs a GPU target (``gpu=``).
+
+    Returns:
+        The ``Advice`` the CLI prints: ``original`` (the step as given), ``candidates`` (every
+        compiled change, the fitting ones first, fastest estimated step first), ``fitting``;
+        ``to_json()`` is what ``jaxmem advise --json`` prints, and a table in Jupyter.
+
+    Raises:
+        jaxmem.UserError: an unknown option or a bad value, a CPU target, or a step that does
+            not compile as given.
+
+    Example:
+        >>> a = jaxmem.advise("models/mlp.py", args={"preset": "tiny"}, gpu="h100", all=True,
+        ...                   changes=["precision", "remat"], jobs=1)
+        >>> [(c.label, c.fits, c.peak) for c in a.candidates]
+    """
+    from jaxmem.plan import advise as advise_mod
+
+    base = _options(options, also=("all", "changes", "jobs"))
+    n_jobs = None if jobs is None else _cli_value("advise", "n_jobs", "jobs", jobs)
+    if not isinstance(all, bool):
+        raise UserError(f"all={all!r}: expected True or False")
+    kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
+    path, runner = _path_or(model), None
+    if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time
+        from jaxmem.program.workload import source_label
+
+        path = source_label(model)   # what the Advice's commands name, as a file's path
+        runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
+    with _session(2 * _mesh_size(base.mesh)):  # a candidate may double the data-parallel devices
+        return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False, runner=runner,
+                                 changes=tuple(kinds))
+
+
+# ------------------------------------------------------------------------------------ the options
+
+def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
+    """AnalyzeOptions from the API's keywords; `also`: the calling function's own keywords (named
+    when one is misspelt)."""
+    import dataclasses
+
+    from jaxmem.analyze import AnalyzeOptions
+
+    fields = {f.name: f for f in dataclasses.fields(AnalyzeOptions)}
+    kw: dict[str, Any] = {}
+    for key, value in given.items():
+        name = ALIASES.get(key, key)
+        if name not in fields:
+            raise _unknown(key, sorted((set(fields) - set(ALIASES.values())) | set(ALIASES) | set(also)))
+        if name in kw:
+            raise UserError(f"{key}= and {name}= are the same option; give one of them")
+        kw[name] = _value(key, name, value, fields[name].default)
+    return AnalyzeOptions(**kw)
+
+
+def _unknown(key: str, valid: list[str]) -> UserError:
+    import difflib
+
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return UserError(f"unknown option {key!r}{hint}. Valid options: {', '.join(valid)}.")
+
+
+def _value(key: str, name: str, value: Any, default: Any) -> Any:
+    """One option's value, checked and converted as the CLI's option of that name does it."""
+    if name == "model_args":
+        return _model_args(key, value)
+    if value is None:
+        if default is None:
+            return None
+        raise UserError(f"{key}=None: leave it out for the default ({default!r})")
+    if isinstance(default, bool):  # the CLI's on/off flags (--no-donate, --no-explain, --no-cache)
+        if not isinstance(value, bool):
+            raise UserError(f"{key}={value!r}: expected True or False")
+        return value
+    flag = {v: k for k, v in ALIASES.items()}.get(name, name)   # module_depth is the CLI's --depth
+    return _cli_value("analyze", (flag, name), key, value)
+
+
+def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
+    """args={"preset": "tiny"} (or pairs): the workload's own keyword arguments, values as given
+    (load_workload checks them against its signature)."""
+    try:
+        pairs = tuple(value.items()) if hasattr(value, "items") else tuple((k, v) for k, v in value)
+    except (TypeError, ValueError):
+        raise UserError(f"{key}={value!r}: expected a dict of the workload's arguments, e.g. "
+                        f"{key}={{'preset': 'tiny'}}") from None
+    for k, _ in pairs:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise UserError(f"{key}: {k!r} is not an argument name")
+    return pairs
+
+
+def _command(name: str):
+    from jaxmem import cli
+
+    return cli.main.commands[name]
+
+
+def _cli_value(command: str, param: str | tuple[str, ...], key: str, value: Any) -> Any:
+    """`value` through the CLI's option `param` of `command` (the first of the names that it has):
+    its type, its check, its message. A field without an option is taken as it is."""
+    import click
+
+    cmd = _command(command)
+    names = (param,) if isinstance(param, str) else param
+    p = next((p for n in names for p in cmd.params if p.name == n), None)
+    if p is None:
+        return value
+    try:
+        return p.process_value(click.Context(cmd), value)
+    except click.BadParameter as e:
+        raise UserError(f"{key}={value!r}: {e.message}") from None
+
+
+def _list(key: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(";" if key == "meshes" else ",")]
+    try:
+        return [str(v) for v in value]
+    except TypeError:
+        raise UserError(f"{key}={value!r}: expected a list, e.g. {key}=[...]") from None
+
+
+def _grid_text(key: str, value: Any) -> str | None:
+    """A grid axis as the CLI's comma-separated text (';' between meshes), checked by its option."""
+    if value is None:
+        return None
+    text = (";" if key == "meshes" else ",").join(_list(key, value))
+    param = "gpu_list" if key == "gpus" else key   # the CLI's name for --gpus
+    return _cli_value("compare", param, key, text)
+
+
+# ------------------------------------------------------------------------------------ the run
+
+def _is_path(model) -> bool:
+    return isinstance(model, (str, os.PathLike))
+
+
+def _path_or(model):
+    """A model file's path as text; a Workload or a function as it is (run in this process)."""
+    return os.fspath(model) if _is_path(model) else model
+
+
+def _on_cpu(gpu: str | None) -> bool:
+    return (gpu or "").strip().lower() == "cpu"
+
+
+def _mesh_size(mesh: str) -> int:
+    from jaxmem.program import layouts
+
+    return layouts.parse_mesh(mesh).size
+
+
+@contextlib.contextmanager
+def _session(cpu_devices: int):
+    """What the CLI does around a command (jaxmem.cli._run), for a caller that stays alive: the
+    memory variables checked, forced CPU devices asked for before jax starts (no-op after), and one
+    scratch directory, removed after -- without ending the process on a signal mid-compile."""
+    from jaxmem import env, scratch
+    from jaxmem.compiler import targets
+
+    env.check()
+    targets.ensure_host_devices(max(cpu_devices, HOST_DEVICES))
+    with scratch.run_scope(end_stuck=False):
+        yield

@@ -1,0 +1,136 @@
+"""Jupyter's rendering of a Report (``Report._repr_html_``), of compare's rows and of advise's plans.
+
+A report shows what a cell has room for -- the header, the verdict (FITS / DOES NOT FIT, peak,
+usable, headroom), the breakdown table and the memory curve as an inline SVG, warnings folded
+away -- made of the ``--html`` page's own sections (jaxmem.present.html), so the two never
+disagree. The page's stylesheet is reused with every rule scoped to the output's own element:
+a notebook is one page, and the report must not restyle the notebook around it. No script: a
+notebook's outputs may not run one, and the SVG needs none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from jaxmem.present import html
+from jaxmem.present.html import e
+from jaxmem.present.render import fmt_bytes, fmt_seconds
+
+CURVE_SIZE = (860, 250)   # the curve's viewBox in a cell: lower than the page's 1000 x 340
+# After the page's rules, so these win: the page's `main` (here the output's element) fits a cell.
+_EXTRA_CSS = """
+main { max-width: none; margin: 0; padding: 2px 12px; border-radius: 10px; }
+.card { padding: 12px 16px; margin: 10px 0; }
+h1 { font-size: 19px; }
+.big { font-size: 28px; }
+details.warnings > summary { margin: 0 0 4px; }
+td.cmd { word-break: break-all; }
+"""
+
+
+def scoped_css(css: str, scope: str) -> str:
+    """`css` with every selector under `scope` (`:root`, `body` and `main` become it)."""
+    out = []
+    for m in re.finditer(r"(@media[^{]*)\{|([^{}]+)\{([^{}]*)\}|\}", css):
+        media, selectors, body = m.group(1), m.group(2), m.group(3)
+        if media:
+            out.append(media.strip() + " {")
+        elif selectors is not None:
+            scoped = []
+            for sel in selectors.split(","):
+                sel = sel.strip()
+                scoped.append(scope if sel in (":root", "body", "main") else f"{scope} {sel}")
+            out.append(f"{', '.join(scoped)} {{{body.strip()}}}")
+        else:
+            out.append("}")
+    return "\n".join(out)
+
+
+def _uid(payload) -> str:
+    """A stable element id per content: the same report renders the same, two reports never share
+    ids (a curve's clip path is looked up by id over the whole notebook)."""
+    digest = hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"jaxmem-{digest}"
+
+
+def _wrap(uid: str, body: str) -> str:
+    css = scoped_css(html._CSS + _EXTRA_CSS, f"#{uid}")
+    return f'<div id="{uid}" class="jaxmem"><style>{css}</style>{body}</div>'
+
+
+def report_html(r) -> str:
+    """A Report for a notebook cell: header, verdict, breakdown table, memory curve (SVG), warnings."""
+    uid = _uid(r.to_json(timeline=True))
+    w, h = CURVE_SIZE
+    warnings = ""
+    if r.warnings:
+        warnings = (f'<details class="warnings"><summary>{len(r.warnings)} warning(s) and audits</summary>'
+                    f'{html._warnings(r)}</details>')
+    foot = ('<p class="note">report.to_json(): these numbers as <code>jaxmem analyze --json</code> prints them; '
+            'jaxmem.present.html.write(report, "report.html"): the full page (largest buffers, modules).</p>')
+    body = "".join((html._header(r), html._verdict(r), html._breakdown(r),
+                    html._curve(r, clip_id=f"{uid}-over", hover=False, width=w, height=h), warnings, foot))
+    return _wrap(uid, body)
+
+
+def _verdict_cell(r) -> str:
+    if r is None:
+        return ""
+    if r.fits is None:
+        return '<span class="badge na">NO LIMIT</span>'
+    return '<span class="badge ok">FITS</span>' if r.fits else '<span class="badge bad">DOES NOT FIT</span>'
+
+
+def _step(r) -> str:
+    st = (r.step_time or {}) if r is not None else {}
+    return fmt_seconds(st.get("estimate_s")) if st.get("available") else "-"
+
+
+def rows_html(cells) -> str:
+    """compare's rows as one table, in grid order: the choice, the verdict, peak, headroom, step time."""
+    cells = list(cells)
+    uid = _uid([c.to_json() for c in cells])
+    axes = list(dict.fromkeys(k for c in cells for k in c.choice))
+    head = "".join(f"<th>{e(a)}</th>" for a in axes) + (
+        '<th>verdict</th><th class="num">peak</th><th class="num">usable</th><th class="num">headroom</th>'
+        '<th class="num">step (est.)</th><th>error</th>')
+    rows = []
+    for c in cells:
+        r = c.report
+        tds = "".join(f"<td>{e(c.choice.get(a, ''))}</td>" for a in axes)
+        if r is None:
+            tds += f'<td></td><td></td><td></td><td></td><td></td><td>{e(c.status)}: {e(c.error)}</td>'
+        else:
+            tds += (f'<td>{_verdict_cell(r)}</td><td class="num">{e(fmt_bytes(r.per_device_peak_bytes))}</td>'
+                    f'<td class="num">{e(fmt_bytes(r.target.usable_bytes))}</td>'
+                    f'<td class="num">{e(fmt_bytes(r.headroom_bytes))}</td><td class="num">{e(_step(r))}</td><td></td>')
+        rows.append(f"<tr>{tds}</tr>")
+    model = next((c.report.model for c in cells if c.report is not None), "")
+    body = (f'<section class="card"><h2>{e(model)}: {len(cells)} row(s)</h2>'
+            f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            '<p class="note">rows.to_json(): what <code>jaxmem compare --json</code> prints; '
+            'each row\'s .report is the full Report.</p></section>')
+    return _wrap(uid, body)
+
+
+def advice_html(a) -> str:
+    """advise's plans: the step as given, then every compiled change (fitting ones first, fastest first)."""
+    uid = _uid(a.to_json())
+    rows = []
+    for c in (a.original, *a.candidates):
+        rel = a.relative(c)
+        rows.append(f'<tr><td>{e(c.label)}</td><td>{_verdict_cell(c.report) if c.report else e(c.status)}</td>'
+                    f'<td class="num">{e(fmt_bytes(c.peak))}</td><td class="num">{e(fmt_bytes(c.headroom))}</td>'
+                    f'<td class="num">{e(fmt_seconds(c.step_s))}</td>'
+                    f'<td class="num">{"-" if rel is None else f"{rel:.2f}x"}</td>'
+                    f'<td class="mono cmd">{e(c.command(a.path)) if c.report else e(c.error)}</td></tr>')
+    verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched else "fits as given (all=True searches anyway)")
+    body = (f'<section class="card"><h2>{e(a.path)}: {e(verdict)}</h2>'
+            '<table><thead><tr><th>plan</th><th>verdict</th><th class="num">peak</th><th class="num">headroom</th>'
+            '<th class="num">step (est.)</th><th class="num">vs as given</th><th>command</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>'
+            f'<p class="note">{a.compiles} compile(s), {a.cached} from the cache; advice.to_json(): what '
+            '<code>jaxmem advise --json</code> prints.</p></section>')
+    return _wrap(uid, body)

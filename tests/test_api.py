@@ -1,0 +1,227 @@
+"""The Python API (jaxmem.analyze / compare / advise): the CLI's pipeline, options and messages from a
+notebook; the Report's notebook rendering; a jax started before jaxmem named with the fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import jaxmem
+from jaxmem import api, cli
+from jaxmem.analyze import AnalyzeOptions
+from jaxmem.plan import compare as compare_mod
+from jaxmem.report import BREAKDOWN_KEYS
+
+from conftest import ROOT
+
+MLP = str(ROOT / "models" / "mlp.py")
+TINY = {"preset": "tiny"}
+CPU2 = {"gpu": "cpu", "mesh": "data=2"}   # tiny and fast: two of the 8 forced CPU devices (conftest)
+
+
+def _module(path: str):
+    spec = importlib.util.spec_from_file_location("mlp_for_test_api", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return _module(MLP)
+
+
+@pytest.fixture(scope="module")
+def cpu_report():
+    return jaxmem.analyze(MLP, args=TINY, **CPU2)
+
+
+@pytest.fixture(scope="module")
+def gpu_report():
+    # a GPU target has a verdict (FITS) and usable memory; deviceless: no GPU needed
+    return jaxmem.analyze(MLP, args=TINY, gpu="h100")
+
+
+def _cli(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def _plain(d):
+    return json.loads(json.dumps(d))
+
+
+def test_to_json_is_the_clis_json_for_the_same_options(cpu_report):
+    res = _cli("analyze", MLP, "--arg", "preset=tiny", "--gpu", "cpu", "--mesh", "data=2", "--json")
+    assert res.exit_code == 0, res.output
+    cli_json = json.loads(res.stdout)
+    assert _plain(cpu_report.to_json()) == cli_json   # every number, every field
+    assert cli_json["per_device_peak_bytes"] == cpu_report.per_device_peak_bytes > 0
+
+
+def test_a_workload_and_a_function_analyze_as_their_model_file_does(cpu_report, mlp):
+    by_object = jaxmem.analyze(mlp.workload(preset="tiny"), **CPU2)
+    by_function = jaxmem.analyze(mlp.workload, args=TINY, **CPU2)
+    for r in (by_object, by_function):
+        assert r.breakdown == cpu_report.breakdown and r.per_device_peak_bytes == cpu_report.per_device_peak_bytes
+        assert r.model == "mlp-tiny"
+    assert by_object.source == "<workload>" and by_function.source == "workload()"
+    # a function is called as a model file's workload(): its arguments checked, remat passed to it
+    with pytest.raises(jaxmem.UserError, match="workload\\(\\) expects preset to be str"):
+        jaxmem.analyze(mlp.workload, args={"preset": 3}, **CPU2)
+    # a Workload object cannot place checkpoints nor take arguments: said, not ignored
+    with pytest.raises(jaxmem.UserError, match="remat='full'.*Workload object"):
+        jaxmem.analyze(mlp.workload(preset="tiny"), remat="full", **CPU2)
+    with pytest.raises(jaxmem.UserError, match="pass the function that builds it"):
+        jaxmem.analyze(mlp.workload(preset="tiny"), args=TINY, **CPU2)
+
+
+def test_an_unknown_option_is_named_with_the_closest_and_every_valid_one():
+    with pytest.raises(jaxmem.UserError) as e:
+        jaxmem.analyze(MLP, layuot="dp")
+    msg = str(e.value)
+    assert "unknown option 'layuot' (did you mean 'layout'?)" in msg
+    valid = msg.split("Valid options: ")[1]
+    # derived from AnalyzeOptions: every field is listed, under the CLI's name where it has another one
+    for f in dataclasses.fields(AnalyzeOptions):
+        name = {v: k for k, v in api.ALIASES.items()}.get(f.name, f.name)
+        assert re.search(rf"\b{name}\b", valid), name
+    with pytest.raises(jaxmem.UserError, match="did you mean 'layouts'"):
+        jaxmem.compare(MLP, layots=["dp"])
+
+
+@pytest.mark.parametrize("keyword, value, flag", [
+    ("layout", "xx", "--layout"), ("batch", 0, "--batch"), ("batch", "8.5", "--batch"),
+    ("mem_fraction", 2, "--mem-fraction"), ("precision", "fp8", "--precision"), ("lora", -1, "--lora"),
+    ("depth", 0, "--depth")])
+def test_a_bad_value_gets_the_clis_message(keyword, value, flag):
+    res = _cli("analyze", MLP, flag, value)
+    assert res.exit_code == 2
+    cli_message = re.search(rf"Invalid value for '{flag}': (.*)", res.stderr).group(1).strip()
+    with pytest.raises(jaxmem.UserError) as e:
+        jaxmem.analyze(MLP, **{keyword: value})
+    assert str(e.value) == f"{keyword}={value!r}: {cli_message}"
+
+
+def test_a_value_the_pipeline_refuses_is_its_error_word_for_word():
+    res = _cli("analyze", MLP, "--arg", "preset=tiny", "--gpu", "h1000")
+    assert res.exit_code == 2
+    with pytest.raises(jaxmem.UserError) as e:
+        jaxmem.analyze(MLP, args=TINY, gpu="h1000")
+    assert res.stderr.strip() == f"error: {e.value}"
+    with pytest.raises(jaxmem.UserError, match="donate=1: expected True or False"):
+        jaxmem.analyze(MLP, donate=1)
+
+
+def test_repr_html_shows_the_verdict_the_breakdown_and_the_curve(gpu_report):
+    page = gpu_report._repr_html_()
+    assert '<span id="verdict" class="badge ok">FITS</span>' in page
+    for key in BREAKDOWN_KEYS:
+        assert f">{key}</td>" in page, key
+    svg = re.search(r"<svg .*?</svg>", page, re.S).group(0)
+    assert svg.count("<polyline") == 1 and "peak " in svg
+    for what in (gpu_report.model, gpu_report.target.description, "usable", "headroom"):
+        assert what in page
+    assert "<script" not in page   # a notebook's output may not run one, and needs none
+    # every rule is scoped to the output's own element: the notebook around it keeps its style
+    uid = re.match(r'<div id="(jaxmem-[0-9a-f]+)"', page).group(1)
+    css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    for rule in re.findall(r"([^{}]+)\{[^{}]*\}", css):
+        for sel in rule.split(","):
+            assert sel.strip().startswith(f"#{uid}"), sel
+    # a second report: its own ids, so its curve's clip path is its own
+    worse = dataclasses.replace(gpu_report, fits=False, headroom_bytes=-1, model="other")
+    other = worse._repr_html_()
+    assert "DOES NOT FIT" in other and re.match(r'<div id="(jaxmem-[0-9a-f]+)"', other).group(1) != uid
+
+
+def test_compare_returns_a_row_per_layout(cpu_report, mlp):
+    rows = jaxmem.compare(MLP, args=TINY, layouts=["dp", "fsdp"], jobs=1, **CPU2)
+    assert [c.choice for c in rows] == [{"layout": "dp"}, {"layout": "fsdp"}]
+    assert all(c.status == "ok" and c.report is not None for c in rows)
+    assert rows[1].report.per_device_peak_bytes == cpu_report.per_device_peak_bytes   # fsdp is the default
+    assert rows.to_json() == compare_mod.to_json(list(rows)) and rows[0].to_json() == rows.to_json()[0]
+    table = rows._repr_html_()
+    assert table.count("<tr>") == 3 and ">dp</td>" in table and ">fsdp</td>" in table
+    # a function's rows compile in this process: the same rows
+    again = jaxmem.compare(mlp.workload, args=TINY, layouts=["dp", "fsdp"], **CPU2)
+    assert [c.report.breakdown for c in again] == [c.report.breakdown for c in rows]
+    # a bad grid value: the CLI's message, before any compile
+    with pytest.raises(jaxmem.UserError, match="'xx' in 'dp,xx': unknown layout"):
+        jaxmem.compare(MLP, layouts=["dp", "xx"])
+
+
+def test_every_grid_axis_of_compare_has_its_keyword():
+    assert set(api.GRID.values()) == set(compare_mod.AXES)
+
+
+def test_advise_returns_its_ranked_plans(mlp):
+    advice = jaxmem.advise(mlp.workload, args=TINY, gpu="h100", all=True, changes=["precision"])
+    assert advice.searched and advice.original.report is not None
+    (plan,) = advice.candidates
+    assert plan.changes == (("precision", "bf16"),) and plan.fits and plan.report.options["precision"] == "bf16"
+    d = advice.to_json()
+    assert d["schema"] == "jaxmem.advise/1" and d["candidates"][0]["per_device_peak_bytes"] == plan.peak
+    assert d["candidates"][0]["command"].startswith("jaxmem analyze 'workload()' ")
+    assert "FITS" in advice._repr_html_()
+
+
+# One script for both start-up cases: jax initialised before `import jaxmem` (so without the deviceless
+# switch), and its CPU backend started with one device. CUDA_VISIBLE_DEVICES='' makes the CUDA plugin
+# refuse to load without the switch on a machine with a GPU too.
+_STARTED_FIRST = """
+import jax
+jax.devices()
+import jaxmem
+for kw in ({"gpu": "h100"}, {"gpu": "cpu", "mesh": "data=2"}):
+    try:
+        jaxmem.analyze(MODEL, args={"preset": "tiny"}, **kw)
+        print("NO ERROR")
+    except jaxmem.UserError as e:
+        print("ERROR:", e)
+import jaxmem.analyze as _  # the pipeline's module, now loaded, leaves the API's function in place
+print("API", jaxmem.analyze.__module__)
+"""
+
+
+def test_jax_started_before_jaxmem_is_a_user_error_that_says_what_to_do():
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "XLA_FLAGS")}
+    env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", f"MODEL = {MLP!r}\n" + _STARTED_FIRST], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    gpu, cpu, api_line = [ln for ln in out.stdout.splitlines() if ln.startswith(("ERROR", "NO ERROR", "API"))]
+    assert gpu.startswith("ERROR: cannot build a deviceless h100 topology: jax's backend was initialised before "
+                          "jaxmem was imported")
+    assert "import jaxmem` before touching jax" in gpu and "JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1" in gpu
+    assert "pip install" not in gpu   # the plugin is installed: not an install problem
+    assert cpu.startswith("ERROR: the mesh needs 2 CPU devices but jax has 1")
+    assert "--xla_force_host_platform_device_count=2" in cpu and "restart the kernel" in cpu
+    assert api_line == "API jaxmem.api"
+
+
+def _wakeup_fd() -> int:
+    import signal
+
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+def test_a_signal_mid_compile_never_ends_the_callers_process():
+    """The CLI's scope wakes its helper on a signal, which ends a process stuck in a compile; the API's
+    (a notebook's kernel) does not: the interrupt waits for the compile instead."""
+    from jaxmem import scratch
+
+    with scratch.run_scope():
+        assert _wakeup_fd() >= 0
+    with api._session(0):
+        assert _wakeup_fd() == -1
