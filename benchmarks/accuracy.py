@@ -434,7 +434,7 @@ def measure_once(case: BenchCase, mesh: str, backend: str, xla_defaults: bool) -
 
 
 def predict(case: BenchCase, mesh: str, gpu_name: str) -> dict:
-    from jaxmem.analyze import AnalyzeOptions, analyze_workload
+    from jaxmem.pipeline import AnalyzeOptions, analyze_workload
     from jaxmem.program.workload import load_workload
     from jaxmem.truth import classic, simulator
 

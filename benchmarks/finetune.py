@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file, command_line  # noqa: E402
+from jaxmem.pipeline import AnalyzeOptions, analyze_file, command_line  # noqa: E402
 from jaxmem.program.workload import load_workload  # noqa: E402
 from jaxmem.truth import classic  # noqa: E402
 

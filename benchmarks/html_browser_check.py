@@ -104,7 +104,7 @@ def main() -> int:
 
     targets.ensure_host_devices(max(layouts.parse_mesh(a.mesh).size, 1))
     from jaxmem.present import html
-    from jaxmem.analyze import AnalyzeOptions, analyze_file
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
     model_args = tuple(parse_arg(s) for s in (a.arg or ["preset=tiny", "batch_size=16"]))
     t0 = time.perf_counter()

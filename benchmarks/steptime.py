@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "steptime.md"))
     args = ap.parse_args()
 
-    from jaxmem.analyze import AnalyzeOptions, analyze_file, command_line
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file, command_line
     from jaxmem.present.render import fmt_bytes, fmt_seconds
 
     rows = []

@@ -6,8 +6,6 @@ renders; errors are ``jaxmem.UserError``. Import jaxmem before anything touches 
 """
 
 import os
-import sys
-import types
 
 from jaxmem import env as _env
 
@@ -27,17 +25,3 @@ __version__ = "0.1.0"
 __all__ = ["analyze", "compare", "advise", "Report", "UserError", "Workload", "remat_policy", "choose_preset",
            "REMAT_POLICIES", "__version__"]
 
-
-class _Package(types.ModuleType):
-    """`jaxmem.analyze` is the API's function, and jaxmem/analyze.py the pipeline's module. The
-    import system binds a submodule on its package when it is first imported -- lazily, after
-    this file ran (the CLI keeps jax out of `import jaxmem`) -- which would replace the function;
-    this keeps it. The module stays importable: `from jaxmem.analyze import AnalyzeOptions`."""
-
-    def __setattr__(self, name, value):
-        if name == "analyze" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

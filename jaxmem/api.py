@@ -1,6 +1,6 @@
 """jaxmem from Python: ``analyze``, ``compare`` and ``advise`` with the CLI's options as keywords.
 
-A thin layer over the pipeline the CLI calls (``jaxmem.analyze.analyze_model``,
+A thin layer over the pipeline the CLI calls (``jaxmem.pipeline.analyze_model``,
 ``jaxmem.plan.compare``, ``jaxmem.plan.advise``), returning the objects the CLI renders. The
 keywords are the fields of ``AnalyzeOptions`` (plus three names the CLI spells differently), and
 each value goes through the CLI's own option type, so a bad value gets the CLI's message. Every
@@ -47,7 +47,7 @@ def analyze(model, **options: Any) -> Report:
             ``lora_targets="attn"``, ``lora_alpha=32.0``, ``base_dtype="nf4"``,
             ``offload="optimizer"``, ``mem_fraction=0.9``, ``hosts=2``, ``top=10``, ``depth=3``,
             ``explain=False``, ``cache=False``, and ``args={"preset": "tiny"}`` for the workload's
-            own arguments (the CLI's ``--arg``). Any field of ``jaxmem.analyze.AnalyzeOptions``.
+            own arguments (the CLI's ``--arg``). Any field of ``jaxmem.pipeline.AnalyzeOptions``.
 
     Returns:
         The ``jaxmem.Report`` the CLI prints: ``per_device_peak_bytes``, ``breakdown``,
@@ -63,7 +63,7 @@ def analyze(model, **options: Any) -> Report:
         >>> r = jaxmem.analyze("models/mlp.py", args={"preset": "tiny"}, gpu="h100", mesh="data=2")
         >>> r.fits, r.per_device_peak_bytes
     """
-    from jaxmem.analyze import analyze_model
+    from jaxmem.pipeline import analyze_model
 
     opts = _options(options)
     with _session(_mesh_size(opts.mesh) if _on_cpu(opts.gpu) else 0):
@@ -164,7 +164,7 @@ def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
     when one is misspelt)."""
     import dataclasses
 
-    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.pipeline import AnalyzeOptions
 
     fields = {f.name: f for f in dataclasses.fields(AnalyzeOptions)}
     kw: dict[str, Any] = {}

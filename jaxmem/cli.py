@@ -287,7 +287,7 @@ def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) ->
 
 
 def _options(kw: dict, **extra):
-    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.pipeline import AnalyzeOptions
 
     return AnalyzeOptions(gpu=kw["gpu"], mesh=kw["mesh"], layout=kw["layout"], hosts=kw["hosts"],
                           precision=kw["precision"], optimizer=kw["optimizer"], batch=kw["batch"], accum=kw["accum"],
@@ -336,7 +336,7 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
             if path:
                 _check_writable(option, path)  # before jax starts, let alone the compile
         _prepare(kw["mesh"], kw["gpu"])
-        from jaxmem.analyze import analyze_file
+        from jaxmem.pipeline import analyze_file
 
         opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
                         explain=not no_explain or bool(html_path or png_path), cache=not no_cache)
@@ -349,7 +349,7 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
             render(report)
         _write_side_outputs(report, html_path, png_path)
         if report.fits is False:  # where to go next: the same step, the changes that make it fit
-            from jaxmem.analyze import command_line
+            from jaxmem.pipeline import command_line
 
             click.echo(f"does not fit: `{command_line(kw['model_file'], opts, 'advise')}` compiles the changes "
                        "that make it fit, ranked by estimated step time", err=as_json)

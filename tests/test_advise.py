@@ -9,7 +9,7 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.analyze import AnalyzeOptions, command_line
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.cli import _options, main
 from jaxmem.plan import advise as advise_mod
 

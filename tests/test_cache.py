@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.compiler import cache
 
 MLP = "tests/fixtures/mlp_small.py"

@@ -99,7 +99,7 @@ def test_shapes_parse_tuples_and_sub_byte_types():
 @pytest.fixture(scope="module")
 def tiny_llama_fsdp():
     """Compiled HLO of the tiny scanned Llama (4 layers, fp32) under fsdp on 4 H100s, and its leaves."""
-    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.pipeline import AnalyzeOptions
     from jaxmem.compiler import compiled, targets
     from jaxmem.program import layouts, step
     from jaxmem.program.workload import load_workload
@@ -135,7 +135,7 @@ def test_fsdp_gathers_one_layer_of_weights_per_iteration_of_the_scanned_loop(tin
 
 
 def test_no_collectives_under_dp_on_one_device():
-    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.pipeline import AnalyzeOptions
     from jaxmem.compiler import compiled, targets
     from jaxmem.program import layouts, step
     from jaxmem.program.workload import load_workload

@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.cli import main
 from jaxmem.errors import UserError
 from jaxmem.plan import compare

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.compiler import compiled, targets
 from jaxmem.program import layouts, step
 from jaxmem.program.workload import load_workload

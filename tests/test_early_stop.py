@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.compiler import compiled, early_stop, targets
 from jaxmem.program import layouts, step
 from jaxmem.program.workload import load_workload
@@ -110,7 +110,7 @@ def test_the_child_dies_with_its_parent(models_dir):
     # a parent that hands the child a compile of about 15 s and is then killed (no clean-up runs)
     code = textwrap.dedent(f"""
         import os, sys, tempfile, time
-        from jaxmem.analyze import AnalyzeOptions
+        from jaxmem.pipeline import AnalyzeOptions
         from jaxmem.compiler import compiled, early_stop, targets
         from jaxmem.program import layouts, step
         from jaxmem.program.workload import load_workload

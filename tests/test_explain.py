@@ -2,7 +2,7 @@
 import pytest
 
 from jaxmem.xla import explain
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
 MODELS = __import__("pathlib").Path(__file__).resolve().parent.parent / "models"
 

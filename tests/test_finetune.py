@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file, command_line
+from jaxmem.pipeline import AnalyzeOptions, analyze_file, command_line
 from jaxmem.cli import main
 from jaxmem.compiler import compiled, targets
 from jaxmem.errors import UserError

@@ -108,7 +108,7 @@ def test_monitor_stops_its_thread(monkeypatch, interval):
 
 def test_verify_html_has_the_trace_and_the_throttle_warning(monkeypatch, tmp_path):
     """The HTML of a GPU verify: min/median/max, one line per GPU in each chart, the throttle warning."""
-    from jaxmem.analyze import AnalyzeOptions, analyze_file
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file
     from jaxmem.present import verify_html
     from jaxmem.truth import measure, verify
 

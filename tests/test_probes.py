@@ -69,8 +69,7 @@ def test_an_unexpected_error_is_a_one_line_jaxmem_bug_exit_1(monkeypatch):
     def broken(path, opts):
         raise RuntimeError("internal invariant broken\nsecond line")
 
-    # the pipeline's module (the attribute jaxmem.analyze is the Python API's function)
-    monkeypatch.setattr(importlib.import_module("jaxmem.analyze"), "analyze_file", broken)
+    monkeypatch.setattr(importlib.import_module("jaxmem.pipeline"), "analyze_file", broken)
     r = CliRunner().invoke(cli.main, ["analyze", pc.TINY, "--gpu", "cpu"])
     assert r.exit_code == 1
     lines = r.stderr.strip().splitlines()

@@ -7,7 +7,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.cli import main
 from jaxmem.compiler import calibration, runtime, targets
 from jaxmem.errors import UserError

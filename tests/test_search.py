@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import compare, search, sweep
 
 

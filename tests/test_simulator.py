@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.program.workload import load_workload
 from jaxmem.truth import simulator
 from jaxmem.truth.classic import TransformerDims

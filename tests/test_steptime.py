@@ -13,7 +13,7 @@ from jaxmem.xla.collectives import Collective
 
 def _compile(model: str, **kw):
     """(optimized HLO text, options) of a deviceless H100 compile."""
-    from jaxmem.analyze import AnalyzeOptions
+    from jaxmem.pipeline import AnalyzeOptions
     from jaxmem.compiler import compiled
     from jaxmem.program import layouts, step
     from jaxmem.program.workload import load_workload

@@ -3,7 +3,7 @@ import signal
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import sweep
 
 DIES = "tests/fixtures/dies.py"

@@ -2,7 +2,7 @@
 import pytest
 
 from jaxmem.program import train_state
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
 

@@ -35,7 +35,7 @@ import math
 import time
 from typing import Any, Callable
 
-from jaxmem.analyze import AnalyzeOptions, command_line
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.errors import UserError
 from jaxmem.program import layouts
 

@@ -16,7 +16,7 @@ import itertools
 import json
 from typing import Callable
 
-from jaxmem.analyze import AnalyzeOptions
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.errors import UserError
 from jaxmem.plan import search as search_mod
 from jaxmem.plan import sweep

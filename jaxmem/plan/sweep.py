@@ -34,7 +34,7 @@ class Job:
     key: str            # the caller's name for it (a row, a probe)
     path: str           # the model file; or (executor "inline" only: it does not pickle) a Workload or a
                         # function returning one, as the Python API takes them
-    options: "AnalyzeOptions"  # noqa: F821 (jaxmem.analyze.AnalyzeOptions; imported lazily: no jax here)
+    options: "AnalyzeOptions"  # noqa: F821 (jaxmem.pipeline.AnalyzeOptions; imported lazily: no jax here)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ def prepare_environment(max_devices: int) -> None:
 
 def run_one(job: Job) -> Outcome:
     """One job, in this process (what a worker does)."""
-    from jaxmem.analyze import analyze_model
+    from jaxmem.pipeline import analyze_model
 
     t0 = time.perf_counter()
     try:

@@ -433,7 +433,7 @@ def check_calibration(gpus: list[dict]) -> Check:
 
 def check_deviceless() -> Check:
     """One tiny deviceless compile per catalogue GPU (the compile cache off: it must really compile)."""
-    from jaxmem.analyze import AnalyzeOptions, analyze_workload
+    from jaxmem.pipeline import AnalyzeOptions, analyze_workload
     from jaxmem.compiler import targets
     from jaxmem.errors import UserError
     from jaxmem.truth.measure import calibration_workload

@@ -188,7 +188,7 @@ def case_for(path: str, opts, backend: str) -> measure.Case:
 
 def predict(path: str, opts):
     """analyze's Report for the local backend (what verify compares)."""
-    from jaxmem.analyze import analyze_file
+    from jaxmem.pipeline import analyze_file
 
     backend = local_backend(opts.gpu)
     gpu = opts.gpu if opts.gpu else ("local" if backend == "gpu" else "cpu")

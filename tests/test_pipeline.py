@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from jaxmem.analyze import AnalyzeOptions, analyze_file
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.errors import UserError
 from jaxmem.report import BREAKDOWN_KEYS
 
