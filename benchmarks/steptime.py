@@ -50,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from jaxmem.pipeline import AnalyzeOptions, analyze_file, command_line
-    from jaxmem.present.render import fmt_bytes, fmt_seconds
+    from jaxmem.units import fmt_bytes, fmt_seconds
 
     rows = []
     for name, published, source, kw in ANCHORS[:1] if args.quick else ANCHORS:

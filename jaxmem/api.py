@@ -284,6 +284,7 @@ def _session(cpu_devices: int):
     scratch directory, removed after -- without ending the process on a signal mid-compile."""
     from jaxmem import env, scratch
     from jaxmem.compiler import targets
+    from jaxmem.present import notebook  # noqa: F401  (registers how results render in Jupyter)
 
     env.check()
     targets.ensure_host_devices(max(cpu_devices, HOST_DEVICES))

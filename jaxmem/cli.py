@@ -562,7 +562,7 @@ def gpus(as_json):
     Example:
       jaxmem gpus
     """
-    from jaxmem.present.render import fmt_bytes
+    from jaxmem.units import fmt_bytes
     from jaxmem.compiler.targets import CATALOGUE, DEFAULT_GPU
 
     import dataclasses
@@ -637,7 +637,7 @@ def verify(as_json, timeout, html_path, **kw):
             click.echo(json.dumps(result.to_json(), indent=2))
             side_outputs()
             return
-        from jaxmem.present.render import fmt_bytes
+        from jaxmem.units import fmt_bytes
 
         m = result.method
         click.echo(f"{result.report.model} on {m['devices']} x {m['device']} ({m['backend']}), "
@@ -701,7 +701,7 @@ def calibrate(gpu, repeats, dry_run, as_json):
         if as_json:
             click.echo(json.dumps(cal.to_json(), indent=2))
             return
-        from jaxmem.present.render import fmt_bytes
+        from jaxmem.units import fmt_bytes
 
         for r in cal.runs:
             click.echo(f"{r['devices']} device(s), width {r['width']}, batch {r['batch']}: measured "

@@ -135,11 +135,11 @@ class Report:
         d["schema"] = "jaxmem.report/1"
         return d
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """Jupyter's rendering: the verdict, the breakdown and the memory curve (jaxmem.present.notebook)."""
-        from jaxmem.present import notebook  # lazily: the contract imports no renderer
+        from jaxmem import display
 
-        return notebook.report_html(self)
+        return display.html("report", self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Report":

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from jaxmem import cli
 from jaxmem.present import html
 from jaxmem.pipeline import AnalyzeOptions, analyze_file
-from jaxmem.present.render import fmt_bytes
+from jaxmem.units import fmt_bytes
 from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, ReportWarning
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"

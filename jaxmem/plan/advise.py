@@ -141,10 +141,10 @@ class Advice:
         base, mine = self.original.step_s, c.step_s
         return None if not base or mine is None else mine / base
 
-    def _repr_html_(self) -> str:
-        from jaxmem.present import notebook  # lazily: Jupyter's table of the plans
+    def _repr_html_(self) -> str | None:
+        from jaxmem import display
 
-        return notebook.advice_html(self)
+        return display.html("advice", self)
 
     def to_json(self) -> dict[str, Any]:
         def row(c: Candidate) -> dict[str, Any]:

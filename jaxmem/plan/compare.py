@@ -68,10 +68,10 @@ class Rows(list):
     def to_json(self) -> list[dict]:
         return to_json(self)
 
-    def _repr_html_(self) -> str:
-        from jaxmem.present import notebook  # lazily: renderers are not the rows' concern
+    def _repr_html_(self) -> str | None:
+        from jaxmem import display
 
-        return notebook.rows_html(self)
+        return display.html("rows", self)
 
 
 def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
@@ -313,7 +313,7 @@ def probe_count(s: search_mod.SearchResult) -> str:
 
 def row_line(c: Cell) -> str:
     """One line for a row the moment it finishes (the sorted table follows at the end)."""
-    from jaxmem.present.render import fmt_bytes
+    from jaxmem.units import fmt_bytes
 
     name = label(c.choice)
     if c.report is None:

@@ -20,7 +20,8 @@ import math
 from pathlib import Path
 from typing import Iterable
 
-from jaxmem.present.render import fmt_bytes, hints
+from jaxmem.present.render import hints
+from jaxmem.units import fmt_bytes
 from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, Report
 
 # Tables are bounded so the file stays small whatever the model.

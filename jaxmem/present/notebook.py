@@ -16,7 +16,8 @@ import re
 
 from jaxmem.present import html
 from jaxmem.present.html import e
-from jaxmem.present.render import fmt_bytes, fmt_seconds
+from jaxmem import display
+from jaxmem.units import fmt_bytes, fmt_seconds
 
 CURVE_SIZE = (860, 250)   # the curve's viewBox in a cell: lower than the page's 1000 x 340
 # After the page's rules, so these win: the page's `main` (here the output's element) fits a cell.
@@ -134,3 +135,8 @@ def advice_html(a) -> str:
             f'<p class="note">{a.compiles} compile(s), {a.cached} from the cache; advice.to_json(): what '
             '<code>jaxmem advise --json</code> prints.</p></section>')
     return _wrap(uid, body)
+
+
+display.register("report", report_html)
+display.register("rows", rows_html)
+display.register("advice", advice_html)

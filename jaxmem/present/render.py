@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmem.report import BREAKDOWN_HELP, Report
+from jaxmem.units import fmt_bytes, fmt_seconds, si
 
 MODULE_ROWS = 15          # rows of the per-module table on a terminal; --json and --html keep every module
 PIPE_WIDTH = 1000         # stdout is a file or a pipe: no screen to fit, so no column is cut
@@ -52,17 +53,6 @@ def module_rows(modules, limit: int | None = MODULE_ROWS) -> tuple[list[tuple[st
     return rows[:limit], (len(rest), sum(r[1] for r in rest))
 
 
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{sign}{n / scale:.2f} {unit}"
-    return f"{sign}{n} B"
-
-
 def hints(r: Report) -> list[str]:
     """What to change so it fits, ordered by the biggest part of the peak."""
     b = r.breakdown
@@ -93,26 +83,9 @@ def runtime_lines(r) -> list[str]:
     return lines
 
 
-def fmt_seconds(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 1:
-        return f"{x:.2f} s"
-    if x >= 1e-3:
-        return f"{x * 1e3:.1f} ms"
-    return f"{x * 1e6:.1f} us"
-
-
 def _step_estimate(r: Report) -> str:
     st = r.step_time or {}
     return fmt_seconds(st["estimate_s"]) if st.get("available") else "-"
-
-
-def _si(x: float, unit: str) -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= scale:
-            return f"{x / scale:,.1f} {prefix}{unit}"
-    return f"{x:,.0f} {unit}"
 
 
 def step_time_lines(st: dict) -> list[str]:
@@ -126,10 +99,10 @@ def step_time_lines(st: dict) -> list[str]:
     return [f"step time (estimate): {fmt_seconds(st['estimate_s'])} = max(compute {fmt_seconds(st['compute_s'])}, "
             f"memory {fmt_seconds(st['memory_s'])}) + communication {fmt_seconds(st['communication_s'])}"
             + (f" [{comm}]" if comm else "")
-            + (f" + host transfers {fmt_seconds(st['host_transfer_s'])} ({_si(st['host_transfer_bytes'], 'B')} "
+            + (f" + host transfers {fmt_seconds(st['host_transfer_s'])} ({si(st['host_transfer_bytes'], 'B')} "
                "over PCIe)" if st.get("host_transfer_s") else "")
             + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped",
-            f"  {_si(st['flops'], 'FLOP')} and {_si(st['bytes_accessed'], 'B')} accessed per device per step "
+            f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} accessed per device per step "
             f"(XLA's cost analysis, loops x trip count) at peak {st['peak_flops'] / 1e12:,.0f} TFLOP/s "
             f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
 

@@ -18,7 +18,7 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 def _fmt(n) -> str:
-    from jaxmem.present.render import fmt_bytes
+    from jaxmem.units import fmt_bytes
 
     return fmt_bytes(n)
 

@@ -160,7 +160,7 @@ def mem_available() -> int | None:
 
 def check_capacity(report, backend: str) -> None:
     """Refuse (UserError) when the local backend cannot hold the case; say how much it needs."""
-    from jaxmem.present.render import fmt_bytes
+    from jaxmem.units import fmt_bytes
 
     per_device = report.per_device_peak_bytes
     n = report.target.devices
