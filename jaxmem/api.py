@@ -198,8 +198,7 @@ def _value(key: str, name: str, value: Any, default: Any) -> Any:
         if not isinstance(value, bool):
             raise UserError(f"{key}={value!r}: expected True or False")
         return value
-    flag = {v: k for k, v in ALIASES.items()}.get(name, name)   # module_depth is the CLI's --depth
-    return _cli_value("analyze", (flag, name), key, value)
+    return _cli_value("analyze", name, key, value)
 
 
 def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import json
@@ -10,23 +11,21 @@ import sys
 import click
 
 from jaxmem.errors import UserError
-from jaxmem.program.workload import REMAT_POLICIES
+from jaxmem.program.options import LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
 
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
 # write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
 _OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
 
 
-def _parse_arg(text: str):
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise click.BadParameter(f"{text!r}: expected KEY=VALUE")
-    for conv in (int, float):
-        try:
-            return key, conv(value)
-        except ValueError:
-            pass
-    return key, {"true": True, "false": False, "none": None}.get(value.lower(), value)
+def _pairs(ctx, param, values):
+    """--arg KEY=VALUE, parsed when the command line is (a malformed one is a usage error)."""
+    from jaxmem.program.options import parse_pair
+
+    try:
+        return tuple(parse_pair(v) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
 
 
 class _WholeNumber(click.ParamType):
@@ -92,7 +91,6 @@ def _grid(kind: str):
     def check(ctx, param, value):
         if value is None:
             return value
-        name = param.opts[0]
         sep = ";" if kind == "mesh" else ","
         items = [v.strip() for v in value.split(sep)]
         if not any(items) or (kind != "mesh" and not all(items)):
@@ -112,22 +110,16 @@ def _check_grid_value(kind: str, v: str) -> None:
         if not v.isdigit() or int(v) < 1:
             raise ValueError("a global batch is a whole number of at least 1")
     elif kind == "layout":
-        from jaxmem.program.layouts import LAYOUTS
-
         if v not in LAYOUTS:
             raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
     elif kind == "remat" and v not in REMAT_POLICIES:
         raise ValueError(f"unknown remat policy; known: {', '.join(REMAT_POLICIES)}")
     elif kind == "precision":
-        from jaxmem.program.state import PRECISIONS
-
         if v not in PRECISIONS:
             raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
     elif kind == "optimizer":
-        from jaxmem.program.state import OPTIMIZERS
-
-        if v not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZERS)}")
+        if v not in OPTIMIZER_NAMES:
+            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
     elif kind == "mesh":
         from jaxmem.program.layouts import parse_mesh
 
@@ -138,40 +130,32 @@ def _check_grid_value(kind: str, v: str) -> None:
         resolve_gpu_name(v)
 
 
+def field_option(name: str):
+    """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
+    from jaxmem.program.options import AnalyzeOptions, flagged
+
+    field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
+    common = {"help": flag.help or None, "metavar": flag.metavar}
+    if flag.kind == "switch":
+        return click.option(flag.name, name, is_flag=True, help=flag.help)
+    if flag.kind == "pairs":
+        return click.option(flag.name, name, multiple=True, callback=_pairs, **common)
+    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: _WholeNumber(flag.minimum, flag.what),
+            "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": _Fraction,
+            "text": lambda: None}[flag.kind]()
+    return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default, **common)
+
+
 def step_options(f=None, *, model_file_required: bool = True):
-    """Options shared by every command that builds a training step."""
+    """Options shared by every command that builds a training step: the shared flags of the
+    options fields (jaxmem/program/options.py), in their order, and --json."""
     if f is None:  # @step_options(model_file_required=False)
         return lambda g: step_options(g, model_file_required=model_file_required)
-    decorators = [
-        click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
-        click.option("--gpu", default=None, help="Target GPU: a catalogue name (jaxmem gpus), 'local' or 'cpu'. "
-                     "Default: the attached GPU, else h100."),
-        click.option("--mesh", default="data=1", show_default=True, help="Device mesh, AXIS=N[,AXIS=N]. "
-                     "An axis named model/tensor/tp is the tensor-parallel axis; the others are data axes."),
-        click.option("--hosts", type=click.IntRange(min=1), default=None, help="Hosts the devices are spread over (default: 8 GPUs per host)."),
-        click.option("--layout", type=click.Choice(["dp", "fsdp", "tp", "fsdp_tp"]), default="fsdp", show_default=True),
-        click.option("--batch", type=_WholeNumber(1, "the global batch"), default=None, help="Global batch size (overrides the model's)."),
-        click.option("--optimizer", default=None, help="sgd, momentum, adam, adamw, adafactor, lion (default: the workload's, else adamw)."),
-        click.option("--precision", type=click.Choice(["fp32", "bf16", "bf16-pure"]), default="fp32", show_default=True,
-                     help="bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16."),
-        click.option("--remat", type=click.Choice(REMAT_POLICIES), default="none", show_default=True),
-        click.option("--accum", type=click.IntRange(min=1), default=1, show_default=True, help="Gradient-accumulation microbatches."),
-        click.option("--no-donate", "no_donate", is_flag=True, help="Do not donate the train state (shows the cost)."),
-        click.option("--freeze", default=None, metavar="REGEX", help="Freeze the parameters whose path matches "
-                     "(as the report prints it, e.g. 'embed|layers/.*attn'): no gradients, no optimizer state."),
-        click.option("--lora", "lora_rank", type=click.IntRange(min=0), default=0, metavar="RANK",
-                     help="LoRA adapters of this rank (qwix) on the dense/einsum/conv weights; the base is frozen."),
-        click.option("--lora-targets", default=None, metavar="REGEX", help="With --lora: the module paths that take "
-                     "adapters, e.g. 'attn|mlp' (default: every dense/einsum/conv layer)."),
-        click.option("--lora-alpha", type=float, default=None, help="With --lora: the scale alpha (default: the rank)."),
-        click.option("--base-dtype", type=click.Choice(["bf16", "int8", "int4", "nf4"]), default=None,
-                     help="With --lora: the frozen base's storage; int8/int4/nf4 quantized by qwix (QLoRA)."),
-        click.option("--offload", default=None, metavar="optimizer",
-                     help="Keep the optimizer state in pinned host memory between steps (JAX memory kinds)."),
-        click.option("--arg", "model_args", multiple=True, metavar="KEY=VALUE",
-                     help="Keyword argument for the model file's workload(), e.g. --arg preset=8b. Repeatable."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables."),
-    ]
+    from jaxmem.program.options import flagged
+
+    decorators = [click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
+                  *(field_option(field.name) for field, flag in flagged() if flag.shared),
+                  click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
@@ -287,14 +271,9 @@ def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) ->
 
 
 def _options(kw: dict, **extra):
-    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.program.options import from_flags
 
-    return AnalyzeOptions(gpu=kw["gpu"], mesh=kw["mesh"], layout=kw["layout"], hosts=kw["hosts"],
-                          precision=kw["precision"], optimizer=kw["optimizer"], batch=kw["batch"], accum=kw["accum"],
-                          remat=kw["remat"], donate=not kw["no_donate"],
-                          model_args=tuple(_parse_arg(a) for a in kw["model_args"]),
-                          freeze=kw["freeze"], lora_rank=kw["lora_rank"], lora_targets=kw["lora_targets"],
-                          lora_alpha=kw["lora_alpha"], base_dtype=kw["base_dtype"], offload=kw["offload"], **extra)
+    return from_flags(kw, **extra)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -310,17 +289,16 @@ def main():
 
 @main.command()
 @step_options
-@click.option("--mem-fraction", type=_Fraction(), default=None,
-              help="Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).")
-@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, help="Largest buffers live at the peak to list.")
-@click.option("--depth", type=click.IntRange(min=1), default=3, show_default=True, help="Module-path depth of the per-module roll-up.")
-@click.option("--no-explain", is_flag=True, help="Skip decoding XLA's buffer assignment (faster; no top buffers).")
-@click.option("--no-cache", is_flag=True, help="Compile again instead of answering from the compile cache.")
+@field_option("mem_fraction")
+@field_option("top")
+@field_option("module_depth")
+@field_option("explain")
+@field_option("cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
-def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timings, html_path, png_path, **kw):
+def analyze(as_json, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
     Exit code: 0 when it fits, 3 when it does not, 2 on a user error.
@@ -338,8 +316,9 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
         _prepare(kw["mesh"], kw["gpu"])
         from jaxmem.pipeline import analyze_file
 
-        opts = _options(kw, mem_fraction=mem_fraction, top=top, module_depth=depth,
-                        explain=not no_explain or bool(html_path or png_path), cache=not no_cache)
+        opts = _options(kw)
+        if html_path or png_path:   # the page and the curve are drawn from the buffer assignment
+            opts = dataclasses.replace(opts, explain=True)
         report = analyze_file(kw["model_file"], opts)
         if as_json:
             click.echo(json.dumps(report.to_json(timings=with_timings), indent=2))
@@ -370,7 +349,7 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
 @click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
 @click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
-@click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
+@field_option("mem_fraction")
 @click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
               "the data-parallel devices x --accum).")
 @click.option("--find-seq", "find_seq", metavar="ARG", default=None, help="Find, per row, the largest value of the "
@@ -387,14 +366,13 @@ def analyze(as_json, mem_fraction, top, depth, no_explain, no_cache, with_timing
               help="local: worker processes on this machine; ray: tasks on a Ray cluster.")
 @click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
               "Ray is started for the sweep).")
-@click.option("--no-cache", is_flag=True, help="Compile every row again instead of answering from the compile cache.")
+@field_option("cache")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows to FILE.json (re-render it with --from) or FILE.csv.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
               help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            mem_fraction, find_batch,
-            find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, no_cache, out_path, from_path, **kw):
+            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -448,7 +426,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                 if not as_json:
                     click.echo(compare_mod.row_line(c))
 
-            cells = compare_mod.compare(kw["model_file"], _options(kw, mem_fraction=mem_fraction, cache=not no_cache),
+            cells = compare_mod.compare(kw["model_file"], _options(kw),
                                         spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
                                         on_row=on_row)
         if out_path:
@@ -504,13 +482,13 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 
 @main.command()
 @step_options
-@click.option("--mem-fraction", type=_Fraction(), default=None, help="As for analyze.")
+@field_option("mem_fraction")
 @click.option("--all", "always", is_flag=True, help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
 @click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora", show_default=True,
               help="The kinds of change to try, comma-separated.")
-def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
+def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
 
     Compiles the changes users make -- more state sharding (dp -> fsdp -> fsdp_tp), bf16
@@ -538,7 +516,7 @@ def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
         sweep.prepare_environment(2 * layouts_mod.parse_mesh(kw["mesh"]).size)
         from jaxmem.plan.advise import advise as run_advise
 
-        result = run_advise(kw["model_file"], _options(kw, mem_fraction=mem_fraction, explain=False),
+        result = run_advise(kw["model_file"], _options(kw, explain=False),
                             always=always, n_jobs=n_jobs, progress=not as_json,
                             changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
         if as_json:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 
@@ -12,7 +11,8 @@ from jaxmem.compiler import runtime, targets
 from jaxmem import report
 from jaxmem.errors import UserError
 from jaxmem.program import sizes
-from jaxmem.program.workload import StepChoice, Workload, load_workload, running_user_code, workload_of
+from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
+from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
 
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
@@ -22,19 +22,6 @@ CPU_FUSIONS_OFF = (
     "(benchmarks/results/accuracy-cpu.md). To run the predicted program in your own training, turn them off: "
     "jax.jit(step, ..., compiler_options={'xla_cpu_experimental_ynn_fusion_type': ''}) or, for the whole process, "
     "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class AnalyzeOptions(StepChoice):
-    """The step (StepChoice) and where and how it is analyzed."""
-
-    gpu: str | None = None
-    hosts: int | None = None
-    mem_fraction: float | None = None
-    explain: bool = True             # decode the buffer assignment (top buffers, modules, curve)
-    top: int = 10
-    module_depth: int = 3
-    cache: bool = True               # answer from the on-disk compile cache when it holds this compile
 
 
 def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
@@ -284,71 +271,3 @@ def _global_batch(built: step.BuiltStep) -> int | None:
         if leaf.category == "batch" and leaf.shape:
             return leaf.shape[0]
     return None
-
-
-def command_line(path: str, options: AnalyzeOptions, command: str = "analyze") -> str:
-    """The exact `jaxmem analyze` command (shell-quoted) that reproduces `options` on `path`.
-
-    `command="advise"` gives the `jaxmem advise` command for the same step (the display
-    options of analyze left out). Every AnalyzeOptions field has its flag here: whoever adds
-    an option adds its rendering (tests/test_advise.py round-trips it through the CLI's parser).
-    """
-    import shlex
-
-    defaults = AnalyzeOptions()
-    parts = ["jaxmem", command, str(path)]
-
-    def add(flag: str, value) -> None:
-        parts.extend([flag, str(value)])
-
-    if options.gpu is not None:
-        add("--gpu", options.gpu)
-    add("--mesh", options.mesh)
-    if options.hosts is not None:
-        add("--hosts", options.hosts)
-    add("--layout", options.layout)
-    if options.batch is not None:
-        add("--batch", options.batch)
-    if options.optimizer is not None:
-        add("--optimizer", options.optimizer)
-    add("--precision", options.precision)
-    add("--remat", options.remat)
-    if options.accum != defaults.accum:
-        add("--accum", options.accum)
-    if not options.donate:
-        parts.append("--no-donate")
-    for key, value in options.model_args:
-        add("--arg", f"{key}={_arg_text(value)}")
-    if options.freeze is not None:
-        add("--freeze", options.freeze)
-    if options.lora_rank:
-        add("--lora", options.lora_rank)
-    if options.lora_targets is not None:
-        add("--lora-targets", options.lora_targets)
-    if options.lora_alpha is not None:
-        add("--lora-alpha", repr(float(options.lora_alpha)))
-    if options.base_dtype is not None:
-        add("--base-dtype", options.base_dtype)
-    if options.offload is not None:
-        add("--offload", options.offload)
-    if options.mem_fraction is not None:
-        add("--mem-fraction", repr(float(options.mem_fraction)))
-    if command == "analyze":
-        if not options.explain:
-            parts.append("--no-explain")
-        if options.top != defaults.top:
-            add("--top", options.top)
-        if options.module_depth != defaults.module_depth:
-            add("--depth", options.module_depth)
-    return " ".join(shlex.quote(p) for p in parts)
-
-
-def _arg_text(value) -> str:
-    """A --arg value as the CLI parses it back (true/false/none, numbers, text)."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)

@@ -93,34 +93,7 @@ def test_analyze_that_does_not_fit_points_to_advise_with_the_same_options(cache)
 def _options_from(argv: list[str]) -> AnalyzeOptions:
     """The AnalyzeOptions the CLI builds from an `analyze` command line."""
     cmd = main.commands["analyze"]
-    ctx = cmd.make_context("analyze", list(argv[1:]))
-    kw = dict(ctx.params)
-    extra = dict(mem_fraction=kw.pop("mem_fraction"), top=kw.pop("top"), module_depth=kw.pop("depth"),
-                 explain=not kw.pop("no_explain"))
-    return _options(kw, **extra)
-
-
-def test_command_line_round_trips_through_the_cli_parser():
-    opts = AnalyzeOptions(
-        model_args=(("preset", "8b"), ("seq_len", 4096), ("flag", True), ("name", "a b"), ("none", None),
-                    ("x", 0.5)),
-        mesh="data=4,model=2", layout="fsdp_tp", precision="bf16", optimizer="adafactor", batch=64, accum=4,
-        remat="dots_saveable", donate=False, freeze="embed.*", lora_rank=16, lora_targets="attn", lora_alpha=32.0,
-        base_dtype="nf4", offload="optimizer", gpu="rtx-a6000", hosts=2, mem_fraction=0.9, explain=False, top=5,
-        module_depth=2)
-    text = command_line("models/llama.py", opts)
-    args = shlex.split(text)
-    assert args[:3] == ["jaxmem", "analyze", "models/llama.py"]
-    assert _options_from(args[1:]) == opts
-
-
-def test_every_option_has_its_flag_in_command_line():
-    """A new AnalyzeOptions field must be rendered by command_line (or advise's commands would drop it)."""
-    rendered = {"model_args", "mesh", "layout", "precision", "optimizer", "batch", "accum", "remat", "donate",
-                "freeze", "lora_rank", "lora_targets", "lora_alpha", "base_dtype", "offload", "gpu", "hosts",
-                "mem_fraction", "explain", "top", "module_depth"}
-    not_flags = {"cache"}  # no command-line flag: the on-disk cache is always on for the CLI
-    assert {f.name for f in dataclasses.fields(AnalyzeOptions)} == rendered | not_flags
+    return _options(dict(cmd.make_context("analyze", list(argv[1:])).params))
 
 
 def test_axes_of_change_keep_the_global_batch():

@@ -36,7 +36,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 _POLL_S = 0.02
 _HEADER = struct.Struct(">Q")

@@ -17,7 +17,6 @@ base's storage dtype, and optimizer state in pinned host memory.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -25,34 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxmem.errors import UserError
+from jaxmem.program.options import BASE_DTYPES, OFFLOADS, FineTune  # noqa: F401  (FineTune: public here too)
+from jaxmem.program.tree import is_float, path_str
 
-BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
 QUANTIZED_OPS = ("dot_general", "einsum")   # the ops whose weights --base-dtype quantizes (not convs)
-OFFLOADS = ("optimizer",)
 # qwix stores a quantized weight W as W/array/qvalue (the values) and W/array/scale
 QUANT_SCALE = re.compile(r"/array/scale$")
 # qwix names the adapters of weight W `W_lora_a` and `W_lora_b` (NNX paths end in the Variable's /value).
 ADAPTER = re.compile(r"_lora_[ab](/value)?$")
-
-
-@dataclasses.dataclass(frozen=True)
-class FineTune:
-    """The fine-tuning choices of one step (all off by default)."""
-
-    freeze: str | None = None
-    lora_rank: int = 0
-    lora_targets: str | None = None
-    lora_alpha: float | None = None
-    base_dtype: str | None = None
-    offload: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return bool(self.freeze or self.lora_rank or self.base_dtype or self.offload)
-
-    @property
-    def offload_optimizer(self) -> bool:
-        return self.offload == "optimizer"
 
 
 def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", donate: bool = True) -> None:
@@ -274,7 +253,6 @@ def split(params, ft: FineTune):
     Under LoRA only the adapters train; --freeze then freezes adapters too. Integer
     leaves (quantized weights) are never trainable.
     """
-    from jaxmem.program.state import is_float, path_str
 
     freeze = re.compile(ft.freeze) if ft.freeze else None
 
@@ -308,7 +286,6 @@ def store_base(frozen, ft: FineTune, precision: str):
     Under --precision fp32 those stay fp32: a bf16 leaf would mix dtypes in an fp32 model."""
     if ft.base_dtype is None or precision == "fp32":
         return frozen
-    from jaxmem.program.state import is_float
 
     def one(path, x):
         if x is None or not is_float(x.dtype) or _is_qwix_scale(path):
@@ -320,13 +297,11 @@ def store_base(frozen, ft: FineTune, precision: str):
 
 def _is_qwix_scale(path) -> bool:
     # qwix stores a quantized weight as WithAux(array=QArray(qvalue, scale, ...)): its scales keep their dtype
-    from jaxmem.program.state import path_str
 
     return bool(QUANT_SCALE.search(path_str(path)))
 
 
 def _example_path(params) -> str:
-    from jaxmem.program.state import path_str
 
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     return path_str(flat[0][0]) if flat else ""

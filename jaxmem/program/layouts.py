@@ -28,8 +28,8 @@ import re
 from typing import Any, Sequence
 
 from jaxmem.errors import UserError
+from jaxmem.program.options import LAYOUTS  # noqa: F401  (public here too)
 
-LAYOUTS = ("dp", "fsdp", "tp", "fsdp_tp")
 MODEL_AXIS_NAMES = ("model", "tensor", "tp")
 
 # Logical name -> role. Megatron: column-parallel on the expanded dim (mlp, heads),

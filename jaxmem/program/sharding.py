@@ -18,7 +18,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.program import layouts
-from jaxmem.program.state import AbstractState, path_str
+from jaxmem.program.state import AbstractState
+from jaxmem.program.tree import path_str
 
 
 @dataclasses.dataclass(frozen=True)

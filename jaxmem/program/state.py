@@ -20,10 +20,10 @@ import optax
 
 from jaxmem.errors import UserError, describe
 from jaxmem.program import finetune
-from jaxmem.program.finetune import FineTune
+from jaxmem.program.options import OPTIMIZER_NAMES, PRECISIONS, FineTune, StepOptions  # noqa: F401  (public here too)
+from jaxmem.program.tree import is_float, path_str  # noqa: F401
 from jaxmem.program.workload import Workload
 
-PRECISIONS = ("fp32", "bf16", "bf16-pure")
 OPTIMIZERS: dict[str, Callable[[], Any]] = {
     "sgd": lambda: optax.sgd(1e-2),
     "momentum": lambda: optax.sgd(1e-2, momentum=0.9),
@@ -32,17 +32,6 @@ OPTIMIZERS: dict[str, Callable[[], Any]] = {
     "adafactor": lambda: optax.adafactor(1e-3),
     "lion": lambda: optax.lion(1e-4),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class StepOptions:
-    layout: str = "fsdp"
-    precision: str = "fp32"
-    optimizer: str | None = None    # None: the workload's, else AdamW
-    batch_size: int | None = None   # global; overrides the leading dim of every batch leaf
-    accum: int = 1
-    donate: bool = True
-    finetune: FineTune = FineTune()
 
 
 @dataclasses.dataclass
@@ -96,14 +85,6 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
     micro_size = leaves[0].shape[0] // opts.accum if leaves and leaves[0].shape else None
     return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size,
                          "pinned_host" if ft.offload_optimizer else "device")
-
-
-def path_str(path) -> str:
-    return jax.tree_util.keystr(path, simple=True, separator="/")
-
-
-def is_float(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating)
 
 
 def override_batch(batch, batch_size: int | None):

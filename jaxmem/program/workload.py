@@ -26,18 +26,7 @@ from typing import Any, Callable
 
 from jaxmem.errors import UserError, describe
 
-# Names accepted by --remat. "none" and "full" are jaxmem's; the rest are
-# jax.checkpoint_policies of the same name.
-REMAT_POLICIES = (
-    "none",
-    "full",
-    "dots_saveable",
-    "dots_with_no_batch_dims_saveable",
-    "checkpoint_dots",
-    "checkpoint_dots_with_no_batch_dims",
-    "everything_saveable",
-    "nothing_saveable",
-)
+from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
 
 
 def remat_policy(name: str):
@@ -52,40 +41,6 @@ def remat_policy(name: str):
     if name == "full":
         return jax.checkpoint_policies.nothing_saveable
     return getattr(jax.checkpoint_policies, name)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepChoice:
-    """What defines the training step besides the model file: the same for `analyze`, which
-    predicts it, and `verify`, which measures it (one definition, so they cannot drift)."""
-
-    model_args: tuple[tuple[str, Any], ...] = ()   # keyword arguments for workload()
-    mesh: str = "data=1"
-    layout: str = "fsdp"
-    precision: str = "fp32"
-    optimizer: str | None = None
-    batch: int | None = None
-    accum: int = 1
-    remat: str = "none"
-    donate: bool = True
-    # fine-tuning (jaxmem/program/finetune.py): frozen parameters, LoRA / QLoRA adapters, host offload
-    freeze: str | None = None          # regex on parameter paths: matching parameters are frozen
-    lora_rank: int = 0                 # 0: no LoRA
-    lora_targets: str | None = None    # regex on module paths; None: every dense/einsum/conv weight
-    lora_alpha: float | None = None    # None: the rank (scale 1)
-    base_dtype: str | None = None      # the frozen base's storage: bf16 | int8 | int4 | nf4
-    offload: str | None = None         # "optimizer": optimizer state in pinned host memory
-
-    def finetune(self):
-        from jaxmem.program.finetune import FineTune
-
-        return FineTune(self.freeze, self.lora_rank, self.lora_targets, self.lora_alpha, self.base_dtype, self.offload)
-
-    def step_options(self):
-        from jaxmem.program.step import StepOptions
-
-        return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
-                           self.finetune())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,6 @@ the Report.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from typing import Sequence
 

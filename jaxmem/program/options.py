@@ -1,0 +1,234 @@
+"""The options of an analysis, defined once.
+
+Every field of :class:`StepChoice` (what defines the training step) and :class:`AnalyzeOptions`
+(where and how it is analyzed) carries its command-line flag as metadata (:class:`Flag`). From
+these alone jaxmem.cli makes the click options, :func:`command_line` writes options back as the
+command that reproduces them, the Python API takes its keywords, and advise keys what it has
+compiled: an option added here reaches all of them. The names each choice accepts are the
+constants below, which the modules that implement them use too.
+
+A leaf of the package: it imports nothing of jaxmem and no jax, so the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+LAYOUTS = ("dp", "fsdp", "tp", "fsdp_tp")
+PRECISIONS = ("fp32", "bf16", "bf16-pure")
+OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adafactor", "lion")
+# "none" and "full" are jaxmem's; the rest are jax.checkpoint_policies of the same name
+REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable", "checkpoint_dots",
+                  "checkpoint_dots_with_no_batch_dims", "everything_saveable", "nothing_saveable")
+BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
+OFFLOADS = ("optimizer",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How one option is written on the command line.
+
+    kind: text | choice | whole (an integer >= minimum, any size) | count (a small integer >=
+    minimum) | float | fraction (in (0, 1]) | switch (a flag; `invert`: the flag sets the field
+    False) | pairs (repeatable KEY=VALUE). shared: every step command has it (else a command
+    declares it: `commands` lists which). always: command_line writes it even at its default.
+    """
+
+    name: str
+    help: str = ""
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    minimum: int | None = None
+    what: str = ""                 # for kind=whole: what the number is, in its error messages
+    invert: bool = False
+    shared: bool = True
+    commands: tuple[str, ...] = ()
+    always: bool = False
+    show_default: bool = False
+
+
+def _opt(default: Any, flag: Flag) -> Any:
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepChoice:
+    """What defines the training step besides the model file: the same for `analyze`, which
+    predicts it, and `verify`, which measures it (one definition, so they cannot drift)."""
+
+    mesh: str = _opt("data=1", Flag(
+        "--mesh", "Device mesh, AXIS=N[,AXIS=N]. An axis named model/tensor/tp is the tensor-parallel axis; "
+        "the others are data axes.", always=True, show_default=True))
+    layout: str = _opt("fsdp", Flag("--layout", kind="choice", choices=LAYOUTS, always=True, show_default=True))
+    batch: int | None = _opt(None, Flag(
+        "--batch", "Global batch size (overrides the model's).", kind="whole", minimum=1, what="the global batch"))
+    optimizer: str | None = _opt(None, Flag(
+        "--optimizer", f"{', '.join(OPTIMIZER_NAMES)} (default: the workload's, else adamw)."))
+    precision: str = _opt("fp32", Flag(
+        "--precision", "bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16.",
+        kind="choice", choices=PRECISIONS, always=True, show_default=True))
+    remat: str = _opt("none", Flag("--remat", kind="choice", choices=REMAT_POLICIES, always=True, show_default=True))
+    accum: int = _opt(1, Flag("--accum", "Gradient-accumulation microbatches.", kind="count", minimum=1,
+                              show_default=True))
+    donate: bool = _opt(True, Flag("--no-donate", "Do not donate the train state (shows the cost).",
+                                   kind="switch", invert=True))
+    model_args: tuple[tuple[str, Any], ...] = _opt((), Flag(
+        "--arg", "Keyword argument for the model file's workload(), e.g. --arg preset=8b. Repeatable.",
+        kind="pairs", metavar="KEY=VALUE"))
+    # fine-tuning (jaxmem/program/finetune.py): frozen parameters, LoRA / QLoRA adapters, host offload
+    freeze: str | None = _opt(None, Flag(
+        "--freeze", "Freeze the parameters whose path matches (as the report prints it, e.g. "
+        "'embed|layers/.*attn'): no gradients, no optimizer state.", metavar="REGEX"))
+    lora_rank: int = _opt(0, Flag(
+        "--lora", "LoRA adapters of this rank (qwix) on the dense/einsum/conv weights; the base is frozen.",
+        kind="count", minimum=0, metavar="RANK"))
+    lora_targets: str | None = _opt(None, Flag(
+        "--lora-targets", "With --lora: the module paths that take adapters, e.g. 'attn|mlp' (default: every "
+        "dense/einsum/conv layer).", metavar="REGEX"))
+    lora_alpha: float | None = _opt(None, Flag("--lora-alpha", "With --lora: the scale alpha (default: the rank).",
+                                               kind="float"))
+    base_dtype: str | None = _opt(None, Flag(
+        "--base-dtype", "With --lora: the frozen base's storage; int8/int4/nf4 quantized by qwix (QLoRA).",
+        kind="choice", choices=BASE_DTYPES))
+    offload: str | None = _opt(None, Flag(
+        "--offload", "Keep the optimizer state in pinned host memory between steps (JAX memory kinds).",
+        kind="choice", choices=OFFLOADS))
+
+    def finetune(self) -> FineTune:
+        return FineTune(self.freeze, self.lora_rank, self.lora_targets, self.lora_alpha, self.base_dtype, self.offload)
+
+    def step_options(self) -> StepOptions:
+        return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
+                           self.finetune())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AnalyzeOptions(StepChoice):
+    """The step (StepChoice) and where and how it is analyzed."""
+
+    gpu: str | None = _opt(None, Flag(
+        "--gpu", "Target GPU: a catalogue name (jaxmem gpus), 'local' or 'cpu'. Default: the attached GPU, else h100."))
+    hosts: int | None = _opt(None, Flag("--hosts", "Hosts the devices are spread over (default: 8 GPUs per host).",
+                                        kind="count", minimum=1))
+    mem_fraction: float | None = _opt(None, Flag(
+        "--mem-fraction", "Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).",
+        kind="fraction", shared=False, commands=("analyze", "compare", "advise")))
+    # what the report holds (analyze's display options)
+    explain: bool = _opt(True, Flag("--no-explain", "Skip decoding XLA's buffer assignment (faster; no top buffers).",
+                                    kind="switch", invert=True, shared=False, commands=("analyze",)))
+    top: int = _opt(10, Flag("--top", "Largest buffers live at the peak to list.", kind="count", minimum=0,
+                             shared=False, commands=("analyze",), show_default=True))
+    module_depth: int = _opt(3, Flag("--depth", "Module-path depth of the per-module roll-up.", kind="count",
+                                     minimum=1, shared=False, commands=("analyze",), show_default=True))
+    cache: bool = _opt(True, Flag("--no-cache", "Compile again instead of answering from the compile cache.",
+                                  kind="switch", invert=True, shared=False, commands=("analyze", "compare")))
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTune:
+    """The fine-tuning choices of one step (all off by default)."""
+
+    freeze: str | None = None
+    lora_rank: int = 0
+    lora_targets: str | None = None
+    lora_alpha: float | None = None
+    base_dtype: str | None = None
+    offload: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return bool(self.freeze or self.lora_rank or self.base_dtype or self.offload)
+
+    @property
+    def offload_optimizer(self) -> bool:
+        return self.offload == "optimizer"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """What jaxmem.program.step builds the step from (the choices resolved to the step's terms)."""
+
+    layout: str = "fsdp"
+    precision: str = "fp32"
+    optimizer: str | None = None    # None: the workload's, else AdamW
+    batch_size: int | None = None   # global; overrides the leading dim of every batch leaf
+    accum: int = 1
+    donate: bool = True
+    finetune: FineTune = FineTune()
+
+
+def flagged(cls=AnalyzeOptions) -> list[tuple[dataclasses.Field, Flag]]:
+    """The fields of `cls` that have a flag, in declaration order."""
+    return [(f, f.metadata["flag"]) for f in dataclasses.fields(cls) if "flag" in f.metadata]
+
+
+def flag_of(name: str) -> Flag:
+    """The flag of the field `name`."""
+    return next(flag for f, flag in flagged() if f.name == name)
+
+
+def from_flags(values: dict[str, Any], **extra: Any) -> AnalyzeOptions:
+    """AnalyzeOptions from the values click parsed for each field's flag (keyed by field name;
+    fields a command does not have keep their defaults); `extra` overrides."""
+    kw: dict[str, Any] = {}
+    for f, flag in flagged():
+        if f.name not in values:
+            continue
+        v = values[f.name]
+        if flag.kind == "switch" and flag.invert:
+            v = not v
+        elif flag.kind == "pairs":
+            v = tuple(parse_pair(a) if isinstance(a, str) else tuple(a) for a in v)
+        kw[f.name] = v
+    return AnalyzeOptions(**{**kw, **extra})
+
+
+def parse_pair(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` as --arg takes it: numbers as numbers, true/false/none as such, else text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{text!r}: expected KEY=VALUE")
+    for conv in (int, float):
+        try:
+            return key, conv(value)
+        except ValueError:
+            pass
+    return key, {"true": True, "false": False, "none": None}.get(value.lower(), value)
+
+
+def _pair_text(value: Any) -> str:
+    """A --arg value as parse_pair reads it back (true/false/none, numbers, text)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def command_line(path: str, options: AnalyzeOptions, command: str = "analyze") -> str:
+    """The exact `jaxmem <command>` line (shell-quoted) that reproduces `options` on `path`:
+    every flag whose value differs from its default (and those written always), for the
+    flags `command` has. tests/test_options.py round-trips it through the CLI's parser."""
+    defaults = AnalyzeOptions()
+    parts = ["jaxmem", command, str(path)]
+    for f, flag in flagged():
+        if not flag.shared and command not in flag.commands:
+            continue
+        value = getattr(options, f.name)
+        if value == getattr(defaults, f.name) and not flag.always:
+            continue
+        if flag.kind == "switch":
+            parts.append(flag.name)       # only a non-default value gets here: the flag given
+        elif flag.kind == "pairs":
+            for key, v in value:
+                parts.extend([flag.name, f"{key}={_pair_text(v)}"])
+        elif flag.kind in ("float", "fraction"):
+            parts.extend([flag.name, repr(float(value))])
+        else:
+            parts.extend([flag.name, str(value)])
+    return " ".join(shlex.quote(p) for p in parts)
