@@ -59,8 +59,8 @@ from jaxmem.xla.collectives import Collective, collectives
 
 RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs, each dot at the card's "
         "peak dense rate for its operand types (bf16/fp16, tf32 for fp32 at default precision, fp32 at highest, "
-        "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, communication = ring-algorithm "
-        "wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
+        "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, "
+        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
         "pinned host memory at PCIe bandwidth; none overlapped with compute; loops counted by their trip counts")
 LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
               "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
