@@ -159,8 +159,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     peak = stats.lower_bound + rt.in_pool_bytes
     from jaxmem.compiler import steptime
 
-    step_time = steptime.estimate(program, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu,
-                                  precision=opts.precision)
+    step_time = steptime.estimate(program, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu)
 
     bud = runtime.budget(target, opts.mem_fraction, rt)
     usable_bytes, usable_note = bud.usable_bytes, bud.note

@@ -5,6 +5,15 @@
 Dropout draws from the ``dropout`` rng (jaxmem binds the model with
 ``rngs={"dropout": key}``). With ``remat`` other than "none" every Block is
 wrapped in ``nn.remat`` with that checkpoint policy.
+
+Attention (``--arg attention=...``): ``xla`` (default) writes it out in jnp, as nanoGPT's
+slow path; ``cudnn`` calls ``jax.nn.dot_product_attention(..., implementation="cudnn")``,
+cuDNN's fused flash attention (nanoGPT's fast path is PyTorch's flash attention). Two
+differences, both the library's: cuDNN has no fp32 kernel, so ``cudnn`` needs
+``--precision bf16`` (with fp32 compute the step fails with a message saying so, rather than
+quietly analyzing a program with other numerics); and ``jax.nn.dot_product_attention`` takes
+no dropout, so ``cudnn`` drops the dropout on the attention probabilities (the residual and
+MLP dropout stay).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ class Config:
     dropout: float = 0.1  # GPT-2's own value; it makes the step draw random masks, as real training does
     batch_size: int = 8  # default global batch
     remat: str = "none"  # a jaxmem.REMAT_POLICIES name; "none" keeps every activation
+    attention: str = "xla"  # "xla": attention written out in jnp; "cudnn": cuDNN flash attention (bf16 compute)
 
 
 PRESETS = {
@@ -57,12 +67,23 @@ class CausalSelfAttention(nn.Module):
         qkv = nn.Dense(3 * C, kernel_init=_init(0.02), name="c_attn")(x)  # (B, T, 3C)
         q, k, v = jnp.split(qkv, 3, axis=-1)  # 3 x (B, T, C)
         q, k, v = (t.reshape(B, T, nh, hs) for t in (q, k, v))  # (B, T, nh, hs)
-        att = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hs)  # (B, nh, T, T)
-        causal = jnp.tril(jnp.ones((T, T), dtype=bool))
-        att = jnp.where(causal, att, jnp.finfo(att.dtype).min)
-        att = jax.nn.softmax(att.astype(jnp.float32), axis=-1).astype(x.dtype)  # softmax in fp32
-        att = nn.Dropout(cfg.dropout, name="attn_dropout")(att, deterministic=not train)
-        y = jnp.einsum("bhts,bshd->bthd", att, v).reshape(B, T, C)  # re-assemble heads: (B, T, C)
+        if cfg.attention == "cudnn":  # fused: no (T, T) scores, probabilities or dropout mask in memory
+            if q.dtype not in (jnp.bfloat16, jnp.float16):
+                if not self.is_initializing():
+                    raise UserError(
+                        f"gpt2: attention=cudnn needs bf16 or fp16 compute (cuDNN's fused attention has no fp32 kernel), "
+                        f"but this step computes attention in {q.dtype}; add --precision bf16, or use --arg attention=xla")
+                # init (jax.eval_shape through the loss) sees the fp32 parameters before --precision
+                # casts them in the step: only shapes come out of it
+                q, k, v = (t.astype(jnp.bfloat16) for t in (q, k, v))
+            y = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn").reshape(B, T, C)
+        else:
+            att = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hs)  # (B, nh, T, T)
+            causal = jnp.tril(jnp.ones((T, T), dtype=bool))
+            att = jnp.where(causal, att, jnp.finfo(att.dtype).min)
+            att = jax.nn.softmax(att.astype(jnp.float32), axis=-1).astype(x.dtype)  # softmax in fp32
+            att = nn.Dropout(cfg.dropout, name="attn_dropout")(att, deterministic=not train)
+            y = jnp.einsum("bhts,bshd->bthd", att, v).reshape(B, T, C)  # re-assemble heads: (B, T, C)
         # residual projections get a smaller init, scaled by depth (GPT-2 paper)
         y = nn.Dense(C, kernel_init=_init(0.02 / math.sqrt(2 * cfg.n_layer)), name="c_proj")(y)
         return nn.Dropout(cfg.dropout, name="resid_dropout")(y, deterministic=not train)
@@ -147,4 +168,6 @@ def _config(preset: str, overrides: dict) -> Config:
     cfg = jaxmem.choose_preset("gpt2", PRESETS, preset, overrides, extra_args=("seq_len",))
     if cfg.n_embd % cfg.n_head:
         raise UserError(f"gpt2: n_embd={cfg.n_embd} is not a multiple of n_head={cfg.n_head}")
+    if cfg.attention not in ("xla", "cudnn"):
+        raise UserError(f"gpt2: attention={cfg.attention!r}; expected 'xla' or 'cudnn'")
     return cfg

@@ -3,6 +3,7 @@
     jaxmem analyze models/llama.py --arg preset=8b --remat full
     jaxmem analyze models/llama.py --arg preset=70b --arg batch_size=32 --arg seq_len=4096
     jaxmem analyze models/llama.py --arg preset=2-7b --arg attention=cudnn --precision bf16 --mesh data=8
+    jaxmem analyze models/llama.py --arg preset=8b --arg numerics=maxtext --arg attention=cudnn
 
 Written the way large JAX models are (MaxText, the flax examples): the decoder
 layers run under ``nn.scan`` (one compiled layer, parameters stacked on a leading
@@ -15,9 +16,22 @@ sharding layout is a table of rules from these names to mesh axes:
                  vocab, layers (the scan axis)
     activations: batch, length, embed, heads, mlp, vocab
 
-Parameters are fp32; the compute dtype follows the parameters and inputs (cast the
-parameters to bf16 and the whole step runs in bf16). Only RMSNorm, RoPE, softmax
-and the cross-entropy compute in fp32, and cast back.
+Numerics (``--arg numerics=...``): parameters are always fp32.
+
+    default  the compute dtype follows the parameters and inputs: fp32, or bf16 when
+             ``--precision bf16`` casts the parameters in the step.
+    maxtext  MaxText's defaults (``weight_dtype: float32``, ``dtype: bfloat16``): the
+             embedding output, every matmul and the activations between them in bf16,
+             whatever ``--precision`` says; the fp32 weights are cast at each use.
+
+Either way RMSNorm, RoPE, the softmax and the cross-entropy compute in fp32, and cast back.
+
+Attention (``--arg attention=...``): ``xla`` (default) writes it out in jnp, (T, T) scores
+in memory; ``cudnn`` calls ``jax.nn.dot_product_attention(..., implementation="cudnn")``,
+cuDNN's fused flash attention. cuDNN has no fp32 kernel, so ``cudnn`` needs bf16 compute
+(``--precision bf16`` or ``numerics=maxtext``): with fp32 compute the step fails with a
+message saying so, rather than quietly casting Q, K and V to bf16 -- a program that differs
+from the one asked for (other numerics, extra cast buffers) would be analyzed in its place.
 """
 
 from __future__ import annotations
@@ -50,12 +64,20 @@ class Config:
     seq_len: int = 2048  # default sequence length (RoPE has no table: any length works)
     batch_size: int = 8  # default global batch, in sequences
     remat: str = "none"  # a jaxmem.REMAT_POLICIES name; "none" keeps every activation
-    attention: str = "xla"  # "xla": attention written out in jnp; "cudnn": cuDNN flash attention (in bf16)
+    attention: str = "xla"  # "xla": attention written out in jnp; "cudnn": cuDNN flash attention (bf16 compute)
+    numerics: str = "default"  # "default": compute follows the parameters; "maxtext": fp32 weights, bf16 compute
 
     @property
     def hd(self) -> int:
         return self.head_dim or self.d_model // self.n_heads
 
+    @property
+    def dtype(self):
+        """The compute dtype of embeddings and matmuls (flax's `dtype=`); None: promoted from the operands."""
+        return NUMERICS[self.numerics]
+
+
+NUMERICS = {"default": None, "maxtext": jnp.bfloat16}
 
 PRESETS = {
     # tests: 0.1 M params
@@ -124,11 +146,14 @@ class Einsum(nn.Module):
     shape: tuple[int, ...]
     spec: str
     names: tuple[str, ...]
+    dtype: jnp.dtype | None = None  # None: computes in the promoted dtype of x and kernel
 
     @nn.compact
     def __call__(self, x):
         kernel = self.param("kernel", _param_init(*self.names), self.shape, jnp.float32)
-        return jnp.einsum(self.spec, x, kernel)  # computes in the promoted dtype of x and kernel
+        if self.dtype is not None:
+            x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        return jnp.einsum(self.spec, x, kernel)
 
 
 class Attention(nn.Module):
@@ -139,18 +164,26 @@ class Attention(nn.Module):
         cfg = self.config
         B, T, E = x.shape
         H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.hd
-        q = Einsum((E, H, D), "bte,ehd->bthd", ("embed", "heads", "head_dim"), name="q_proj")(x)  # (B, T, H, D)
-        k = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), name="k_proj")(x)  # (B, T, K, D)
-        v = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), name="v_proj")(x)  # (B, T, K, D)
+        dt = cfg.dtype
+        q = Einsum((E, H, D), "bte,ehd->bthd", ("embed", "heads", "head_dim"), dt, name="q_proj")(x)  # (B, T, H, D)
+        k = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), dt, name="k_proj")(x)  # (B, T, K, D)
+        v = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), dt, name="v_proj")(x)  # (B, T, K, D)
         q = _constrain(q, "batch", "length", "heads", None)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
         if cfg.attention == "cudnn":  # cuDNN's fused flash attention: no (T, T) scores in memory
-            dt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else jnp.bfloat16  # cuDNN takes no fp32
-            out = jax.nn.dot_product_attention(q.astype(dt), k.astype(dt), v.astype(dt), is_causal=True,
-                                               implementation="cudnn").astype(q.dtype)  # (B, T, H, D)
+            if q.dtype not in (jnp.bfloat16, jnp.float16):
+                if not self.is_initializing():
+                    raise UserError(
+                        f"llama: attention=cudnn needs bf16 or fp16 compute (cuDNN's fused attention has no fp32 kernel), "
+                        f"but this step computes attention in {q.dtype}; add --precision bf16, or --arg numerics=maxtext "
+                        "(fp32 weights, bf16 compute), or use --arg attention=xla")
+                # init (jax.eval_shape through the loss) sees the fp32 parameters before --precision
+                # casts them in the step: only shapes come out of it
+                q, k, v = (t.astype(jnp.bfloat16) for t in (q, k, v))
+            out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")  # (B, T, H, D)
             out = _constrain(out, "batch", "length", "heads", None)
-            return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), name="o_proj")(out)
+            return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)
         # Group the query heads by the K/V head they share; K and V are never repeated.
         q = q.reshape(B, T, K, H // K, D)  # (B, T, K, G, D)
         scores = jnp.einsum("btkgd,bskd->bkgts", q, k) / math.sqrt(D)  # (B, K, G, T, T)
@@ -159,7 +192,7 @@ class Attention(nn.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)  # heads back in order: (B, T, H, D)
         out = _constrain(out, "batch", "length", "heads", None)
-        return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), name="o_proj")(out)  # (B, T, d_model)
+        return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)  # (B, T, d_model)
 
 
 class MLP(nn.Module):
@@ -168,10 +201,11 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):  # x: (B, T, d_model)
         cfg = self.config
-        gate = _dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="gate_proj")(x)  # (B, T, ffn)
-        up = _dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="up_proj")(x)  # (B, T, ffn)
+        dense = partial(_dense, dtype=cfg.dtype)
+        gate = dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="gate_proj")(x)  # (B, T, ffn)
+        up = dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="up_proj")(x)  # (B, T, ffn)
         h = _constrain(nn.silu(gate) * up, "batch", "length", "mlp")  # SwiGLU
-        return _dense(cfg.d_model, kernel_init=_param_init("mlp", "embed"), name="down_proj")(h)  # (B, T, d_model)
+        return dense(cfg.d_model, kernel_init=_param_init("mlp", "embed"), name="down_proj")(h)  # (B, T, d_model)
 
 
 class DecoderLayer(nn.Module):
@@ -199,6 +233,7 @@ class Llama(nn.Module):
             cfg.d_model,
             embedding_init=_param_init("vocab", "embed", init=nn.initializers.normal(stddev=1.0)),
             param_dtype=jnp.float32,
+            dtype=cfg.dtype,  # the lookup's output, and the tied output head's matmul
             name="embed",
         )
         x = _constrain(embed(tokens), "batch", "length", "embed")  # (B, T, d_model)
@@ -221,7 +256,8 @@ class Llama(nn.Module):
         if cfg.tie_embeddings:
             logits = embed.attend(x)  # (B, T, vocab)
         else:
-            logits = _dense(cfg.vocab_size, kernel_init=_param_init("embed", "vocab"), name="lm_head")(x)  # (B, T, vocab)
+            logits = _dense(cfg.vocab_size, kernel_init=_param_init("embed", "vocab"), dtype=cfg.dtype,
+                            name="lm_head")(x)  # (B, T, vocab)
         return _constrain(logits, "batch", "length", "vocab")
 
 
@@ -259,6 +295,8 @@ def _config(preset: str, overrides: dict) -> Config:
         raise UserError(f"llama: n_heads={cfg.n_heads} is not a multiple of n_kv_heads={cfg.n_kv_heads}")
     if cfg.attention not in ("xla", "cudnn"):
         raise UserError(f"llama: attention={cfg.attention!r}; expected 'xla' or 'cudnn'")
+    if cfg.numerics not in NUMERICS:
+        raise UserError(f"llama: numerics={cfg.numerics!r}; expected one of {', '.join(map(repr, NUMERICS))}")
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
         raise UserError(f"llama: d_model={cfg.d_model} is not a multiple of n_heads={cfg.n_heads}; give head_dim")
     return cfg

@@ -115,3 +115,33 @@ def test_axes_of_change_keep_the_global_batch():
     assert advise_mod.axes(dataclasses.replace(base, lora_rank=8), 64)["lora"] == []
     opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "data=4,model=2")), ("devices", "data=16")))
     assert (opts.layout, opts.mesh) == ("fsdp_tp", "data=8,model=2")
+
+
+def test_round_two_compiles_a_combination_that_differs_from_a_probe_only_in_offload():
+    """The "already compiled" key is the whole option set: (bf16 + offload) is not (bf16) compiled again."""
+    import types
+
+    compiled = []
+
+    def fake_report(o: AnalyzeOptions):
+        # state 60 (halved by offload), activations 40 (halved by bf16): only both together fit in 60
+        state = 30 if o.offload else 60
+        acts = 20 if o.precision == "bf16" else 40
+        peak = state + acts
+        return types.SimpleNamespace(
+            per_device_peak_bytes=peak, breakdown={"activations_and_temporaries": acts}, fits=peak <= 60,
+            headroom_bytes=60 - peak, step_time={"available": True, "estimate_s": 1.0}, options={"batch": 8},
+            target=types.SimpleNamespace(usable_bytes=60))
+
+    def runner(jobs):
+        compiled.extend(o for _, o in jobs)
+        return [(fake_report(o), None, "ok", False) for _, o in jobs]
+
+    base = AnalyzeOptions(gpu="h100", mesh="data=1", layout="dp", precision="fp32")
+    adv = advise_mod.advise("models/llama.py", base, runner=runner, changes=("precision", "offload"),
+                            progress=False)
+    both = [c for c in adv.candidates if dict(c.changes) == {"precision": "bf16", "offload": "optimizer"}]
+    assert len(both) == 1 and both[0].round == 2 and both[0].fits
+    assert any(o.precision == "bf16" and o.offload == "optimizer" for o in compiled)
+    # and nothing is compiled twice
+    assert len(compiled) == len(set(compiled)) == 4   # the original, two probes, the combination

@@ -245,3 +245,72 @@ def test_sizes_follow_arguments():
     wl = load("resnet", preset="tiny", batch_size=2, image_size=64)
     assert wl.batch["image"].shape == (2, 64, 64, 3)
     assert n_params_abstract(load("llama", preset="tiny", n_layers=3)) > n_params_abstract(load("llama", preset="tiny"))
+
+
+# -- attention kernels and numerics (llama, gpt2) -----------------------------------------
+
+
+def _h100_program(name: str, precision: str, **model_args) -> str:
+    """The optimized HLO of the tiny preset's jaxmem step, compiled for one deviceless H100."""
+    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.compiler import compiled, targets
+    from jaxmem.program import layouts, step
+
+    opts = AnalyzeOptions(gpu="h100", mesh="data=1", layout="dp", precision=precision,
+                          model_args=(("preset", "tiny"), *model_args.items()))
+    wl = load(name, **dict(opts.model_args))
+    spec = layouts.parse_mesh(opts.mesh)
+    target = targets.make_target(opts.gpu, spec.size)
+    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    exe, _ = compiled.lower_and_compile(built)
+    return exe.as_text()
+
+
+def _dot_kinds(hlo: str) -> set[str]:
+    from jaxmem.compiler import steptime
+    from jaxmem.xla import hlo_text
+
+    return {kind for kind, _, _ in steptime.dot_flops(hlo_text.parse_module(hlo))}
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_default_attention_is_xla_in_fp32(name):
+    """Without arguments: attention written out in jnp (no cuDNN call), every dot on fp32 operands."""
+    cfg = load(name, preset="tiny").model.config
+    assert cfg.attention == "xla"
+    *_, hlo = run_tiny_step(name, remat="none")
+    assert "__cudnn$fmha" not in hlo
+    assert _dot_kinds(hlo) == {"tf32"}   # fp32 operands (at JAX's default precision)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_cudnn_attention_compiles_to_cudnn_fused_attention_on_a_deviceless_h100(name):
+    hlo = _h100_program(name, "bf16", attention="cudnn")
+    targets = set(re.findall(r'custom_call_target="(__cudnn\$fmha\w*)"', hlo))
+    assert any("Backward" in t for t in targets) and any("Backward" not in t for t in targets), targets
+    assert "bkgts" not in hlo and "bhts" not in hlo   # the written-out score einsums are gone
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_cudnn_attention_with_fp32_compute_is_refused_with_the_fix(name):
+    with pytest.raises(UserError, match=r"attention=cudnn needs bf16 or fp16 compute.*float32.*--precision bf16"):
+        _h100_program(name, "fp32", attention="cudnn")
+
+
+def test_llama_maxtext_numerics_keeps_fp32_weights_and_runs_its_dots_in_bf16():
+    wl = load("llama", preset="tiny", numerics="maxtext")
+    key = jax.random.key(0)
+    variables = jax.eval_shape(lambda b: wl.model.init({"params": key}, b, method=lambda m, bb: wl.loss(m, bb)),
+                               wl.batch)
+    assert {x.dtype for x in jax.tree.leaves(meta.unbox(variables["params"]))} == {jnp.dtype("float32")}
+    # at the default --precision fp32: every dot of the compiled step (forward, backward, attention) in bf16
+    assert _dot_kinds(_h100_program("llama", "fp32", numerics="maxtext")) == {"bf16"}
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_unknown_attention_or_numerics_names_the_choices(name):
+    with pytest.raises(UserError, match=rf"{name}: attention='flash'; expected 'xla' or 'cudnn'"):
+        load(name, preset="tiny", attention="flash")
+    if name == "llama":
+        with pytest.raises(UserError, match=r"llama: numerics='bf16'; expected one of 'default', 'maxtext'"):
+            load(name, preset="tiny", numerics="bf16")

@@ -136,21 +136,91 @@ def test_communication_follows_ring_algorithms_and_the_link_crossed():
 
 def test_estimate_states_its_parts_and_rule(llama_costs):
     module, cost = llama_costs["2"]
-    st = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100", precision="fp32")
+    st = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100")
     perf = targets.PERFORMANCE["h100"]
     assert st["label"] == "estimate" and st["available"]
     assert st["flops"] == cost.flops
-    assert st["compute_s"] == pytest.approx(cost.flops / perf.tf32_flops)   # fp32 dots run in TF32 by default
+    # the fp32 Llama's dots run in TF32 (JAX's default precision on GPU); the rest on CUDA cores at fp32
+    (kind, passes, dots), = cost.dot_flops
+    assert (kind, passes) == ("tf32", 1) and 0 < dots < cost.flops
+    assert st["compute_s"] == pytest.approx(dots / perf.tf32_flops + (cost.flops - dots) / perf.fp32_flops, rel=1e-12)
+    assert [r["kind"] for r in st["compute_peaks"]] == ["tf32", "non-dot"]
+    assert st["flops"] / st["peak_flops"] == pytest.approx(st["compute_s"], rel=1e-12)
     assert st["memory_s"] == pytest.approx(cost.bytes_accessed / perf.hbm_bandwidth)
     assert st["communication_s"] == 0 and st["collectives"] == []          # one device: nothing to communicate
     assert st["estimate_s"] == max(st["compute_s"], st["memory_s"]) + st["communication_s"]
     assert "max(compute, memory) + communication" in st["rule"]
-    bf16 = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100", precision="bf16")
-    assert bf16["compute_s"] == pytest.approx(cost.flops / perf.bf16_flops)
+
+
+# One dot per way the compiled program says how it computes: operand types, operand_precision, algorithm,
+# and a cuBLAS GEMM whose backend config asks for HIGHEST. Each is 2 x 16 x 8 x 32 = 8192 FLOPs.
+DOTS = """HloModule m
+
+ENTRY %main (a: f32[16,32], b: f32[32,8], c: bf16[16,32], d: bf16[32,8], e: f16[16,32], f: f16[32,8], g: f8e4m3fn[16,32], h: f8e4m3fn[32,8], i: s8[16,32], j: s8[32,8]) -> f32[16,8] {
+  %a = f32[16,32]{1,0} parameter(0)
+  %b = f32[32,8]{1,0} parameter(1)
+  %c = bf16[16,32]{1,0} parameter(2)
+  %d = bf16[32,8]{1,0} parameter(3)
+  %e = f16[16,32]{1,0} parameter(4)
+  %f = f16[32,8]{1,0} parameter(5)
+  %g = f8e4m3fn[16,32]{1,0} parameter(6)
+  %h = f8e4m3fn[32,8]{1,0} parameter(7)
+  %i = s8[16,32]{1,0} parameter(8)
+  %j = s8[32,8]{1,0} parameter(9)
+  %tf32 = f32[16,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %highest = f32[16,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}
+  %high = f32[16,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={high,high}
+  %x3 = f32[16,8]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, algorithm=dot_bf16_bf16_f32_x3
+  %bf16 = f32[16,8]{1,0} dot(%c, %d), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %fp16 = f32[16,8]{1,0} dot(%e, %f), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %fp8 = f32[16,8]{1,0} dot(%g, %h), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %int8 = s32[16,8]{1,0} dot(%i, %j), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %gemm = (f32[16,8]{1,0}, s8[4194304]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config": {"dot_dimension_numbers": {"lhs_contracting_dimensions": ["1"], "rhs_contracting_dimensions": ["0"], "lhs_batch_dimensions": [], "rhs_batch_dimensions": []}, "precision_config": {"operand_precision": ["HIGHEST", "HIGHEST"], "algorithm": "ALG_UNSET"}}}
+  ROOT %r = f32[16,8]{1,0} get-tuple-element(%gemm), index=0
+}
+"""
+
+
+def test_each_dot_is_costed_at_the_peak_of_its_operand_types_and_precision():
+    m = hlo_text.parse_module(DOTS)
+    one = 2 * 16 * 8 * 32
+    assert dict(((k, p), f) for k, p, f in steptime.dot_flops(m)) == {
+        ("tf32", 1): 2 * one, ("fp32", 1): 2 * one, ("bf16", 3): one, ("bf16", 1): one, ("fp16", 1): one,
+        ("fp8", 1): one, ("int8", 1): one}
+    h100, a100 = targets.PERFORMANCE["h100"], targets.PERFORMANCE["a100-80g"]
+    cost = steptime.ProgramCost(flops=9 * one, bytes_accessed=0, transcendentals=0, xla_flops=8 * one,
+                                custom_call_flops=one, dot_flops=steptime.dot_flops(m))
+    rows = {(r["kind"], r["passes"]): r for r in steptime.compute_peaks(cost, h100)}
+    assert rows[("fp8", 1)]["peak_flops"] == h100.fp8_flops and rows[("int8", 1)]["peak_flops"] == h100.int8_ops
+    assert rows[("bf16", 3)]["time_s"] == 3 * one / h100.bf16_flops   # three bf16 passes per fp32 dot
+    assert sum(r["time_s"] for r in rows.values()) == pytest.approx(
+        2 * one / h100.tf32_flops + 2 * one / h100.fp32_flops + 5 * one / h100.bf16_flops
+        + one / h100.fp8_flops + one / h100.int8_ops, rel=1e-12)
+    assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0, rel=1e-12)   # no non-dot FLOPs here
+    # the A100 has no fp8 tensor cores: its fp8 dots are costed at the bf16 rate, and say so
+    fp8 = next(r for r in steptime.compute_peaks(cost, a100) if r["kind"] == "fp8")
+    assert fp8["peak_flops"] == a100.bf16_flops and "not on this card" in fp8["label"]
+
+
+def _st(model: str, **kw) -> dict:
+    text = _compile(model, mesh="data=1", layout="dp", **kw)
+    return steptime.estimate(text, mesh_axes=(("data", 1),), hosts=1, gpu="h100")
+
+
+def test_a_model_computing_in_bf16_by_its_own_dtype_has_its_dots_costed_as_bf16_whatever_the_precision_flag():
+    fp32, bf16 = (_st("tests/fixtures/scan_bf16.py", precision=p) for p in ("fp32", "bf16"))
+    dots = [{k: r[k] for k in ("kind", "passes", "flops", "peak_flops", "time_s")}
+            for s in (fp32, bf16) for r in s["compute_peaks"] if r["kind"] != "non-dot"]
+    assert dots[0] == dots[1] and dots[0]["kind"] == "bf16" and len(dots) == 2   # every dot bf16, the same
+    # --precision bf16 also casts the fp32 weights in the step: the only difference is that element-wise work
+    non_dot = [next(r["flops"] for r in s["compute_peaks"] if r["kind"] == "non-dot") for s in (fp32, bf16)]
+    perf = targets.PERFORMANCE["h100"]
+    assert fp32["compute_s"] - bf16["compute_s"] == pytest.approx((non_dot[0] - non_dot[1]) / perf.fp32_flops,
+                                                                  rel=1e-9)
 
 
 def test_no_estimate_off_the_catalogue():
-    st = steptime.estimate("HloModule m", mesh_axes=(("data", 1),), hosts=1, gpu="cpu", precision="fp32")
+    st = steptime.estimate("HloModule m", mesh_axes=(("data", 1),), hosts=1, gpu="cpu")
     assert st["available"] is False and "cpu" in st["reason"]
 
 
@@ -170,5 +240,8 @@ def test_every_catalogue_gpu_has_sourced_peak_rates_in_gpus_json():
             assert p[field] > 0
             assert any(field in s["fields"] for s in p["sources"]), (r["name"], field)
         assert p["bf16_flops"] > p["tf32_flops"] > p["fp32_flops"]
+        for field in ("fp8_flops", "int8_ops"):   # only where the card has them (no fp8 before Hopper)
+            assert p[field] is None or (p[field] > p["bf16_flops"] and any(field in s["fields"] for s in p["sources"]))
     h100 = next(r for r in rows if r["name"] == "h100")["performance"]
     assert (h100["bf16_flops"], h100["fp32_flops"]) == (989.4e12, 66.9e12)  # the H100 SXM datasheet, dense
+    assert (h100["fp8_flops"], h100["int8_ops"]) == (1978.9e12, 1978.9e12)

@@ -2,7 +2,8 @@
 
 The rule (an estimate, and labelled one wherever it is shown):
 
-    compute       = FLOPs / the card's peak dense FLOP/s for the compute precision
+    compute       = sum over dots of FLOPs / the peak for their operand types
+                    + the other FLOPs / the card's fp32 CUDA-core rate
     memory        = bytes accessed / the card's HBM bandwidth
     communication = sum over collectives of their ring wire bytes / the link they cross
     host          = bytes copied to / from pinned host memory (offloaded state) / PCIe bandwidth
@@ -15,10 +16,16 @@ The rule (an estimate, and labelled one wherever it is shown):
   recomputation from remat appears as more FLOPs. GEMMs and attention that XLA hands to
   cuBLAS / cuDNN as custom calls are invisible to the analysis; their FLOPs are added from
   their shapes (see :func:`_custom_call_flops`).
-* The peak is the tensor-core rate: bf16 for ``--precision bf16`` / ``bf16-pure``; TF32 for
-  ``fp32``, because JAX's default matmul precision on GPU runs fp32 dots in TF32
-  (``jax.lax.Precision.DEFAULT``). Element-wise FLOPs are counted at that rate too: they are
-  a few percent of a transformer's.
+* Each dot runs at the peak of what it is in the compiled program, not of a flag: every
+  ``dot`` (fused or not) and every cuBLAS / cuDNN GEMM or attention custom call is costed at
+  the rate of its operand types and XLA's precision config (:func:`dot_kind`): bf16 / fp16
+  operands at the bf16 dense tensor-core peak; fp32 at TF32, because JAX's default matmul
+  precision on GPU runs fp32 dots in TF32 (``jax.lax.Precision.DEFAULT``), or at the fp32
+  CUDA-core rate where the precision config says ``highest``; fp8 and int8 at theirs. So a
+  model that computes in bf16 by its own ``dtype=`` is costed as bf16 whatever ``--precision``
+  says. The remaining FLOPs (element-wise, reductions: XLA's count minus the dots') run on
+  CUDA cores, at the fp32 non-tensor rate (XLA's GPU emitters compute bf16 element-wise math
+  in fp32). ``compute_peaks`` lists each rate with its share of the FLOPs.
 * Communication follows NCCL's ring algorithms: an all-gather, reduce-scatter or all-to-all
   over n devices moves (n-1)/n of the full buffer through each device's link, an all-reduce
   twice that, a collective-permute the buffer once; at the NVLink (PCIe) bandwidth when the
@@ -50,9 +57,10 @@ from typing import Any
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
-RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs at the card's peak dense "
-        "tensor-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, communication = ring-algorithm "
-        "wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
+RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs, each dot at the card's "
+        "peak dense rate for its operand types (bf16/fp16, tf32 for fp32 at default precision, fp32 at highest, "
+        "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, "
+        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
         "pinned host memory at PCIe bandwidth; none overlapped with compute; loops counted by their trip counts")
 LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
               "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
@@ -68,6 +76,8 @@ class ProgramCost:
     xla_flops: float            # XLA's cost analysis of the module as it stands (each loop body once)
     custom_call_flops: float    # cuBLAS / cuDNN custom calls, from their shapes (XLA counts 0)
     loops: tuple[tuple[str, int | None], ...] = ()   # (while instruction, trip count)
+    # FLOPs of the dots and GEMM/attention custom calls by the rate they run at: (kind, passes, flops)
+    dot_flops: tuple[tuple[str, int, float], ...] = ()
 
 
 def _cpu_client():
@@ -136,7 +146,81 @@ def program_cost(module: hlo_text.Module) -> ProgramCost:
         flops=total["flops"] + custom, bytes_accessed=total["bytes accessed"],
         transcendentals=total["transcendentals"], xla_flops=whole[module.entry]["flops"],
         custom_call_flops=custom, loops=tuple(sorted(module.trip_counts.items())),
+        dot_flops=dot_flops(module),
     )
+
+
+# XLA's dot algorithms (PrecisionConfig.Algorithm, printed `algorithm=dot_bf16_bf16_f32_x3` on a dot,
+# "ALG_DOT_..." in a cuBLAS backend config): the rate they run at; a _xN suffix is N passes.
+_ALGORITHMS = (("dot_any_f8_any_f8", "fp8"), ("dot_bf16_bf16", "bf16"), ("dot_f16_f16", "fp16"),
+               ("dot_tf32_tf32", "tf32"), ("dot_f32_f32", "fp32"), ("dot_f64_f64", "other"))
+_INT8 = ("s8", "u8", "s4", "u4")
+
+
+def dot_kind(dtypes: list[str], precision: list[str] = (), algorithm: str | None = None) -> tuple[str, int]:
+    """(kind, passes): the rate a dot with operands of `dtypes` runs at, and how many times.
+
+    The kinds: bf16, fp16, tf32, fp32 (CUDA cores), fp8, int8, other (f64 and wide integers: no
+    tensor-core rate in the catalogue). An explicit algorithm decides; else the widest operand: fp32
+    runs in TF32 unless an operand's precision is HIGHEST (JAX's DEFAULT and HIGH both give TF32 on GPU).
+    """
+    if algorithm:
+        a = algorithm.lower().removeprefix("alg_")
+        for prefix, kind in _ALGORITHMS:
+            if a.startswith(prefix):
+                m = re.search(r"_x(\d+)$", a)
+                return kind, int(m.group(1)) if m else 1
+    dts = set(dtypes)
+    if not dts or dts - {"f32", "bf16", "f16", *_INT8} - {d for d in dts if d.startswith("f8")}:
+        return "other", 1
+    if "f32" in dts:
+        return ("fp32" if any(p.lower() == "highest" for p in precision) else "tf32"), 1
+    if "bf16" in dts:
+        return "bf16", 1
+    if "f16" in dts:
+        return "fp16", 1
+    if all(d.startswith("f8") for d in dts):
+        return "fp8", 1
+    if dts <= set(_INT8):
+        return "int8", 1
+    return "other", 1   # fp8 with int8 operands: no single rate
+
+
+def _dims_attr(ins: hlo_text.Instruction, key: str) -> list[int]:
+    text = ins.attr(key) or ""
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def dot_flops(module: hlo_text.Module) -> tuple[tuple[str, int, float], ...]:
+    """FLOPs per step of every dot and GEMM / attention custom call, by (kind, passes) (see :func:`dot_kind`).
+
+    A dot inside a fusion (Triton GEMM fusions hold theirs) counts as often as its fusion runs.
+    """
+    mult = module.multiplicity
+    out: dict[tuple[str, int], float] = defaultdict(float)
+    for ins in module.instructions():
+        n = mult.get(ins.computation, 0)
+        if not n or ins.opcode not in ("dot", "custom-call"):
+            continue
+        arrays = [s for s in _operand_shapes(module, ins) if isinstance(s, hlo_text.Array)]
+        if len(arrays) < 2:
+            continue
+        if ins.opcode == "dot":
+            dn = {f"{side}_{what}_dimensions": _dims_attr(ins, f"{side}_{what}_dims")
+                  for side in ("lhs", "rhs") for what in ("contracting", "batch")}
+            flops = _dot_flops(arrays[0], arrays[1], dn)
+            precision = re.findall(r"[a-z]+", ins.attr("operand_precision") or "")
+            kind = dot_kind([a.dtype for a in arrays[:2]], precision, ins.attr("algorithm"))
+        else:
+            flops = _custom_call_flops(module, ins)
+            if not flops:
+                continue
+            pc = ins.backend_config.get("gemm_backend_config", {}).get("precision_config", {})
+            alg = pc.get("algorithm")
+            kind = dot_kind([a.dtype for a in arrays[:2]], pc.get("operand_precision", []),
+                            None if alg in (None, "ALG_UNSET") else alg)
+        out[kind] += flops * n
+    return tuple((k, p, f) for (k, p), f in sorted(out.items()))
 
 
 def _operand_shapes(module: hlo_text.Module, ins: hlo_text.Instruction) -> list:
@@ -267,10 +351,53 @@ def communication(colls: list[Collective], perf, devices_per_host: int) -> tuple
     return total, sorted(rows.values(), key=lambda r: -r["time_s"])
 
 
-def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, precision: str) -> dict[str, Any]:
+# kind -> (Performance field, label); a card without the field runs those dots at the bf16 rate.
+_PEAKS = {
+    "bf16": ("bf16_flops", "bf16 dense tensor"),
+    "fp16": ("bf16_flops", "fp16 dense tensor"),
+    "tf32": ("tf32_flops", "tf32 dense tensor: fp32 dots at JAX's default precision"),
+    "fp32": ("fp32_flops", "fp32 CUDA cores: fp32 dots at precision highest"),
+    "fp8": ("fp8_flops", "fp8 dense tensor"),
+    "int8": ("int8_ops", "int8 dense tensor"),
+    "other": ("fp32_flops", "fp32 CUDA-core rate: f64/integer dots, no tensor-core peak in the catalogue"),
+    "non-dot": ("fp32_flops", "fp32 CUDA cores: element-wise and reductions"),
+}
+
+
+def compute_peaks(cost: ProgramCost, perf) -> list[dict[str, Any]]:
+    """The compute term's parts: one row per rate (dot kind and passes, then the non-dot FLOPs), each
+    with its FLOPs, share of all FLOPs, peak and time (FLOPs x passes / peak), most FLOPs first."""
+    rows = []
+    dots = sum(f for _, _, f in cost.dot_flops)
+    # XLA counts each dot with the formula of _dot_flops: what is left is the non-dot work
+    for kind, passes, flops in [*cost.dot_flops, ("non-dot", 1, max(cost.flops - dots, 0.0))]:
+        if not flops:
+            continue
+        field, label = _PEAKS[kind]
+        peak = getattr(perf, field)
+        if peak is None:
+            peak, label = perf.bf16_flops, f"{label} not on this card: at the bf16 rate"
+        if passes > 1:
+            label = f"{label}, {passes} passes"
+        rows.append({"kind": kind, "passes": passes, "label": label, "peak_flops": peak, "flops": flops,
+                     "share": flops / cost.flops if cost.flops else 0.0, "time_s": flops * passes / peak})
+    return sorted(rows, key=lambda r: -r["flops"])
+
+
+def peaks_text(rows: list[dict[str, Any]]) -> str:
+    """`989 TFLOP/s (bf16 dense tensor) for 98% of FLOPs, 67 (fp32 CUDA cores: ...) for 2%`."""
+    def pct(x: float) -> str:
+        return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1g}%"
+
+    return ", ".join(f"{r['peak_flops'] / 1e12:,.0f}{' TFLOP/s' if i == 0 else ''} ({r['label']}) for "
+                     f"{pct(r['share'])}{' of FLOPs' if i == 0 else ''}" for i, r in enumerate(rows))
+
+
+def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> dict[str, Any]:
     """The step-time estimate of a compiled program, as the Report's ``step_time`` (plain values).
 
-    `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate.
+    `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate. The compute
+    precision is read from the program's dots, not from the options that built it.
     """
     from jaxmem.compiler import targets
 
@@ -290,9 +417,8 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, pre
                 "reason": f"could not cost the compiled program ({type(e).__name__}: {str(e)[:200]})"}
     n_devices = math.prod(s for _, s in mesh_axes) or 1
     per_host = max(n_devices // max(hosts, 1), 1)
-    peak, peak_name = (perf.bf16_flops, "bf16 dense tensor") if precision.startswith("bf16") \
-        else (perf.tf32_flops, "tf32 dense tensor (fp32 dots at JAX's default precision)")
-    compute_s = cost.flops / peak
+    peaks = compute_peaks(cost, perf)
+    compute_s = sum(r["time_s"] for r in peaks)
     memory_s = cost.bytes_accessed / perf.hbm_bandwidth
     comm_s, rows = communication(colls, perf, per_host)
     host_s = host_bytes / perf.host_bandwidth if host_bytes else 0.0
@@ -316,8 +442,10 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str, pre
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
-        "peak_flops": peak,
-        "peak_flops_kind": peak_name,
+        # the rate all FLOPs together run at (flops / compute_s), and the rates it is made of
+        "peak_flops": cost.flops / compute_s if compute_s else perf.bf16_flops,
+        "peak_flops_kind": peaks_text(peaks) or "no FLOPs",
+        "compute_peaks": peaks,
         "hbm_bandwidth": perf.hbm_bandwidth,
         "intra_host_bandwidth": perf.intra_host_bandwidth,
         "inter_host_bandwidth": perf.inter_host_bandwidth,

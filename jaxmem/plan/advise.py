@@ -464,4 +464,6 @@ def _key(changes) -> str:
 
 
 def _opts_key(o: AnalyzeOptions) -> tuple:
-    return (o.mesh, o.layout, o.precision, o.remat, o.accum, o.batch, o.hosts)
+    """What makes two candidates the same compile: every field of the options, so an option added
+    later (or offload, LoRA, the base dtype, ...) can never make two different steps look alike."""
+    return dataclasses.astuple(o)

@@ -88,6 +88,15 @@ def _step_estimate(r: Report) -> str:
     return fmt_seconds(st["estimate_s"]) if st.get("available") else "-"
 
 
+def _peaks(st: dict) -> str:
+    from jaxmem.compiler.steptime import peaks_text
+
+    if st.get("compute_peaks"):
+        return peaks_text(st["compute_peaks"])
+    # a report saved before the estimate read each dot's rate: one peak for every FLOP
+    return f"{st['peak_flops'] / 1e12:,.0f} TFLOP/s ({st['peak_flops_kind']})"
+
+
 def step_time_lines(st: dict) -> list[str]:
     """The estimated step time: the number, its parts, and the rule (always called an estimate)."""
     if not st:
@@ -103,8 +112,8 @@ def step_time_lines(st: dict) -> list[str]:
                "over PCIe)" if st.get("host_transfer_s") else "")
             + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped",
             f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} accessed per device per step "
-            f"(XLA's cost analysis, loops x trip count) at peak {st['peak_flops'] / 1e12:,.0f} TFLOP/s "
-            f"({st['peak_flops_kind']}) and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
+            f"(XLA's cost analysis, loops x trip count) at peak {_peaks(st)} "
+            f"and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
 
 
 def finetune_lines(r: Report) -> list[str]:
