@@ -51,6 +51,15 @@ def test_a_custom_partitioned_op_compiles_stopped_as_whole():
     _assert_stopped_equals_whole(target, built, {})
 
 
+def test_a_shipped_model_with_cudnn_attention_compiles_stopped_as_whole(models_dir):
+    # cuDNN flash attention is a custom-partitioned op: on a multi-device mesh XLA asks how it shards
+    target, built = _built(models_dir, "llama.py", "fsdp", mesh="data=2", precision="bf16",
+                           model_args={"preset": "tiny", "batch_size": 4, "attention": "cudnn"})
+    assert "CustomSPMDPartitioning" in compiled.lower(built)[0].as_text()
+    art = _assert_stopped_equals_whole(target, built, {})
+    assert "__cudnn$fmha" in art.hlo_text
+
+
 def _assert_stopped_equals_whole(target, built, opts):
     whole = compiled.compile_step(built, explain=True, cache=False)
     child = early_stop.Child.start(target)
@@ -71,6 +80,7 @@ def _assert_stopped_equals_whole(target, built, opts):
     assert s_body == w_body
     assert s_head.split(", frontend_attributes")[0] in w_head
     assert stopped.assignment is not None and stopped.assignment.peak_bytes == whole.stats.peak
+    return stopped
 
 
 def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):
