@@ -51,6 +51,10 @@ FULL = {
     # one row of the GPT-2 XL grid (--single gpt2xl_row): XLA's own time per row bounds that grid
     "gpt2xl_row": ["analyze", "models/gpt2.py", "--arg", "preset=gpt2-xl", "--gpu", "h100", "--mesh", "data=8",
                    "--layout", "fsdp", "--batch", "16"],
+    # the same analysis with cuDNN flash attention (--single gpt2_cudnn): a custom-partitioned op,
+    # whose partitioning XLA asks the parent for while the child compiles
+    "gpt2_cudnn": ["analyze", "models/gpt2.py", "--arg", "preset=gpt2-medium", "--arg", "attention=cudnn",
+                   "--precision", "bf16", "--gpu", "h100", "--mesh", "data=8"],
 }
 QUICK = {
     "find_batch": ["compare", "models/llama.py", "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=2",
@@ -137,8 +141,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="find_batch,readme,sweep,single",
                     help="cases to run (comma-separated): find_batch, readme, gpt2xl, sweep, single")
-    ap.add_argument("--single", default="single", choices=["single", "gpt2xl_row"],
-                    help="the analysis the `single` case times (gpt2xl_row: one row of the GPT-2 XL grid)")
+    ap.add_argument("--single", default="single", choices=["single", "gpt2xl_row", "gpt2_cudnn"],
+                    help="the analysis the `single` case times (gpt2xl_row: one row of the GPT-2 XL grid; "
+                         "gpt2_cudnn: gpt2-medium with cuDNN attention)")
     ns = ap.parse_args()
     only = set(ns.only.split(","))
     cases, repeats = (QUICK, 1) if ns.quick else (FULL, ns.repeats)
