@@ -580,8 +580,9 @@ def gpus(as_json):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from jaxmem.present.render import make_console
 
     t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
     for col in ("name", "device", "memory", "compute capability", "aliases"):
@@ -589,7 +590,7 @@ def gpus(as_json):
     for r in rows:
         t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["description"], fmt_bytes(r["memory_bytes"]),
                   r["compute_capability"], ", ".join(r["aliases"]))
-    Console().print(t)
+    make_console().print(t)  # off a terminal: not cut to 80 columns
     click.echo("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).")
 
 
