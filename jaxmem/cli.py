@@ -465,6 +465,12 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     _run(go)
 
 
+# compare prints many reports: its --json is a list, not analyze's one object.
+for _p in compare.params:
+    if _p.name == "as_json":
+        _p.help = "Print a JSON list instead of tables: one object per row, each with its full report."
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--require-gpu", is_flag=True, help="Fail (instead of warn) when this machine has no NVIDIA GPU.")

@@ -44,3 +44,10 @@ def test_remat_none_saves_everything_like_no_remat():
     """nn.remat(policy=remat_policy("none")) without CSE barriers compiles to the unwrapped step's memory."""
     unwrapped = _peak("--arg", "wrap=false")
     assert _peak("--arg", "wrap=true", "--arg", "prevent_cse=false") == unwrapped
+
+
+def test_compare_help_says_json_is_a_list():
+    """compare --json prints a list of rows (jaxmem/plan/compare.py: to_json), not one object."""
+    text = invoke("compare", "--help").output
+    assert "JSON list" in text and "one JSON object" not in text
+    assert "one JSON object" in invoke("analyze", "--help").output  # analyze's is one object
