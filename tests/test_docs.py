@@ -51,3 +51,24 @@ def test_compare_help_says_json_is_a_list():
     text = invoke("compare", "--help").output
     assert "JSON list" in text and "one JSON object" not in text
     assert "one JSON object" in invoke("analyze", "--help").output  # analyze's is one object
+
+
+def _script(name):
+    """A docs/ script as a module (docs/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "docs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_is_generated_from_every_commands_help():
+    gen = _script("gen_cli")
+    fresh = gen.render()
+    for name in cli.main.commands:  # every command, each exactly as its --help prints it
+        assert f"## `jaxmem {name}`" in fresh
+    printed = CliRunner().invoke(cli.main, ["gpus", "--help"], prog_name="jaxmem").output
+    assert printed.rstrip() in fresh
+    committed = (ROOT / "docs" / "cli.md").read_text()
+    assert fresh == committed, "docs/cli.md is out of date: run `python docs/gen_cli.py` and commit docs/cli.md"
