@@ -1,6 +1,7 @@
 """The docs run as printed: generated reference, samples from real runs, the model-file example."""
 
 import json
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -59,6 +60,7 @@ def _script(name):
 
     spec = importlib.util.spec_from_file_location(f"docs_{name}", ROOT / "docs" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -72,3 +74,83 @@ def test_cli_reference_is_generated_from_every_commands_help():
     assert printed.rstrip() in fresh
     committed = (ROOT / "docs" / "cli.md").read_text()
     assert fresh == committed, "docs/cli.md is out of date: run `python docs/gen_cli.py` and commit docs/cli.md"
+
+
+def model_example(doc: str) -> tuple[str, list[str]]:
+    """A page's model-file example (the Python block after `<!-- model-file example -->`, else its first)
+    and the commands printed under "Saved as `my_model.py`:"."""
+    text = (ROOT / doc).read_text()
+    if "<!-- model-file example -->" in text:
+        text = text.split("<!-- model-file example -->", 1)[1]
+    code = text.split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
+    after = text.split("Saved as `my_model.py`:", 1)[1]
+    commands = after.split("```bash\n", 1)[1].split("\n```", 1)[0].splitlines()
+    return code, [c for c in commands if c.strip() and not c.startswith("#")]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/model-files.md"])
+def test_model_example_runs_with_its_printed_command(doc, tmp_path, monkeypatch):
+    import shlex
+
+    code, commands = model_example(doc)
+    (tmp_path / "my_model.py").write_text(code)
+    monkeypatch.chdir(tmp_path)
+    assert commands
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[0] == "jaxmem", command
+        r = invoke(*argv[1:])
+        assert r.exit_code == 0, f"{doc}: `{command}` exited {r.exit_code}:\n{r.output}"
+        assert "my_model" in r.output
+
+
+def test_model_file_example_runs_at_the_default_remat_none(tmp_path):
+    """Its printed command uses --remat full (nn.remat with static_argnums); the default skips nn.remat."""
+    path = tmp_path / "my_model.py"
+    path.write_text(model_example("docs/model-files.md")[0])
+    r = invoke("analyze", path, "--gpu", "h100", "--mesh", "data=8", "--batch", "64", "--no-explain", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["options"]["remat"] == "none" and d["model"] == "my_model"
+    assert d["param_count"] > 3_000_000 and d["breakdown"]["other_state"] > 0  # BatchNorm's batch_stats
+
+
+SAMPLES = _script("gen_samples").SAMPLES
+
+
+@pytest.mark.parametrize("name", [s.name for s in SAMPLES])
+def test_pasted_output_equals_a_fresh_run(name):
+    """Each output pasted in README.md / docs/*.md is what its command prints now (timing lines aside)."""
+    gen = _script("gen_samples")
+    sample = next(s for s in gen.SAMPLES if s.name == name)
+    fresh = gen.comparable(sample, gen.run(sample))
+    assert fresh == gen.comparable(sample, gen.committed(sample)), (
+        f"{sample.file}: the output of `{sample.command}` changed: run `python docs/gen_samples.py {name}` "
+        "and commit the file")
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    import re
+
+    text = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_links_between_the_docs_resolve():
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
