@@ -62,6 +62,9 @@ SAMPLES = (
            "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
            "--mem-fraction 0.95", excerpt=(r"^warning \[runtime_out_of_pool\]", r"^largest buffers"), exit_code=3),
     Sample("gpus", "docs/runtime.md", "jaxmem gpus"),
+    Sample("advise-tiny", "docs/planning.md",
+           "jaxmem advise models/llama.py --arg preset=tiny --arg seq_len=256 --batch 8 --gpu h100 --mesh data=1 "
+           "--layout dp --mem-fraction 0.000988 --changes precision,remat,accum", volatile=(r"^\d+ compiles \(",)),
 )
 
 BEGIN = re.compile(r"^<!-- sample (\S+) -->\n", re.M)

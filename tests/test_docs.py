@@ -154,3 +154,41 @@ def test_links_between_the_docs_resolve():
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(page, command) for every `jaxmem ...` line of a code block in README.md and docs/*.md
+    (`$ ` prompts dropped, backslash continuations joined); docs/cli.md's usage texts aside."""
+    import re
+
+    out = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if page.name == "cli.md":
+            continue
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), flags=re.S):
+            lines = [line.strip() for line in block.replace("\\\n", " ").splitlines()]
+            if any(line.startswith("$ ") for line in lines):  # a session: its commands are the prompted lines
+                lines = [line[2:] for line in lines if line.startswith("$ ")]
+            out += [(str(page.relative_to(ROOT)), line) for line in lines if line.startswith("jaxmem ")]
+    return out
+
+
+@pytest.mark.parametrize("page,command", documented_commands())
+def test_documented_command_parses(page, command):
+    """Each command in the docs is one the CLI accepts: its options exist, its values check, its file is
+    there (running them all would take hours; the samples above run theirs)."""
+    import shlex
+
+    import click
+
+    argv = shlex.split(command, comments=True)[1:]
+    root = cli.main.make_context("jaxmem", [argv[0]], resilient_parsing=False)
+    cmd = cli.main.get_command(root, argv[0])
+    assert cmd is not None, f"{page}: no command {argv[0]!r}"
+    try:
+        ctx = cmd.make_context(argv[0], argv[1:], parent=root)
+    except click.ClickException as e:
+        pytest.fail(f"{page}: `{command}`: {e.format_message()}")
+    model = ctx.params.get("model_file")
+    if model and model != "my_model.py":  # the example a page asks you to save
+        assert (ROOT / model).exists(), f"{page}: `{command}`: no file {model}"
