@@ -1,4 +1,4 @@
-"""jaxmem advise on the issue's case: Llama 3 8B, full fine-tune, global batch 64 x 4096 tokens, 8 x RTX A6000.
+"""jaxmem advise on a case that does not fit: Llama 3 8B, full fine-tune, global batch 64 x 4096 tokens, 8 x RTX A6000.
 
     python benchmarks/advise.py            # cold compile cache, all cores -> benchmarks/results/advise.md
     python benchmarks/advise.py --small    # smoke test: the tiny Llama on one H100 (seconds, not minutes)

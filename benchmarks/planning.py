@@ -1,11 +1,11 @@
-"""Planning speed: fit searches, sweeps, the compile cache and one analysis, against issue 7's targets.
+"""Planning speed: fit searches, sweeps, the compile cache and one analysis, against their targets.
 
 Every case is a fresh `jaxmem` process, timed wall-clock, median of REPEATS, each with its own
 empty compile cache (JAXMEM_CACHE) unless it measures the cache:
 
 1. `compare --find-batch`, Llama 1B preset, 8 x h100, dp/fsdp x remat none/full (4 rows): <= 90 s.
-2. README's 12-row `compare` example: <= 300 s cold; <= 10 s re-run on its cache (the issue named the
-   GPT-2 XL grid README had before; `--only gpt2xl` times that one).
+2. The 12-row `compare` example of docs/planning.md: <= 300 s cold; <= 10 s re-run on its cache (the
+   targets were set for the GPT-2 XL grid the docs had before; `--only gpt2xl` times that one).
 3. An 8-row sweep with --jobs 2 against --jobs 1: speed-up >= 1.7x.
 4. One `analyze` of the gpt2-medium preset (unrolled) on 8 x h100: wall <= 1.25 x the time XLA
    spends on its HLO passes plus buffer assignment, read from XLA's own timers
@@ -40,7 +40,7 @@ JAXMEM = [sys.executable, "-m", "jaxmem.cli"]
 FULL = {
     "find_batch": ["compare", "models/llama.py", "--arg", "preset=1b", "--gpu", "h100", "--mesh", "data=8",
                    "--layouts", "dp,fsdp", "--remats", "none,full", "--find-batch"],
-    # README's 12-row example (a scanned Llama 8B), and the GPT-2 XL grid it replaced (--only gpt2xl)
+    # the 12-row example of docs/planning.md (a scanned Llama 8B), and the GPT-2 XL grid it replaced (--only gpt2xl)
     "readme": ["compare", "models/llama.py", "--arg", "preset=8b", "--precision", "bf16", "--meshes", "data=8;data=16",
                "--remats", "none,full", "--batches", "16,32,64"],
     "gpt2xl": ["compare", "models/gpt2.py", "--arg", "preset=gpt2-xl", "--meshes", "data=8;data=4,model=2",
@@ -168,7 +168,7 @@ def main() -> None:
         res["find_batch_s"], res["find_batch_rows"] = median(walls), compiles
         res["runs"] = {"find-batch, cold (s)": walls}
 
-    # 2. the README example (and, asked for, the GPT-2 XL grid it replaced), cold then warm on the same cache
+    # 2. the docs' 12-row example (and, asked for, the GPT-2 XL grid it replaced), cold then warm on the same cache
     for name in ("readme", "gpt2xl"):
         cold, warm = [], []
         for _ in range(repeats if name in only else 0):
@@ -236,7 +236,7 @@ def render(res: dict, cases: dict, repeats: int) -> str:
     cmd = {k: "jaxmem " + " ".join(a if " " not in a and ";" not in a else f"'{a}'" for a in v)
            for k, v in cases.items()}
     lines = [
-        "# jaxmem planning speed (issue 7)",
+        "# jaxmem planning speed",
         "",
         f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}); Python "
         f"{platform.python_version()}; {datetime.date.today()}. Command: `python benchmarks/planning.py`. "
@@ -249,7 +249,7 @@ def render(res: dict, cases: dict, repeats: int) -> str:
     if "find_batch_s" in res:
         lines.append(f"| `--find-batch`, {len(res['find_batch_rows'])} rows, cold | {res['find_batch_s']:.1f} s | "
                      f"<= 90 s | {ok(res['find_batch_s'], TARGETS['find_batch_s'])} |")
-    for name, label in (("readme", "README's compare example (Llama 8B)"), ("gpt2xl", "the GPT-2 XL grid it replaced")):
+    for name, label in (("readme", "the 12-row compare example of docs/planning.md (Llama 8B)"), ("gpt2xl", "the GPT-2 XL grid it replaced")):
         if f"{name}_cold_s" in res:
             lines.append(f"| {label}, {res[f'{name}_rows']} rows, cold | {res[f'{name}_cold_s']:.1f} s | <= 300 s | "
                          f"{ok(res[f'{name}_cold_s'], TARGETS['readme_cold_s'])} |")

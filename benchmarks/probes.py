@@ -1,4 +1,4 @@
-"""Every hostile-input probe of issue 11 through the real CLI, each in a fresh process.
+"""Every hostile-input probe of tests/probe_cases.py through the real CLI, each in a fresh process.
 
 Prints one row per probe -- the exit code it must give and gave, whether a traceback was
 printed, what it left in TMPDIR, the seconds it took and its message -- and writes the same
@@ -49,7 +49,7 @@ def main() -> int:
     if a.k is None:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
         lines = [
-            "# Hostile-input probes (issue 11)", "",
+            "# Hostile-input probes", "",
             f"`python benchmarks/probes.py` on {datetime.date.today()}, commit {rev.strip()}, "
             f"{platform.machine()} with {platform.python_version()}: every probe of `tests/probe_cases.py` "
             "run as `python -m jaxmem.cli ...` in a fresh process with its own TMPDIR.", "",

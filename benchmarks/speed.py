@@ -129,13 +129,13 @@ def main() -> None:
             f"{r['wall_s']:.1f} s | <= {t_wall} s | {gib(r['rss'])} | {gib(r['tree_rss'])} | "
             f"{'<= ' + gib(t_rss) if t_rss else '-'} | "
             f"{rep['timings']['compile_s']:.1f} s | {rep['timings']['decode_s']:.2f} s | {'yes' if ok else 'NO'} |")
-    # Issue 4's budget: decoding + attribution at most 20% of analyze's time.
+    # The budget: decoding + attribution at most 20% of analyze's time.
     pairs = [(rows[0], rows[1]), (rows[2], rows[3])]
     lines += ["", "| case | with explanation | without | added |", "|---|---:|---:|---:|"]
     for (n1, r1, *_), (_, r2, *_) in pairs:
         lines.append(f"| {n1} | {r1['wall_s']:.1f} s | {r2['wall_s']:.1f} s | "
                      f"{100 * (r1['wall_s'] - r2['wall_s']) / r2['wall_s']:+.0f}% |")
-    # Issue 4's budget: the HTML report of the 8B preset under 5 MB.
+    # The budget: the HTML report of the 8B preset under 5 MB.
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

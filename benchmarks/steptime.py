@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 # (name, published s/step, source, options)
 ANCHORS = [
     ("Llama-2 7B, 8 x H100-80G, bf16, seq 4096, 2 seq/GPU, FSDP 8, cuDNN flash attention", 0.721,
-     "NVIDIA JAX-Toolbox, rosetta/projects/maxtext README (MaxText on DGX H100), as quoted in issue 9",
+     "NVIDIA JAX-Toolbox, rosetta/projects/maxtext README (MaxText on DGX H100)",
      dict(gpu="h100", mesh="data=8", layout="fsdp", precision="bf16", batch=16,
           remat="dots_with_no_batch_dims_saveable",
           model_args=(("preset", "2-7b"), ("attention", "cudnn"), ("seq_len", 4096)))),

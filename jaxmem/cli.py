@@ -443,6 +443,12 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     _run(go)
 
 
+# compare prints many reports: its --json is a list, not analyze's one object.
+for _p in compare.params:
+    if _p.name == "as_json":
+        _p.help = "Print a JSON list instead of tables: one object per row, each with its full report."
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--require-gpu", is_flag=True, help="Fail (instead of warn) when this machine has no NVIDIA GPU.")
@@ -558,8 +564,9 @@ def gpus(as_json):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from jaxmem.present.render import make_console
 
     t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
     for col in ("name", "device", "memory", "compute capability", "aliases"):
@@ -567,7 +574,7 @@ def gpus(as_json):
     for r in rows:
         t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["description"], fmt_bytes(r["memory_bytes"]),
                   r["compute_capability"], ", ".join(r["aliases"]))
-    Console().print(t)
+    make_console().print(t)  # off a terminal: not cut to 80 columns
     click.echo("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).")
 
 

@@ -1,4 +1,4 @@
-"""Hostile and careless inputs to the jaxmem CLI, and how to run one (issue 11).
+"""Hostile and careless inputs to the jaxmem CLI, and how to run one.
 
 Each probe says what a user must get: the exit code, a message on stderr that names the
 culprit, no traceback, and nothing left in TMPDIR. `tests/test_probes.py` runs them (in

@@ -108,6 +108,16 @@ def test_gpus_lists_the_catalogue():
     assert names["h200"]["memory_bytes"] == 151397597184
 
 
+def test_gpus_piped_to_a_file_is_not_cut_at_80_columns():
+    # off a terminal rich falls back to 80 columns, which cut `NVIDIA A100-SXM4-80GB` to `A100-SXM4-80…`
+    env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "gpus"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "NVIDIA A100-SXM4-80GB" in out.stdout and "a100, a100-sxm-80g" in out.stdout, out.stdout
+    assert "…" not in out.stdout
+
+
 def test_console_script_runs_as_a_real_process():
     # a fresh interpreter: the CLI must set up host devices and the CUDA switch itself
     out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "analyze", MLP, "--gpu", "cpu", "--mesh", "data=4",

@@ -1,4 +1,4 @@
-"""Issue 11: hostile and careless input never gets a wrong verdict, a traceback, or leftovers.
+"""Hostile and careless input never gets a wrong verdict, a traceback, or leftovers.
 
 Every probe of tests/probe_cases.py through the CLI: the exit code, no traceback, a message
 on stderr naming the culprit, nothing left in TMPDIR (and the probe's own checks). In

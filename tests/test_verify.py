@@ -27,7 +27,7 @@ def test_verify_a_small_mlp_within_the_5_percent_target(models_dir, shipped_over
     for key in ("predicted_peak_bytes", "measured_peak_bytes", "relative_error", "per_device", "method"):
         assert key in out
     assert out["measured_peak_bytes"] > 150e6
-    assert abs(out["relative_error"]) < 0.05   # the accuracy target (README, "Accuracy")
+    assert abs(out["relative_error"]) < 0.05   # the accuracy target (docs/accuracy.md)
     assert out["relative_error"] == pytest.approx(
         (out["predicted_peak_bytes"] - out["measured_peak_bytes"]) / out["measured_peak_bytes"])
     (dev,) = out["per_device"]

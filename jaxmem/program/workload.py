@@ -30,16 +30,21 @@ from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (pu
 
 
 def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy for a ``--remat`` name (``None`` saves nothing).
+    """The ``jax.checkpoint`` policy for a ``--remat`` name, for every name in REMAT_POLICIES.
 
-    Models use it as ``nn.remat(Block, policy=jaxmem.remat_policy(remat))``.
+    Models use it as ``nn.remat(Block, policy=jaxmem.remat_policy(remat))``. ``full`` saves
+    nothing (everything is recomputed); ``none`` saves everything, so a layer wrapped at the
+    default ``--remat none`` recomputes nothing. nn.remat's ``prevent_cse=True`` barriers still
+    change XLA:GPU's schedule, so models skip nn.remat at ``none`` (docs/model-files.md, "Remat").
     """
     import jax
 
-    if name not in REMAT_POLICIES or name == "none":
-        raise ValueError(f"no checkpoint policy for remat={name!r}")
+    if name not in REMAT_POLICIES:
+        raise ValueError(f"no checkpoint policy for remat={name!r}; choose one of {', '.join(REMAT_POLICIES)}")
     if name == "full":
         return jax.checkpoint_policies.nothing_saveable
+    if name == "none":
+        return jax.checkpoint_policies.everything_saveable
     return getattr(jax.checkpoint_policies, name)
 
 
