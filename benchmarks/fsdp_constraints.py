@@ -50,7 +50,7 @@ def main() -> None:
                 sharding.activation_rules = lambda *a, **k: ()
                 stack.callback(lambda: setattr(sharding, "activation_constraints", saved[0]))
                 stack.callback(lambda: setattr(sharding, "activation_rules", saved[1]))
-            built = step.build(wl, step.StepOptions(layout="fsdp"), mesh, ms)
+            built = step.build(step.plan(wl, step.StepOptions(layout="fsdp"), ms), mesh)
             c, stats = compiled.lower_and_compile(built)
         rows.append((label, stats.temp, batch_gathers(c.as_text(), batch)))
         print(f"{label}: temp {stats.temp / 2**30:.2f} GiB, whole-batch float all-gathers {rows[-1][2]}", flush=True)

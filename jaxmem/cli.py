@@ -4,159 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import functools
 import json
 import sys
 
 import click
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
+from jaxmem.cli_params import Seconds, WholeNumber, field_option, grid, step_options
+from jaxmem.present import outputs
 
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
 # write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
 _OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
-
-
-def _pairs(ctx, param, values):
-    """--arg KEY=VALUE, parsed when the command line is (a malformed one is a usage error)."""
-    from jaxmem.program.options import parse_pair
-
-    try:
-        return tuple(parse_pair(v) for v in values)
-    except ValueError as e:
-        raise click.BadParameter(str(e), ctx, param) from None
-
-
-class _WholeNumber(click.ParamType):
-    """An integer in [min, 2^63 - 1]; '1e20' or '8.5' get a message that says what to write."""
-
-    name = "integer"
-
-    def __init__(self, minimum: int, what: str):
-        self.minimum, self.what = minimum, what
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) and not isinstance(value, bool):
-            n = value
-        else:
-            text = str(value).strip().replace("_", "")
-            try:
-                n = int(text)
-            except ValueError:
-                self.fail(f"{value!r} is not a whole number; give {self.what} in digits, e.g. 1024", param, ctx)
-        if n < self.minimum:
-            self.fail(f"{n} is not allowed: {self.what} must be at least {self.minimum}", param, ctx)
-        if n > 2**63 - 1:
-            self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
-        return n
-
-
-class _Fraction(click.ParamType):
-    """A share of device memory: a finite number in (0, 1]."""
-
-    name = "fraction"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number; give a share of the card in (0, 1], e.g. 0.9", param, ctx)
-        if not math.isfinite(x) or not 0 < x <= 1:
-            self.fail(f"{value} is not in (0, 1]; give a share of the card, e.g. 0.9", param, ctx)
-        return x
-
-
-class _Seconds(click.ParamType):
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(x) or x <= 0:
-            self.fail(f"{value}: give a positive, finite number of seconds, e.g. 600", param, ctx)
-        return x
-
-
-def _grid(kind: str):
-    """A click callback checking one of compare's comma-separated lists before any compile: a bad
-    value is the user's typo (exit 2 naming the option), not a row error or a row that "fits"."""
-
-    def check(ctx, param, value):
-        if value is None:
-            return value
-        sep = ";" if kind == "mesh" else ","
-        items = [v.strip() for v in value.split(sep)]
-        if not any(items) or (kind != "mesh" and not all(items)):
-            raise click.BadParameter(f"{value!r}: expected {kind} values separated by '{sep}'", ctx, param)
-        for v in filter(None, items):
-            try:
-                _check_grid_value(kind, v)
-            except (UserError, ValueError) as e:
-                raise click.BadParameter(f"{v!r} in {value!r}: {e}", ctx, param) from None
-        return value
-
-    return check
-
-
-def _check_grid_value(kind: str, v: str) -> None:
-    if kind == "batch":
-        if not v.isdigit() or int(v) < 1:
-            raise ValueError("a global batch is a whole number of at least 1")
-    elif kind == "layout":
-        if v not in LAYOUTS:
-            raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
-    elif kind == "remat" and v not in REMAT_POLICIES:
-        raise ValueError(f"unknown remat policy; known: {', '.join(REMAT_POLICIES)}")
-    elif kind == "precision":
-        if v not in PRECISIONS:
-            raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
-    elif kind == "optimizer":
-        if v not in OPTIMIZER_NAMES:
-            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
-    elif kind == "mesh":
-        from jaxmem.program.layouts import parse_mesh
-
-        parse_mesh(v)
-    elif kind == "gpu":
-        from jaxmem.compiler.targets import resolve_gpu_name
-
-        resolve_gpu_name(v)
-
-
-def field_option(name: str):
-    """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
-    from jaxmem.program.options import AnalyzeOptions, flagged
-
-    field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
-    common = {"help": flag.help or None, "metavar": flag.metavar}
-    if flag.kind == "switch":
-        return click.option(flag.name, name, is_flag=True, help=flag.help)
-    if flag.kind == "pairs":
-        return click.option(flag.name, name, multiple=True, callback=_pairs, **common)
-    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: _WholeNumber(flag.minimum, flag.what),
-            "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": _Fraction,
-            "text": lambda: None}[flag.kind]()
-    return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default, **common)
-
-
-def step_options(f=None, *, model_file_required: bool = True):
-    """Options shared by every command that builds a training step: the shared flags of the
-    options fields (jaxmem/program/options.py), in their order, and --json."""
-    if f is None:  # @step_options(model_file_required=False)
-        return lambda g: step_options(g, model_file_required=model_file_required)
-    from jaxmem.program.options import flagged
-
-    decorators = [click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
-                  *(field_option(field.name) for field, flag in flagged() if flag.shared),
-                  click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
-    return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
 def _run(fn):
@@ -211,32 +70,6 @@ def _run(fn):
         click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
         code = EXIT_BUG
     sys.exit(code)
-
-
-def _check_writable(option: str, path: str) -> None:
-    """A side output's directory (or the nearest one that exists: the writer creates the rest) is writable."""
-    import os
-
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise UserError(f"{option} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {path}: the directory {parent} is not writable; give a path you can write")
-
-
-def _write_side_outputs(report, html_path: str | None, png_path: str | None) -> None:
-    """After the analysis is printed: a side output failing never loses it (exit 2 with its error)."""
-    from jaxmem.present import html
-
-    for option, path, write in (("--html", html_path, html.write), ("--png", png_path, html.write_png)):
-        if path:
-            try:
-                write(report, path)
-            except Exception as e:  # noqa: BLE001 - any failure of a side output is reported the same way
-                reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-                raise UserError(f"{option} {path}: not written ({reason}); the analysis above is complete") from None
 
 
 def _flush_stdout() -> None:
@@ -312,7 +145,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     def go():
         for option, path in (("--html", html_path), ("--png", png_path)):
             if path:
-                _check_writable(option, path)  # before jax starts, let alone the compile
+                outputs.check_writable(option, path)  # before jax starts, let alone the compile
         _prepare(kw["mesh"], kw["gpu"])
         from jaxmem.pipeline import analyze_file
 
@@ -326,7 +159,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
             from jaxmem.present.render import render
 
             render(report)
-        _write_side_outputs(report, html_path, png_path)
+        outputs.write(outputs.report_outputs(html_path, png_path), report, "the analysis")
         if report.fits is False:  # where to go next: the same step, the changes that make it fit
             from jaxmem.pipeline import command_line
 
@@ -339,13 +172,13 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 
 @main.command()
 @step_options(model_file_required=False)
-@click.option("--layouts", default=None, callback=_grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
-@click.option("--remats", default=None, callback=_grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
-@click.option("--precisions", default=None, callback=_grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
-@click.option("--batches", default=None, callback=_grid("batch"), help="Global batch sizes to compare, e.g. 8,16,32.")
-@click.option("--optimizers", default=None, callback=_grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
-@click.option("--meshes", default=None, callback=_grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
-@click.option("--gpus", "gpu_list", default=None, callback=_grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--layouts", default=None, callback=grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
+@click.option("--remats", default=None, callback=grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
+@click.option("--precisions", default=None, callback=grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
+@click.option("--batches", default=None, callback=grid("batch"), help="Global batch sizes to compare, e.g. 8,16,32.")
+@click.option("--optimizers", default=None, callback=grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
+@click.option("--meshes", default=None, callback=grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
 @click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
@@ -356,11 +189,11 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               "workload argument ARG (e.g. seq_len) that fits, in steps of --granule.")
 @click.option("--find-devices", is_flag=True, help="Find, per row, the smallest data-parallel size (the mesh's first "
               "data axis) that fits the global --batch.")
-@click.option("--granule", type=_WholeNumber(1, "the granule"), default=None,
+@click.option("--granule", type=WholeNumber(1, "the granule"), default=None,
               help="--find-seq: the step between the values tried (default 1; e.g. 128).")
 @click.option("--margin", type=float, default=None, help="Share of usable memory every fit answer keeps free "
               "(default 0.05: about twice the largest error measured against real runs).")
-@click.option("--jobs", "n_jobs", type=_WholeNumber(1, "the number of worker processes"), default=None,
+@click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
               help="Worker processes compiling rows in parallel (default: all cores).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: worker processes on this machine; ray: tasks on a Ray cluster.")
@@ -546,41 +379,20 @@ def gpus(as_json):
     Example:
       jaxmem gpus
     """
-    from jaxmem.units import fmt_bytes
-    from jaxmem.compiler.targets import CATALOGUE, DEFAULT_GPU
+    from jaxmem.compiler.targets import catalogue_rows
 
-    import dataclasses
-
-    from jaxmem.compiler.targets import performance
-
-    def perf(key):  # the published peak rates the step-time estimate uses, each with its source
-        p = performance(key)
-        return None if p is None else {**dataclasses.asdict(p), "sources": [{"fields": f, "source": src}
-                                                                          for f, src in p.sources]}
-
-    rows = [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
-             "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
-             "default": s.key == DEFAULT_GPU, "performance": perf(s.key)} for s in CATALOGUE.values()]
+    rows = catalogue_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.table import Table
+    from jaxmem.present.text import print_gpus
 
-    from jaxmem.present.render import make_console
-
-    t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
-    for col in ("name", "device", "memory", "compute capability", "aliases"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["description"], fmt_bytes(r["memory_bytes"]),
-                  r["compute_capability"], ", ".join(r["aliases"]))
-    make_console().print(t)  # off a terminal: not cut to 80 columns
-    click.echo("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).")
+    print_gpus(rows)
 
 
 @main.command()
 @step_options
-@click.option("--timeout", type=_Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
+@click.option("--timeout", type=Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report (on a GPU: NVML's trace of the card while the step ran).")
 def verify(as_json, timeout, html_path, **kw):
@@ -603,48 +415,24 @@ def verify(as_json, timeout, html_path, **kw):
         from jaxmem.truth import verify as verify_mod
 
         if html_path:
-            _check_writable("--html", html_path)  # before the measurement, not after
+            outputs.check_writable("--html", html_path)  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
 
         def side_outputs():  # after the result is printed: a failed side output never loses it
-            if html_path:
-                from jaxmem.present import verify_html
+            from jaxmem.present import verify_html
 
-                try:
-                    verify_html.write(result, html_path)
-                except Exception as e:  # noqa: BLE001 - any failure of a side output is reported the same way
-                    reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-                    raise UserError(f"--html {html_path}: not written ({reason}); the result above is complete") from None
+            outputs.write([("--html", html_path, verify_html.write)], result, "the result")
 
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
             side_outputs()
             return
-        from jaxmem.units import fmt_bytes
+        from jaxmem.present.text import verify_lines
 
-        m = result.method
-        click.echo(f"{result.report.model} on {m['devices']} x {m['device']} ({m['backend']}), "
-                   f"mesh {kw['mesh']}, layout {kw['layout']}")
-        click.echo(f"{'device':>6}  {'predicted':>12}  {'measured':>12}  {'error':>8}")
-        for d in result.per_device:
-            click.echo(f"{d['device']:>6}  {fmt_bytes(d['predicted_peak_bytes']):>12}  "
-                       f"{fmt_bytes(d['measured_peak_bytes']):>12}  {d['relative_error']:>+8.2%}")
-        click.echo(f"peak: predicted {fmt_bytes(result.predicted_peak_bytes)}, measured "
-                   f"{fmt_bytes(result.measured_peak_bytes)}, error {result.relative_error:+.2%}")
-        click.echo(f"method: {m['description']}")
-        if m["backend"] == "cpu":
-            click.echo(f"  baseline RSS {fmt_bytes(m['baseline_bytes'])}, step added {fmt_bytes(m['step_extra_bytes'])} "
-                       f"for all {m['devices']} device(s); {m['split']}")
-        click.echo(f"  runtime overhead in the prediction: {fmt_bytes(m['runtime_overhead']['bytes_per_device'])} "
-                   f"per device ({m['runtime_overhead']['source']})")
-        from jaxmem.truth.monitor import monitor_lines
-
-        for line in monitor_lines(result.monitor):
+        for line in verify_lines(result, kw["mesh"], kw["layout"]):
             click.echo(line)
-        for w in result.warnings:
-            click.echo(f"warning: {w}")
         side_outputs()
 
     _run(go)
@@ -686,21 +474,10 @@ def calibrate(gpu, repeats, dry_run, as_json):
         if as_json:
             click.echo(json.dumps(cal.to_json(), indent=2))
             return
-        from jaxmem.units import fmt_bytes
+        from jaxmem.present.text import calibration_lines
 
-        for r in cal.runs:
-            click.echo(f"{r['devices']} device(s), width {r['width']}, batch {r['batch']}: measured "
-                       f"{fmt_bytes(r['measured_bytes'])}, XLA {fmt_bytes(r['xla_lower_bound_bytes'])}, "
-                       f"excess {fmt_bytes(r['excess_bytes'])}")
-        o = cal.overhead
-        click.echo(f"{cal.kind}: in-pool {fmt_bytes(o.in_pool_bytes)} per device + {fmt_bytes(o.per_process_bytes)} "
-                   f"per process, out-of-pool {fmt_bytes(o.out_of_pool_bytes)} (measured {o.measured_at})")
-        if cal.kind != "cpu":
-            nccl = "not measured (one GPU): the estimate stays" if o.nccl_communicator_bytes is None else \
-                fmt_bytes(o.nccl_communicator_bytes)
-            click.echo(f"  runtime terms: allocator {fmt_bytes(o.in_pool_bytes)} in the pool; cuda_context "
-                       f"{fmt_bytes(o.out_of_pool_bytes)} outside; one NCCL communicator {nccl}")
-        click.echo(f"stored in {cal.path}" if cal.path else "not stored (--dry-run)")
+        for line in calibration_lines(cal):
+            click.echo(line)
 
     _run(go)
 

@@ -54,27 +54,6 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             raise sizes.compile_limit_error(e) or e
 
 
-def _check_before_devices(wl: Workload, opts: AnalyzeOptions, mesh_spec: layouts.MeshSpec) -> None:
-    """What the options and the batch's shapes decide alone, before devices exist: a 10000-device
-    mesh takes minutes to create, and its batch divisibility error must not wait for it."""
-    import jax
-
-    from jaxmem.program import state as state_mod
-
-    layouts.check_layout(opts.layout, mesh_spec)
-    sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
-    from jaxmem.program import finetune
-
-    finetune.check(opts.finetune(), custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)
-    batch = state_mod.override_batch(wl.batch, opts.batch)
-    flat, _ = jax.tree_util.tree_flatten_with_path(batch)
-    for path, x in flat:
-        layouts.batch_spec(tuple(x.shape), mesh_spec, jax.tree_util.keystr(path, simple=True, separator="/"))
-    sizes.check_leaves([sizes.Leaf(f"batch:{jax.tree_util.keystr(p, simple=True, separator='/')}", "batch",
-                                   tuple(x.shape), str(x.dtype), x.dtype.itemsize) for p, x in flat],
-                       x64=bool(jax.config.jax_enable_x64))
-
-
 def _parsed_program(text: str | None):
     """The optimized HLO parsed once for both readers of it (the runtime model's communicators and
     the step-time estimate); left as text when it cannot be parsed, so that the estimate says why."""
@@ -92,7 +71,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                       prestart: bool = True) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
-    _check_before_devices(wl, opts, mesh_spec)
+    sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
+    planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
     target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
@@ -104,7 +84,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
     try:
         mesh = layouts.build_mesh(target.devices, mesh_spec)
-        built = step.build(wl, opts.step_options(), mesh, mesh_spec)
+        built = step.build(planned, mesh)
         import jax
 
         sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))

@@ -35,3 +35,18 @@ def _restore_environment():
 @pytest.fixture
 def models_dir() -> pathlib.Path:
     return MODELS
+
+
+def build_step(model, *, mesh: str = "data=1", gpu: str = "h100", model_args=None, **options):
+    """(target, BuiltStep): the step `analyze` builds for the model file `model` with the
+    AnalyzeOptions `options`, on `gpu`'s devices (deviceless for a catalogue GPU)."""
+    from jaxmem.compiler import targets
+    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.program import layouts, step
+    from jaxmem.program.workload import load_workload
+
+    o = AnalyzeOptions(mesh=mesh, gpu=gpu, **options)
+    wl = load_workload(model, remat=o.remat, **(model_args or {}))
+    ms = layouts.parse_mesh(o.mesh)
+    target = targets.make_target(o.gpu, ms.size)
+    return target, step.build(step.plan(wl, o.step_options(), ms), layouts.build_mesh(target.devices, ms))

@@ -3,19 +3,13 @@ import json
 
 import pytest
 
-from jaxmem.pipeline import AnalyzeOptions
-from jaxmem.compiler import compiled, targets
-from jaxmem.program import layouts, step
-from jaxmem.program.workload import load_workload
+from conftest import build_step
+from jaxmem.compiler import compiled
 from jaxmem.xla.hlo import decode_hlo_proto
 
 
 def _built(models_dir, model: str, preset: str, layout: str, **args):
-    wl = load_workload(models_dir / model, preset=preset, **args)
-    opts = AnalyzeOptions(mesh="data=8", layout=layout, gpu="h100")
-    mesh_spec = layouts.parse_mesh(opts.mesh)
-    target = targets.make_target(opts.gpu, mesh_spec.size)
-    return step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
+    return build_step(models_dir / model, mesh="data=8", layout=layout, model_args={"preset": preset, **args})[1]
 
 
 XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp")

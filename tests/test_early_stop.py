@@ -8,10 +8,8 @@ import time
 
 import pytest
 
-from jaxmem.pipeline import AnalyzeOptions
-from jaxmem.compiler import compiled, early_stop, targets
-from jaxmem.program import layouts, step
-from jaxmem.program.workload import load_workload
+from conftest import build_step
+from jaxmem.compiler import compiled, early_stop
 from jaxmem.xla.hlo import decode_hlo_proto
 
 XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp",
@@ -19,11 +17,8 @@ XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", 
 
 
 def _built(models_dir, model: str, layout: str, mesh: str = "data=8", model_args=None, **opts):
-    wl = load_workload(models_dir / model, **(model_args or {"preset": "tiny", "batch_size": 8}))
-    o = AnalyzeOptions(mesh=mesh, layout=layout, gpu="h100", **opts)
-    mesh_spec = layouts.parse_mesh(o.mesh)
-    target = targets.make_target(o.gpu, mesh_spec.size)
-    return target, step.build(wl, o.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
+    return build_step(models_dir / model, mesh=mesh, layout=layout,
+                      model_args=model_args or {"preset": "tiny", "batch_size": 8}, **opts)
 
 
 # scanned (llama) and unrolled (gpt2) layers; dp, fsdp; undonated state (no aliasing); optimizer
@@ -130,7 +125,7 @@ def test_the_child_dies_with_its_parent(models_dir):
         ms = layouts.parse_mesh(o.mesh)
         t = targets.make_target("h100", 8)
         child = early_stop.Child.start(t)
-        built = step.build(wl, o.step_options(), layouts.build_mesh(t.devices, ms), ms)
+        built = step.build(step.plan(wl, o.step_options(), ms), layouts.build_mesh(t.devices, ms))
         lowered, _ = compiled.lower(built)
         d = tempfile.mkdtemp()
         req = early_stop.capture(lowered, {{**dump.compile_options(d), **compiled.compile_options(built)}})

@@ -7,12 +7,13 @@ import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
 
+from conftest import build_step
 from jaxmem.pipeline import AnalyzeOptions, analyze_file, command_line
 from jaxmem.cli import main
-from jaxmem.compiler import compiled, targets
+from jaxmem.compiler import compiled
 from jaxmem.errors import UserError
 from jaxmem.plan import compare
-from jaxmem.program import layouts, step, train_state
+from jaxmem.program import train_state
 from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import load_workload
 from jaxmem.report import Report
@@ -27,12 +28,8 @@ ADAMW_COUNT = 4                        # optax.adamw's step counter: one int32
 
 
 def build(path, mesh="data=1", layout="fsdp", precision="fp32", donate=True, model_args=None, **ft):
-    wl = load_workload(path, **(model_args or {}))
-    ms = layouts.parse_mesh(mesh)
-    m = layouts.build_mesh(targets.make_target("h100", ms.size).devices, ms)
-    opts = step.StepOptions(layout=layout, precision=precision, optimizer="adamw", donate=donate,
-                            finetune=FineTune(**ft))
-    return step.build(wl, opts, m, ms)
+    return build_step(path, mesh=mesh, layout=layout, precision=precision, optimizer="adamw", donate=donate,
+                      model_args=model_args, **ft)[1]
 
 
 def compile_(built):

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from jaxmem import cli
-from jaxmem.present import html
+from jaxmem.present import html, png
 from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.units import fmt_bytes
 from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, ReportWarning
@@ -102,8 +102,8 @@ def test_a_cpu_target_and_no_explanation_still_render(report, tmp_path):
     text = page(r, tmp_path)
     assert "NO FIXED LIMIT" in text and "CPU: no limit" in text and "No curve" in text
     assert "<svg" not in text and "<script" not in text
-    png = html.write_png(r, tmp_path / "cpu.png")
-    assert png.read_bytes()[:8] == PNG_MAGIC
+    written = png.write_png(r, tmp_path / "cpu.png")
+    assert written.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_the_page_stays_small_for_huge_reports(report, tmp_path):
@@ -120,7 +120,7 @@ def test_the_page_stays_small_for_huge_reports(report, tmp_path):
 
 
 def test_png_is_a_valid_png_of_reasonable_size(report, tmp_path):
-    path = html.write_png(report, tmp_path / "sub" / "curve.png")
+    path = png.write_png(report, tmp_path / "sub" / "curve.png")
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC
     assert 10_000 < len(data) < 1 << 20

@@ -7,6 +7,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from conftest import build_step
 from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.cli import main
 from jaxmem.compiler import calibration, runtime, targets
@@ -28,14 +29,10 @@ def no_user_calibration(monkeypatch, tmp_path):
 def _hlo_and_report(path, mesh, layout, gpu="h100", **args):
     """analyze's report and the optimized HLO of the same program."""
     from jaxmem.compiler import compiled
-    from jaxmem.program import layouts, step
-    from jaxmem.program.workload import load_workload
 
     rep = analyze_file(str(path), AnalyzeOptions(gpu=gpu, mesh=mesh, layout=layout, explain=False,
                                                  model_args=tuple(args.items())))
-    ms = layouts.parse_mesh(mesh)
-    built = step.build(load_workload(path, **args), step.StepOptions(layout=layout),
-                       layouts.build_mesh(targets.make_target(gpu, ms.size).devices, ms), ms)
+    _, built = build_step(path, mesh=mesh, gpu=gpu, layout=layout, model_args=args)
     # the same compile as analyze's (from the compile cache when analyze just stored it)
     return rep, compiled.compile_step(built, explain=False).hlo_text
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from conftest import build_step
 from jaxmem.compiler import compiled, targets
 from jaxmem.program import layouts, sharding, step, train_state
-from jaxmem.program.workload import load_workload
 
 LLAMA = __import__("pathlib").Path(__file__).resolve().parent.parent / "models" / "llama.py"
 GLOBAL_BATCH = 16
@@ -28,10 +28,7 @@ def gathered_shapes(hlo: str) -> list[tuple[int, ...]]:
 
 
 def build_llama(layout, mesh_text):
-    wl = load_workload(LLAMA, preset="tiny", batch_size=GLOBAL_BATCH)
-    ms = layouts.parse_mesh(mesh_text)
-    mesh = layouts.build_mesh(targets.make_target("h100", ms.size).devices, ms)
-    return step.build(wl, step.StepOptions(layout=layout), mesh, ms)
+    return build_step(LLAMA, mesh=mesh_text, layout=layout, model_args={"preset": "tiny", "batch_size": GLOBAL_BATCH})[1]
 
 
 def compile_llama(layout, mesh_text):
@@ -107,7 +104,7 @@ def test_nnx_logical_names_reach_the_tp_layout():
     wl = Workload(model=lambda rngs: nnx.Linear(256, 128, kernel_init=init, rngs=rngs),
                   batch={"x": jax.ShapeDtypeStruct((8, 256), jnp.float32)}, loss=lambda m, b: m(b["x"]).mean())
     ms = layouts.parse_mesh("data=1,model=2")
-    built = step.build(wl, step.StepOptions(layout="tp"), layouts.build_mesh(targets.make_target("h100", 2).devices, ms), ms)
+    built = step.build(step.plan(wl, step.StepOptions(layout="tp"), ms), layouts.build_mesh(targets.make_target("h100", 2).devices, ms))
     kernel = next(leaf for leaf in built.leaves if leaf.path == "params:kernel/value")
     # 'mlp' (dim 1, 128) over the model axis; the unannotated fallback would split the larger dim 0
     assert kernel.spec == (None, "model")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from conftest import build_step
 from jaxmem.compiler import steptime, targets
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective
@@ -13,16 +14,10 @@ from jaxmem.xla.collectives import Collective
 
 def _compile(model: str, **kw):
     """(optimized HLO text, options) of a deviceless H100 compile."""
-    from jaxmem.pipeline import AnalyzeOptions
     from jaxmem.compiler import compiled
-    from jaxmem.program import layouts, step
-    from jaxmem.program.workload import load_workload
 
-    opts = AnalyzeOptions(gpu="h100", **kw)
-    wl = load_workload(model, remat=opts.remat, **dict(opts.model_args))
-    spec = layouts.parse_mesh(opts.mesh)
-    target = targets.make_target(opts.gpu, spec.size)
-    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    args = dict(kw.pop("model_args", ()))
+    _, built = build_step(model, model_args=args, **kw)
     exe, _ = compiled.lower_and_compile(built)
     return exe.as_text()
 

@@ -169,6 +169,19 @@ def performance(gpu: str) -> Performance | None:
     return PERFORMANCE.get(gpu)
 
 
+def catalogue_rows() -> list[dict]:
+    """The catalogue as `jaxmem gpus --json` prints it: each GPU with the published peak rates the
+    step-time estimate uses, each rate with its source."""
+    def perf(key):
+        p = performance(key)
+        return None if p is None else {**dataclasses.asdict(p), "sources": [{"fields": f, "source": src}
+                                                                          for f, src in p.sources]}
+
+    return [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
+             "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
+             "default": s.key == DEFAULT_GPU, "performance": perf(s.key)} for s in CATALOGUE.values()]
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A resolved compile target: the devices a mesh is built from."""

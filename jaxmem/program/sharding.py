@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -54,9 +54,30 @@ class LeafInfo:
         return -(-n * bits // 8)
 
 
+class StepArgs(NamedTuple):
+    """The built step's arguments, by name: the one place their order is written."""
+
+    trainable: Any
+    frozen: Any        # read, never written: the only argument not donated
+    opt_state: Any
+    mutable: Any
+    rng: Any
+    batch: Any
+
+
+class StepOut(NamedTuple):
+    """The built step's results: the new state, and the loss."""
+
+    trainable: Any
+    opt_state: Any
+    mutable: Any
+    rng: Any
+    loss: Any
+
+
 @dataclasses.dataclass
 class ShardedState:
-    """The step's arguments, in order (trainable, frozen, optimizer state, mutable, rng, batch)."""
+    """The step's arguments (StepArgs), abstract and sharded, with what each leaf is."""
 
     trainable: Any
     frozen: Any
@@ -69,8 +90,8 @@ class ShardedState:
     tp_rules: dict[str, str | None]
 
     @property
-    def args(self) -> tuple:
-        return (self.trainable, self.frozen, self.opt_state, self.mutable, self.rng, self.batch)
+    def args(self) -> StepArgs:
+        return StepArgs(self.trainable, self.frozen, self.opt_state, self.mutable, self.rng, self.batch)
 
     def shardings(self, tree):
         return jax.tree.map(lambda a: a.sharding, tree)

@@ -5,9 +5,12 @@ the train state donated, gradients sharded like the params, and (for layouts wit
 data axes) every module output whose leading dim is the batch kept batch-sharded,
 so that XLA gathers weights layer by layer instead of whole-batch activations.
 
-Three composable pieces: ``state.abstract_state`` (which leaves exist, trainable or
-frozen), ``sharding.shard_state`` (their PartitionSpecs and memory kinds) and
-:func:`train_step` here (the function over them). :func:`build` composes them.
+Two stages: :func:`plan` checks and resolves everything the options and the batch's shapes
+decide, before any device exists (a 10000-device mesh takes minutes to create, and a batch
+divisibility error must not wait for it); :func:`build` assembles the planned step on a mesh
+and checks nothing. It composes three pieces: ``state.abstract_state`` (which leaves exist,
+trainable or frozen), ``sharding.shard_state`` (their PartitionSpecs and memory kinds) and
+:func:`train_step` here (the function over them).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
-from jaxmem.program import finetune, layouts, sharding, state
-from jaxmem.program.sharding import LeafInfo, module_outputs  # noqa: F401  (public names of the step)
+from jaxmem.program import finetune, layouts, sharding, sizes, state
+from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, PRECISIONS, StepOptions, is_nnx  # noqa: F401
 from jaxmem.program.workload import Workload
 
@@ -47,29 +50,58 @@ class BuiltStep:
     trace_context: Callable[[], Any] = contextlib.nullcontext
 
 
-def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) -> BuiltStep:
+# the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
+DONATED = ("trainable", "opt_state", "mutable", "rng")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """A step checked and resolved before any device exists: :func:`build` only assembles it."""
+
+    workload: Workload
+    options: StepOptions
+    mesh_spec: layouts.MeshSpec
+    batch: Any          # the batch abstractly, --batch applied
+
+
+def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPlan:
+    """Every check the options and the batch's shapes decide, once: the layout against the mesh,
+    the fine-tuning choices, --batch, each batch leaf against the axes that split it, the sizes
+    XLA can express, and --accum's microbatches."""
     layouts.check_layout(opts.layout, mesh_spec)
     if opts.precision not in PRECISIONS:
         raise UserError(f"unknown precision {opts.precision!r}. Known: {', '.join(PRECISIONS)}.")
     if opts.accum < 1:
         raise UserError("--accum must be at least 1")
+    finetune.check(opts.finetune, custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)
+    if wl.is_custom_step and (opts.precision != "fp32" or opts.optimizer or opts.accum != 1):
+        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
     batch = state.override_batch(wl.batch, opts.batch_size)
+    flat, _ = jax.tree_util.tree_flatten_with_path(batch)
+    for path, x in flat:
+        layouts.batch_spec(tuple(x.shape), mesh_spec, state.path_str(path))
+    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype), x.dtype.itemsize)
+                        for p, x in flat], x64=bool(jax.config.jax_enable_x64))
+    if opts.accum > 1 and flat:
+        n = flat[0][1].shape[0]
+        if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):
+            raise UserError(f"--accum {opts.accum}: global batch {n} must split into {opts.accum} microbatches "
+                            f"each divisible by the {mesh_spec.data_size} data-parallel devices")
+    return StepPlan(wl, opts, mesh_spec, batch)
+
+
+def build(p: StepPlan, mesh) -> BuiltStep:
+    """The planned step on `mesh`: abstract state, shardings, the function. Checks nothing."""
+    wl, opts, mesh_spec, batch = p.workload, p.options, p.mesh_spec, p.batch
     if wl.is_custom_step:
         return _build_custom(wl, opts, mesh, mesh_spec, batch)
 
     st = state.abstract_state(wl, opts, batch)
     sh = sharding.shard_state(st, wl.axis_rules, opts.layout, mesh, mesh_spec)
-    if opts.accum > 1:
-        n = jax.tree.leaves(batch)[0].shape[0]
-        if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):
-            raise UserError(f"--accum {opts.accum}: global batch {n} must split into {opts.accum} microbatches "
-                            f"each divisible by the {mesh_spec.data_size} data-parallel devices")
-
     fn = train_step(wl, st, sh, opts, mesh, mesh_spec)
-    # (trainable, frozen, optimizer state, mutable, rng, batch): the frozen params are read, never written
-    donate = (0, 2, 3, 4) if opts.donate else ()
-    out_sh = (sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
-              sh.shardings(sh.rng), NamedSharding(mesh, P()))
+    donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
+    out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
+                     sh.shardings(sh.rng), NamedSharding(mesh, P()))
     notes = [] if opts.donate else ["state not donated (--no-donate)"]
     rules = sharding.activation_rules(opts.layout, mesh_spec, sh.tp_rules)
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
@@ -77,7 +109,8 @@ def build(wl: Workload, opts: StepOptions, mesh, mesh_spec: layouts.MeshSpec) ->
 
 
 def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec):
-    """`step(trainable, frozen, opt_state, mutable, rng, batch) -> (trainable, opt_state, mutable, rng, loss)`.
+    """`step(*StepArgs) -> StepOut`: (trainable, frozen, opt_state, mutable, rng, batch) ->
+    (trainable, opt_state, mutable, rng, loss).
 
     Only the trainable tree is differentiated and updated: frozen parameters get neither
     gradients nor optimizer state.
@@ -153,16 +186,13 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
         if offload:
             opt_state = finetune.to_host(opt_state)
         trainable = optax.apply_updates(trainable, updates)
-        return trainable, opt_state, mutable, {"rng": jax.random.key_data(jax.random.fold_in(key, 1))}, loss
+        return StepOut(trainable, opt_state, mutable, {"rng": jax.random.key_data(jax.random.fold_in(key, 1))}, loss)
 
     return step
 
 
 def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> BuiltStep:
     """The escape hatch: the user's own step(state, batch) and abstract state."""
-    finetune.check(opts.finetune, custom_step=True)
-    if opts.precision != "fp32" or opts.optimizer or opts.accum != 1:
-        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
     issues: list[layouts.ShardingIssue] = []
     leaves: list[LeafInfo] = []
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), wl.state)

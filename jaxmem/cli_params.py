@@ -1,0 +1,153 @@
+"""The command line's parameters: click types with messages that say what to write, compare's
+grid values checked before any compile, and the options' flags made into click options from
+their one definition (jaxmem/program/options.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from jaxmem.errors import UserError
+from jaxmem.program.options import LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
+
+
+def _pairs(ctx, param, values):
+    """--arg KEY=VALUE, parsed when the command line is (a malformed one is a usage error)."""
+    from jaxmem.program.options import parse_pair
+
+    try:
+        return tuple(parse_pair(v) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
+class WholeNumber(click.ParamType):
+    """An integer in [min, 2^63 - 1]; '1e20' or '8.5' get a message that says what to write."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, what: str):
+        self.minimum, self.what = minimum, what
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip().replace("_", "")
+            try:
+                n = int(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number; give {self.what} in digits, e.g. 1024", param, ctx)
+        if n < self.minimum:
+            self.fail(f"{n} is not allowed: {self.what} must be at least {self.minimum}", param, ctx)
+        if n > 2**63 - 1:
+            self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
+        return n
+
+
+class Fraction(click.ParamType):
+    """A share of device memory: a finite number in (0, 1]."""
+
+    name = "fraction"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a share of the card in (0, 1], e.g. 0.9", param, ctx)
+        if not math.isfinite(x) or not 0 < x <= 1:
+            self.fail(f"{value} is not in (0, 1]; give a share of the card, e.g. 0.9", param, ctx)
+        return x
+
+
+class Seconds(click.ParamType):
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(x) or x <= 0:
+            self.fail(f"{value}: give a positive, finite number of seconds, e.g. 600", param, ctx)
+        return x
+
+
+def grid(kind: str):
+    """A click callback checking one of compare's comma-separated lists before any compile: a bad
+    value is the user's typo (exit 2 naming the option), not a row error or a row that "fits"."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return value
+        sep = ";" if kind == "mesh" else ","
+        items = [v.strip() for v in value.split(sep)]
+        if not any(items) or (kind != "mesh" and not all(items)):
+            raise click.BadParameter(f"{value!r}: expected {kind} values separated by '{sep}'", ctx, param)
+        for v in filter(None, items):
+            try:
+                _check_grid_value(kind, v)
+            except (UserError, ValueError) as e:
+                raise click.BadParameter(f"{v!r} in {value!r}: {e}", ctx, param) from None
+        return value
+
+    return check
+
+
+def _check_grid_value(kind: str, v: str) -> None:
+    if kind == "batch":
+        if not v.isdigit() or int(v) < 1:
+            raise ValueError("a global batch is a whole number of at least 1")
+    elif kind == "layout":
+        if v not in LAYOUTS:
+            raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
+    elif kind == "remat" and v not in REMAT_POLICIES:
+        raise ValueError(f"unknown remat policy; known: {', '.join(REMAT_POLICIES)}")
+    elif kind == "precision":
+        if v not in PRECISIONS:
+            raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
+    elif kind == "optimizer":
+        if v not in OPTIMIZER_NAMES:
+            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
+    elif kind == "mesh":
+        from jaxmem.program.layouts import parse_mesh
+
+        parse_mesh(v)
+    elif kind == "gpu":
+        from jaxmem.compiler.targets import resolve_gpu_name
+
+        resolve_gpu_name(v)
+
+
+def field_option(name: str):
+    """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
+    from jaxmem.program.options import AnalyzeOptions, flagged
+
+    field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
+    common = {"help": flag.help or None, "metavar": flag.metavar}
+    if flag.kind == "switch":
+        return click.option(flag.name, name, is_flag=True, help=flag.help)
+    if flag.kind == "pairs":
+        return click.option(flag.name, name, multiple=True, callback=_pairs, **common)
+    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum, flag.what),
+            "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": Fraction,
+            "text": lambda: None}[flag.kind]()
+    return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default, **common)
+
+
+def step_options(f=None, *, model_file_required: bool = True):
+    """Options shared by every command that builds a training step: the shared flags of the
+    options fields (jaxmem/program/options.py), in their order, and --json."""
+    if f is None:  # @step_options(model_file_required=False)
+        return lambda g: step_options(g, model_file_required=model_file_required)
+    from jaxmem.program.options import flagged
+
+    decorators = [click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
+                  *(field_option(field.name) for field, flag in flagged() if flag.shared),
+                  click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
+    return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)

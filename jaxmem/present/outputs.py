@@ -1,0 +1,39 @@
+"""Side outputs (--html, --png): their paths checked before any work, and written after the
+result is printed, so that a failed write never loses it (exit 2 naming the option)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from jaxmem.errors import UserError
+
+
+def check_writable(option: str, path: str) -> None:
+    """A side output's directory (or the nearest one that exists: the writer creates the rest) is writable."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{option} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: the directory {parent} is not writable; give a path you can write")
+
+
+def write(outputs: list[tuple[str, str | None, Callable[[Any, str], Any]]], result: Any, what: str) -> None:
+    """Each (option, path, writer) with a path: writer(result, path); `what` names the printed result."""
+    for option, path, writer in outputs:
+        if not path:
+            continue
+        try:
+            writer(result, path)
+        except Exception as e:  # noqa: BLE001 - any failure of a side output is reported the same way
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            raise UserError(f"{option} {path}: not written ({reason}); {what} above is complete") from None
+
+
+def report_outputs(html_path: str | None, png_path: str | None) -> list:
+    """analyze's side outputs of a Report."""
+    from jaxmem.present import html, png
+
+    return [("--html", html_path, html.write), ("--png", png_path, png.write_png)]

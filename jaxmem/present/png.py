@@ -1,0 +1,95 @@
+"""A static PNG of a Report (matplotlib, Agg): the memory curve with its peak marked, and the
+breakdown as one stacked bar; colours and scales shared with the HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
+from jaxmem.report import Report
+from jaxmem.units import fmt_bytes
+
+
+def write_png(report: Report, path, *, dpi: int = 110) -> Path:
+    """A static figure: the curve with its peak marked, and the breakdown as one stacked bar."""
+    import matplotlib
+
+    # Model names and module paths are the user's text: a `$` prints as a `$` instead of starting mathtext.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _write_png(report, path, dpi=dpi)
+
+
+def _write_png(report: Report, path, *, dpi: int) -> Path:
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display; savefig renders with Agg
+
+    r = report
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    has_curve = bool(r.timeline)
+    fig = Figure(figsize=(11, 6.2 if has_curve else 2.8), dpi=dpi, layout="constrained")
+    if has_curve:
+        ax, bx = fig.subplots(2, 1, height_ratios=[3.2, 1])
+    else:
+        ax, bx = None, fig.subplots(1, 1)
+    verdict = ("FITS" if r.fits else "DOES NOT FIT") if r.fits is not None else "no fixed limit"
+    fig.suptitle(f"{r.model} on {r.target.devices} × {r.target.description} ({r.target.gpu}), "
+                 f"mesh {','.join(f'{n}={s}' for n, s in r.mesh)}, {r.layout}: "
+                 f"{fmt_bytes(r.per_device_peak_bytes)} per device — {verdict}", fontsize=11.5, fontweight="bold")
+
+    if ax is not None:
+        tl = r.timeline
+        unit, scale = _unit(max(tl))
+        xs = [100 * i / max(len(tl) - 1, 1) for i in range(len(tl))]
+        ys = [v / scale for v in tl]
+        ax.fill_between(xs, ys, color=COLORS["params"], alpha=0.18, linewidth=0)
+        ax.plot(xs, ys, color=COLORS["params"], linewidth=1.3)
+        budget = _buffer_budget(r)
+        if budget is not None and 0 < budget <= 1.6 * max(tl):
+            ax.axhline(budget / scale, color="#cf222e", linestyle="--", linewidth=1.2)
+            ax.text(0.5, budget / scale, f" usable for buffers {fmt_bytes(budget)}", color="#cf222e",
+                    va="bottom", fontsize=9, fontweight="bold")
+        pi = _peak_index(r)
+        ax.plot([xs[pi]], [ys[pi]], "o", color="#cf222e", markeredgecolor="white", markersize=8, zorder=5)
+        ax.axvline(xs[pi], color="#1f2328", linestyle=":", linewidth=1)
+        right = xs[pi] > 60
+        ax.annotate(f"peak {fmt_bytes(tl[pi])}", (xs[pi], ys[pi]), xytext=(-10 if right else 10, -4),
+                    textcoords="offset points", ha="right" if right else "left", va="top", fontsize=11,
+                    fontweight="bold")
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, max(max(ys), (budget or 0) / scale if budget and budget <= 1.6 * max(tl) else 0) * 1.12)
+        ax.set_ylabel(f"live in XLA buffers ({unit})")
+        ax.set_xlabel("program order (% of the HLO instruction sequence)")
+        ax.grid(axis="y", color="#eaeef2")
+        for s in ("top", "right"):
+            ax.spines[s].set_visible(False)
+
+    peak = max(r.per_device_peak_bytes, 1)
+    unit, scale = _unit(peak)
+    left = 0.0
+    for i, (k, v) in enumerate(r.breakdown.items()):
+        if v <= 0:
+            continue
+        w = v / scale
+        bx.barh([0], [w], left=left, color=_color(k, i), edgecolor="white", linewidth=0.6,
+                label=f"{k} {fmt_bytes(v)}")
+        if v / peak > 0.08:
+            bx.text(left + w / 2, 0, k, ha="center", va="center", fontsize=8.5, color="white", fontweight="bold")
+        left += w
+    usable = r.target.usable_bytes
+    on_scale = usable is not None and usable <= 1.6 * peak  # else the bar would shrink to nothing
+    if on_scale:
+        bx.axvline(usable / scale, color="#1f2328", linewidth=1.5)
+        bx.text(usable / scale, 0.45, f" usable {fmt_bytes(usable)}", fontsize=8.5, va="bottom", ha="left")
+    elif usable is not None:
+        bx.text(1.0, 0.62, f"usable {fmt_bytes(usable)} (off scale) →", transform=bx.get_yaxis_transform(),
+                fontsize=8.5, va="bottom", ha="right")
+    bx.set_yticks([])
+    bx.set_ylim(-0.5, 0.8)
+    bx.set_xlim(0, max(peak, usable if on_scale else 0) / scale * 1.02)
+    bx.set_xlabel(f"per-device peak breakdown ({unit})")
+    for s in ("top", "right", "left"):
+        bx.spines[s].set_visible(False)
+    bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
+    fig.savefig(p, format="png", dpi=dpi)
+    return p
