@@ -245,3 +245,21 @@ def test_sizes_follow_arguments():
     wl = load("resnet", preset="tiny", batch_size=2, image_size=64)
     assert wl.batch["image"].shape == (2, 64, 64, 3)
     assert n_params_abstract(load("llama", preset="tiny", n_layers=3)) > n_params_abstract(load("llama", preset="tiny"))
+
+
+def test_llama_remat_save_keeps_the_named_activations():
+    """remat_save (MaxText's checkpoint names) saves more than --remat full alone, less than no remat;
+    names it does not know, or without a remat policy, are the user's error."""
+    from jaxmem.analyze import AnalyzeOptions, analyze_file
+
+    def temp(remat, **args):
+        opts = AnalyzeOptions(gpu="cpu", mesh="data=1", layout="dp", remat=remat, explain=False, cache=False,
+                              model_args=tuple({"preset": "tiny", "seq_len": 256, **args}.items()))
+        return analyze_file(str(MODELS / "llama.py"), opts).xla["temp"]
+
+    full, saved, none = temp("full"), temp("full", remat_save="query_proj,key_proj,value_proj,mlpwo"), temp("none")
+    assert full < saved < none
+    with pytest.raises(UserError, match="known: query_proj"):
+        load("llama", preset="tiny", remat="full", remat_save="qkv")
+    with pytest.raises(UserError, match="give --remat"):
+        load("llama", preset="tiny", remat="none", remat_save="mlpwo")
