@@ -198,6 +198,9 @@ RECIPES: tuple[Recipe, ...] = (
         mesh="data=8", layout="fsdp", batch=16, remat=_MINIMAL_FLASH["remat"], precision="bf16",
         approximations="scanned layers (the recipe: scan off); MaxText's minimal_flash of the time = "
                        "checkpoint_dots_with_no_batch_dims + the named 'context', reproduced as such",
+        why=("the verdict agrees. The step estimate is memory-bound: XLA attention reads and writes the (B, H, "
+             "T, T) scores, which the recipe's cuDNN flash kernel keeps on chip; this row should switch to "
+             "attention=cudnn."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-1vm",
@@ -219,6 +222,12 @@ RECIPES: tuple[Recipe, ...] = (
         args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"])),
         mesh="data=8", layout="fsdp", batch=32, remat=_MINIMAL_FLASH["remat"], precision="bf16",
         approximations="scanned layers (the recipe: scan_layers=false)",
+        why=("XLA attention (this branch) keeps the (B, H, T, T) scores the recipe's cuDNN flash kernel never "
+             "stores: `--top` lists f32(4, 32, 4096, 1, 4096) scores (8 GiB) and two bf16(128, 4096, 4096) "
+             "products (4 GiB each) among the largest buffers at the peak, beside the 32 layers' saved "
+             "projections (minimal_flash saves every weight matmul's output: two bf16(32, 4, 4096, 11008) of "
+             "10.75 GiB for the MLP). The verdict, and the step estimate (memory-bound on those buffers), "
+             "should be re-read with attention=cudnn."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-16vm",
@@ -242,6 +251,9 @@ RECIPES: tuple[Recipe, ...] = (
                        "one FSDP-8 replica with the same per-device batch, which has the same per-device "
                        "state and activations; the 16-way gradient all-reduce across hosts is missing from "
                        "the step-time estimate. Scanned layers (the recipe: scan off)",
+        why=("as the 1-host row (the same per-device program): XLA attention's (B, H, T, T) buffers. The derived"
+             " step time also carries the 16-way cross-host gradient all-reduce that the FSDP-8 approximation "
+             "leaves out."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-64gpu",
@@ -266,6 +278,8 @@ RECIPES: tuple[Recipe, ...] = (
         approximations="HSDP is not expressible: compiled as one FSDP-128 replica (16 hosts) with the same "
                        "per-device batch (same per-device state and activations); the 4-way gradient "
                        "all-reduce across replicas is missing from the step-time estimate",
+        why=("agrees. The recipe's XLA flags raise the peak here (pipelined collectives, double-buffered loops, "
+             "2 GiB combine thresholds, XLA's rematerialization off): compare the peak without them."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-32gpu",
@@ -280,6 +294,9 @@ RECIPES: tuple[Recipe, ...] = (
         step_s=None, step_how="",
         args=_DGXC_L2_ARGS, mesh="data=32", layout="fsdp", batch=64,
         approximations="the recipe at 4 nodes, as its configure.sh would shard it",
+        why=("agrees here, but only through XLA attention's (B, H, T, T) buffers; the README's sentence is a "
+             "sizing statement, not a measured failure (no bytes). Re-read with attention=cudnn before counting "
+             "it."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-128gpu",
@@ -292,6 +309,10 @@ RECIPES: tuple[Recipe, ...] = (
         step_s=15.563, step_how="published step time (table)",
         args=_DGXC_L3_ARGS, mesh="data=128", layout="fsdp", batch=256,
         approximations="save_qkv_proj reproduced with remat_save",
+        why=("XLA attention (this branch) keeps the (B, H, T, T) scores the recipe's cuDNN flash kernel never "
+             "stores: at T = 8192 `--top` lists f32(2, 8, 8, 8192, 8192) scores (32 GiB), bf16 products of 16 "
+             "GiB each and an 8 GiB mask, beside 20 GiB of saved query projections (save_qkv_proj) and 20 GiB of"
+             " saved layer inputs. This row should switch to attention=cudnn."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-64gpu",
@@ -306,6 +327,8 @@ RECIPES: tuple[Recipe, ...] = (
         step_s=None, step_how="",
         args=_DGXC_L3_ARGS, mesh="data=64", layout="fsdp", batch=128,
         approximations="the recipe at 8 nodes, as its configure.sh would shard it",
+        why=("agrees, with XLA attention's (B, H, T, T) buffers (32 GiB of f32 scores at T = 8192) in the peak; "
+             "re-read with attention=cudnn. The README's sentence is a sizing statement (no bytes)."),
     ),
     Recipe(
         key="axlearn-fuji-7b-v2-256gpu",
@@ -324,6 +347,7 @@ RECIPES: tuple[Recipe, ...] = (
         approximations="HSDP is not expressible: compiled as one FSDP-8 replica with the same per-device batch; "
                        "the 32-way gradient all-reduce across hosts (EFA) is missing from the step-time "
                        "estimate. AXLearn's names mapped to MaxText's (q/k/v/o_proj, context)",
+        why=("agrees, with little to spare at the assumed 0.75; the fraction AXLearn used on p5 is not stated."),
     ),
     Recipe(
         key="axlearn-fuji-70b-v2-512gpu",
@@ -342,6 +366,14 @@ RECIPES: tuple[Recipe, ...] = (
         approximations="HSDP is not expressible: compiled as one FSDP-128 replica (16 hosts) with the same "
                        "per-device batch; the 4-way gradient all-reduce across replicas is missing from the "
                        "step-time estimate",
+        why=("the memory fraction on p5 is not stated (0.75 assumed; AXLearn's GCP A3 jobs use 0.85, 67.24 GiB "
+             "usable, still short) and the attention kernel is not stated: with XLA attention `--top` lists an "
+             "f32(2, 8, 4096, 4096, 8) score buffer (8 GiB) and bf16 products of 4 GiB each, and XLA's own "
+             "rematerialization fails (xla_remat_failed). If the run used fuji-70B-v2-flash, this row should "
+             "switch to attention=cudnn. The step ratio is low because the run was slow: 6 N D / 12.9 s is 27% "
+             "of the H100's peak (the DGXC MaxText 70B runs reach 46-52%; fuji.py's own TODO for 7B: 'need to "
+             "match 1.5s/step perf on TransformerEngine'), and the 4-way all-reduce across replicas is not in "
+             "the estimate."),
     ),
     Recipe(
         key="axlearn-fuji-70b-v2-256gpu",
@@ -356,6 +388,8 @@ RECIPES: tuple[Recipe, ...] = (
         args=(("preset", "2-70b"), ("vocab_size", 32768), ("seq_len", 4096), _AXLEARN_SAVE),
         mesh="data=128", layout="fsdp", batch=512,
         approximations="as the 512-GPU row, with the 4 sequences per GPU that 32 nodes would need",
+        why=("agrees; the statement is a sizing rule (no bytes), and the peak includes XLA attention's (B, H, T,"
+             " T) buffers."),
     ),
     Recipe(
         key="pax-gpt-126m-a100-64gpu",
@@ -382,6 +416,10 @@ RECIPES: tuple[Recipe, ...] = (
         mesh="data=64", layout="dp", batch=256, remat="none", precision="bf16",
         approximations="GPT-2 small in models/gpt2.py has Pax GPT-126M's shape (LayerNorm, GELU, learned "
                        "positions, tied embeddings, biases); the flags file is of 2025, the table of 2023",
+        why=("the verdict agrees (XLA attention, as the recipe ran). The step estimate is below the published "
+             "time: a 126M model on 64 GPUs runs small GEMMs (d 768) far from peak rate, with launch and "
+             "all-reduce latencies the estimate leaves out; the published rate is 21% of the A100's peak by "
+             "XLA's own FLOP count, and the measurement is from the 2023 Pax/XLA."),
     ),
 )
 
@@ -405,7 +443,7 @@ def applicable_flags(flags: str, known=None) -> tuple[list[str], list[tuple[str,
         why = next((w for prefix, w in _NOT_COMPILE if f.startswith(prefix)), None)
         (dropped.append((f, why)) if why else kept.append(f))
     unknown = set((known or _unknown_to_xla)(kept)) if kept else set()
-    dropped += [(f, "unknown to this jaxlib's XLA (removed since the recipe)") for f in kept if f in unknown]
+    dropped += [(f, "unknown to this jaxlib's XLA: removed since the recipe") for f in kept if f in unknown]
     return [f for f in kept if f not in unknown], dropped
 
 
@@ -602,7 +640,18 @@ def main() -> None:
               + (f"; step ratio {step_ratio(res):.2f}" if step_ratio(res) else "")
               + f" ({run['seconds']:.0f} s)", flush=True)
         results.append(res)
-    header = {"when": time.strftime("%Y-%m-%d"), "jax": jax.__version__, "attention": args.attention}
+    header = {"when": time.strftime("%Y-%m-%d"), "jax": jax.__version__, "attention": args.attention, "notes": []}
+    switch = [i for i, res in enumerate(results, 1) if res["attention_run"] != res["recipe"]["attention"]]
+    if switch:
+        header["notes"].append(
+            "Rows " + ", ".join(map(str, switch)) + " ran with XLA attention; their recipes use cuDNN flash "
+            "attention, which never stores the (B, H, T, T) scores. Their verdicts and step estimates are to be "
+            "re-read with `--attention recipe` once cuDNN attention compiles devicelessly on multi-device meshes "
+            "on this branch.")
+    header["notes"].append(
+        "The step estimate is jaxmem's peak-rate rule (max(compute, memory) + communication, nothing "
+        "overlapped); it leaves out kernel efficiency below peak and latencies, so it runs below published "
+        "times on well-tuned large runs, and further below on small or slow ones.")
     if args.only:
         return
     out = Path(args.out)
