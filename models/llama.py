@@ -4,6 +4,7 @@
     jaxmem analyze models/llama.py --arg preset=70b --arg batch_size=32 --arg seq_len=4096
     jaxmem analyze models/llama.py --arg preset=2-7b --arg attention=cudnn --precision bf16 --mesh data=8
     jaxmem analyze models/llama.py --arg preset=8b --arg numerics=maxtext --arg attention=cudnn
+    jaxmem analyze models/llama.py --arg preset=2-70b --remat full --arg remat_save=query_proj,key_proj,value_proj
 
 Written the way large JAX models are (MaxText, the flax examples): the decoder
 layers run under ``nn.scan`` (one compiled layer, parameters stacked on a leading
@@ -15,6 +16,12 @@ sharding layout is a table of rules from these names to mesh axes:
     parameters:  embed (d_model), mlp (ffn hidden), heads, kv_heads, head_dim,
                  vocab, layers (the scan axis)
     activations: batch, length, embed, heads, mlp, vocab
+
+The projections' outputs carry MaxText's checkpoint names (``query_proj``, ``key_proj``,
+``value_proj``, ``context``, ``out_proj``, ``mlpwi_0``, ``mlpwi_1``, ``mlpwo``), so that GPU
+recipes' named remat policies can be reproduced: ``--arg remat_save=NAME,...`` adds those
+activations to what the ``--remat`` policy saves (with ``--remat full``: exactly MaxText's
+``save_only_these_names``; e.g. its ``save_qkv_proj`` is ``remat_save=query_proj,key_proj,value_proj``).
 
 Numerics (``--arg numerics=...``): parameters are always fp32.
 
@@ -44,6 +51,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from jax.ad_checkpoint import checkpoint_name
 
 import jaxmem
 from jaxmem.errors import UserError
@@ -66,6 +74,7 @@ class Config:
     remat: str = "none"  # a jaxmem.REMAT_POLICIES name; "none" keeps every activation
     attention: str = "xla"  # "xla": attention written out in jnp; "cudnn": cuDNN flash attention (bf16 compute)
     numerics: str = "default"  # "default": compute follows the parameters; "maxtext": fp32 weights, bf16 compute
+    remat_save: str = ""  # checkpoint names (comma-separated) saved on top of the remat policy; see the docstring
 
     @property
     def hd(self) -> int:
@@ -168,6 +177,8 @@ class Attention(nn.Module):
         q = Einsum((E, H, D), "bte,ehd->bthd", ("embed", "heads", "head_dim"), dt, name="q_proj")(x)  # (B, T, H, D)
         k = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), dt, name="k_proj")(x)  # (B, T, K, D)
         v = Einsum((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), dt, name="v_proj")(x)  # (B, T, K, D)
+        # MaxText's names, so that its named remat policies apply (remat_save)
+        q, k, v = checkpoint_name(q, "query_proj"), checkpoint_name(k, "key_proj"), checkpoint_name(v, "value_proj")
         q = _constrain(q, "batch", "length", "heads", None)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
@@ -182,8 +193,9 @@ class Attention(nn.Module):
                 # casts them in the step: only shapes come out of it
                 q, k, v = (t.astype(jnp.bfloat16) for t in (q, k, v))
             out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")  # (B, T, H, D)
-            out = _constrain(out, "batch", "length", "heads", None)
-            return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)
+            out = checkpoint_name(_constrain(out, "batch", "length", "heads", None), "context")
+            out = Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)
+            return checkpoint_name(out, "out_proj")
         # Group the query heads by the K/V head they share; K and V are never repeated.
         q = q.reshape(B, T, K, H // K, D)  # (B, T, K, G, D)
         scores = jnp.einsum("btkgd,bskd->bkgts", q, k) / math.sqrt(D)  # (B, K, G, T, T)
@@ -191,8 +203,9 @@ class Attention(nn.Module):
         scores = jnp.where(causal, scores.astype(jnp.float32), -1e30)  # mask and softmax in fp32
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)  # heads back in order: (B, T, H, D)
-        out = _constrain(out, "batch", "length", "heads", None)
-        return Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)  # (B, T, d_model)
+        out = checkpoint_name(_constrain(out, "batch", "length", "heads", None), "context")
+        out = Einsum((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), dt, name="o_proj")(out)  # (B, T, d_model)
+        return checkpoint_name(out, "out_proj")
 
 
 class MLP(nn.Module):
@@ -204,8 +217,10 @@ class MLP(nn.Module):
         dense = partial(_dense, dtype=cfg.dtype)
         gate = dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="gate_proj")(x)  # (B, T, ffn)
         up = dense(cfg.ffn_dim, kernel_init=_param_init("embed", "mlp"), name="up_proj")(x)  # (B, T, ffn)
+        gate, up = checkpoint_name(gate, "mlpwi_0"), checkpoint_name(up, "mlpwi_1")
         h = _constrain(nn.silu(gate) * up, "batch", "length", "mlp")  # SwiGLU
-        return dense(cfg.d_model, kernel_init=_param_init("mlp", "embed"), name="down_proj")(h)  # (B, T, d_model)
+        out = dense(cfg.d_model, kernel_init=_param_init("mlp", "embed"), name="down_proj")(h)  # (B, T, d_model)
+        return checkpoint_name(out, "mlpwo")
 
 
 class DecoderLayer(nn.Module):
@@ -242,7 +257,7 @@ class Llama(nn.Module):
         layer = DecoderLayer
         if cfg.remat != "none":
             # prevent_cse=False: scan already keeps XLA from merging the recomputation away
-            layer = nn.remat(layer, policy=jaxmem.remat_policy(cfg.remat), prevent_cse=False)
+            layer = nn.remat(layer, policy=_policy(cfg), prevent_cse=False)
         layers = nn.scan(
             layer,
             variable_axes={"params": 0},  # every parameter gets a leading (n_layers,) axis ...
@@ -259,6 +274,20 @@ class Llama(nn.Module):
             logits = _dense(cfg.vocab_size, kernel_init=_param_init("embed", "vocab"), dtype=cfg.dtype,
                             name="lm_head")(x)  # (B, T, vocab)
         return _constrain(logits, "batch", "length", "vocab")
+
+
+# The names the layers give their activations (checkpoint_name), in MaxText's terms.
+CHECKPOINT_NAMES = ("query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+
+
+def _policy(cfg: Config):
+    """The --remat policy, plus the named activations of ``remat_save``."""
+    policy = jaxmem.remat_policy(cfg.remat)
+    names = [n for n in cfg.remat_save.split(",") if n]
+    if names:
+        policy = jax.checkpoint_policies.save_from_both_policies(
+            policy, jax.checkpoint_policies.save_only_these_names(*names))
+    return policy
 
 
 def loss_fn(model, batch):
@@ -297,6 +326,12 @@ def _config(preset: str, overrides: dict) -> Config:
         raise UserError(f"llama: attention={cfg.attention!r}; expected 'xla' or 'cudnn'")
     if cfg.numerics not in NUMERICS:
         raise UserError(f"llama: numerics={cfg.numerics!r}; expected one of {', '.join(map(repr, NUMERICS))}")
+    unknown = [n for n in cfg.remat_save.split(",") if n and n not in CHECKPOINT_NAMES]
+    if unknown:
+        raise UserError(f"llama: remat_save names {', '.join(unknown)}; known: {', '.join(CHECKPOINT_NAMES)}")
+    if cfg.remat_save and cfg.remat == "none":
+        raise UserError("llama: remat_save names what a remat policy also saves; give --remat too "
+                        "(--remat full: only the named activations are saved)")
     if cfg.head_dim is None and cfg.d_model % cfg.n_heads:
         raise UserError(f"llama: d_model={cfg.d_model} is not a multiple of n_heads={cfg.n_heads}; give head_dim")
     return cfg

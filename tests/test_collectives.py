@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import build_step
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import collectives
 
@@ -99,16 +100,10 @@ def test_shapes_parse_tuples_and_sub_byte_types():
 @pytest.fixture(scope="module")
 def tiny_llama_fsdp():
     """Compiled HLO of the tiny scanned Llama (4 layers, fp32) under fsdp on 4 H100s, and its leaves."""
-    from jaxmem.pipeline import AnalyzeOptions
-    from jaxmem.compiler import compiled, targets
-    from jaxmem.program import layouts, step
-    from jaxmem.program.workload import load_workload
+    from jaxmem.compiler import compiled
 
-    opts = AnalyzeOptions(gpu="h100", mesh="data=4", layout="fsdp", model_args=(("preset", "tiny"), ("n_layers", 4)))
-    wl = load_workload("models/llama.py", **dict(opts.model_args))
-    spec = layouts.parse_mesh(opts.mesh)
-    target = targets.make_target(opts.gpu, spec.size)
-    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    _, built = build_step("models/llama.py", gpu="h100", mesh="data=4", layout="fsdp",
+                          model_args={"preset": "tiny", "n_layers": 4})
     exe, _ = compiled.lower_and_compile(built)
     return exe.as_text(), built
 
@@ -135,15 +130,8 @@ def test_fsdp_gathers_one_layer_of_weights_per_iteration_of_the_scanned_loop(tin
 
 
 def test_no_collectives_under_dp_on_one_device():
-    from jaxmem.pipeline import AnalyzeOptions
-    from jaxmem.compiler import compiled, targets
-    from jaxmem.program import layouts, step
-    from jaxmem.program.workload import load_workload
+    from jaxmem.compiler import compiled
 
-    opts = AnalyzeOptions(gpu="h100", mesh="data=1", layout="dp", model_args=(("preset", "tiny"),))
-    wl = load_workload("models/llama.py", **dict(opts.model_args))
-    spec = layouts.parse_mesh(opts.mesh)
-    target = targets.make_target(opts.gpu, spec.size)
-    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    _, built = build_step("models/llama.py", gpu="h100", mesh="data=1", layout="dp", model_args={"preset": "tiny"})
     exe, _ = compiled.lower_and_compile(built)
     assert collectives(exe.as_text(), (("data", 1),)) == []

@@ -3,19 +3,14 @@ import tempfile
 
 import pytest
 
-from jaxmem.pipeline import AnalyzeOptions
-from jaxmem.compiler import compiled, targets
-from jaxmem.program import layouts, step
-from jaxmem.program.workload import load_workload
+from conftest import build_step
+from jaxmem.compiler import compiled
 from jaxmem.xla import dump, memory_stats
 
 
 def _built(models_dir, model: str, layout: str, **opts):
-    wl = load_workload(models_dir / model, preset="tiny", batch_size=8)
-    o = AnalyzeOptions(mesh="data=8", layout=layout, gpu="h100", **opts)
-    mesh_spec = layouts.parse_mesh(o.mesh)
-    target = targets.make_target(o.gpu, mesh_spec.size)
-    return step.build(wl, o.step_options(), layouts.build_mesh(target.devices, mesh_spec), mesh_spec)
+    return build_step(models_dir / model, mesh="data=8", layout=layout,
+                      model_args={"preset": "tiny", "batch_size": 8}, **opts)[1]
 
 
 def test_memory_numbers_from_the_dump_equal_xla_memory_analysis(models_dir):

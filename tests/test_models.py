@@ -22,6 +22,7 @@ from flax.core import meta
 
 import jaxmem
 from jaxmem.errors import UserError
+from conftest import build_step
 from jaxmem.program.workload import load_workload
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -252,16 +253,10 @@ def test_sizes_follow_arguments():
 
 def _h100_program(name: str, precision: str, **model_args) -> str:
     """The optimized HLO of the tiny preset's jaxmem step, compiled for one deviceless H100."""
-    from jaxmem.pipeline import AnalyzeOptions
-    from jaxmem.compiler import compiled, targets
-    from jaxmem.program import layouts, step
+    from jaxmem.compiler import compiled
 
-    opts = AnalyzeOptions(gpu="h100", mesh="data=1", layout="dp", precision=precision,
-                          model_args=(("preset", "tiny"), *model_args.items()))
-    wl = load(name, **dict(opts.model_args))
-    spec = layouts.parse_mesh(opts.mesh)
-    target = targets.make_target(opts.gpu, spec.size)
-    built = step.build(wl, opts.step_options(), layouts.build_mesh(target.devices, spec), spec)
+    _, built = build_step(MODELS / f"{name}.py", gpu="h100", mesh="data=1", layout="dp", precision=precision,
+                          model_args={"preset": "tiny", **model_args})
     exe, _ = compiled.lower_and_compile(built)
     return exe.as_text()
 
@@ -314,3 +309,21 @@ def test_unknown_attention_or_numerics_names_the_choices(name):
     if name == "llama":
         with pytest.raises(UserError, match=r"llama: numerics='bf16'; expected one of 'default', 'maxtext'"):
             load(name, preset="tiny", numerics="bf16")
+
+
+def test_llama_remat_save_keeps_the_named_activations():
+    """remat_save (MaxText's checkpoint names) saves more than --remat full alone, less than no remat;
+    names it does not know, or without a remat policy, are the user's error."""
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file
+
+    def temp(remat, **args):
+        opts = AnalyzeOptions(gpu="cpu", mesh="data=1", layout="dp", remat=remat, explain=False, cache=False,
+                              model_args=tuple({"preset": "tiny", "seq_len": 256, **args}.items()))
+        return analyze_file(str(MODELS / "llama.py"), opts).xla["temp"]
+
+    full, saved, none = temp("full"), temp("full", remat_save="query_proj,key_proj,value_proj,mlpwo"), temp("none")
+    assert full < saved < none
+    with pytest.raises(UserError, match="known: query_proj"):
+        load("llama", preset="tiny", remat="full", remat_save="qkv")
+    with pytest.raises(UserError, match="give --remat"):
+        load("llama", preset="tiny", remat="none", remat_save="mlpwo")

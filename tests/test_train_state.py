@@ -1,6 +1,7 @@
 """The analytic train-state model must agree exactly with XLA's argument bytes."""
 import pytest
 
+from conftest import build_step
 from jaxmem.program import train_state
 from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
@@ -62,12 +63,5 @@ def test_classic_rule():
 
 
 def _analytic_gradients(precision: str) -> int:
-    from jaxmem.compiler import targets
-    from jaxmem.program import layouts, step
-    from jaxmem.program.workload import load_workload
-
-    opts = AnalyzeOptions(gpu="h100", layout="dp", precision=precision, batch=1024)
-    spec = layouts.parse_mesh(opts.mesh)
-    mesh = layouts.build_mesh(targets.make_target(opts.gpu, spec.size).devices, spec)
-    built = step.build(load_workload(str(FIX / "mlp_small.py")), opts.step_options(), mesh, spec)
+    _, built = build_step(str(FIX / "mlp_small.py"), gpu="h100", layout="dp", precision=precision, batch=1024)
     return train_state.summarize(built.leaves).gradients

@@ -10,7 +10,9 @@ JSON under a key made of everything that decides them:
   not (a comment, a moved line) hits with the same answer;
 * the target: platform, device kind, the GPU's target config (memory size, SM count ... change
   XLA:GPU's decisions), the device ids and hosts of the mesh;
-* the compile options, whether the buffer assignment was dumped, and ``XLA_FLAGS``;
+* the compile options, whether the buffer assignment was dumped, ``XLA_FLAGS``, and the XLA
+  debug options this process compiles with (XLA parses ``XLA_FLAGS`` once, when first asked:
+  a later change to the variable changes nothing XLA does, so the key holds what it parsed);
 * the jax, jaxlib, CUDA plugin and jaxmem versions, and this file's format version.
 
 Post-processing (categories, explanation, runtime overhead, fits) is re-done from the Artifacts
@@ -64,6 +66,22 @@ def _xla_flags() -> str:
                     if not f.startswith("--xla_force_host_platform_device_count"))
 
 
+def _debug_options() -> str:
+    """A fingerprint of the XLA debug options every compile of this process starts from.
+
+    XLA parses ``XLA_FLAGS`` once per process; jax copies the parse into each compile's options,
+    and the compile child receives them serialized (a recipe's ``--xla_disable_hlo_passes=...``
+    reaches the deviceless compile that way). An ``XLA_FLAGS`` set after that parse (a library
+    user changing ``os.environ`` mid-process) changes the variable, not the compile: keying the
+    variable alone would store an unflagged compile under the flagged key."""
+    from jax._src.lib import xla_client as xc
+
+    options = xc.CompileOptions()
+    # the forced host-device count only sizes the CPU client (as in _xla_flags)
+    options.executable_build_options.debug_options.xla_force_host_platform_device_count = 0
+    return hashlib.sha256(options.SerializeAsString()).hexdigest()
+
+
 def _target(built) -> dict:
     from jaxmem.compiler import targets
 
@@ -102,7 +120,7 @@ def keys(lowered, built, options: dict, *, explain: bool, until: str = "executab
 
     material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())},
-                "xla_flags": _xla_flags(), "versions": _versions(), "until": until,
+                "xla_flags": _xla_flags(), "debug_options": _debug_options(), "versions": _versions(), "until": until,
                 # what an entry holds: a field added to CompiledStats must not be read back as its default
                 "stats_fields": [f.name for f in dataclasses.fields(CompiledStats)]}
     digest = lambda e: hashlib.sha256(json.dumps({**material, "explain": e}, sort_keys=True).encode()).hexdigest()  # noqa: E731
