@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from jaxmem.errors import UserError
 from jaxmem.cli_params import Seconds, WholeNumber, field_option, grid, step_options
+from jaxmem.errors import UserError
 from jaxmem.present import outputs
 
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
@@ -93,8 +93,8 @@ def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) ->
     """Before jax starts: a CPU mesh needs forced host devices -- only when the target may be the
     CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU mesh needs none, and
     10,000 forced host devices alone took a minute to start."""
-    from jaxmem.program import layouts, sizes
     from jaxmem.compiler import targets
+    from jaxmem.program import layouts, sizes
 
     n = max(layouts.parse_mesh(mesh).size, 1)
     on_cpu = (gpu or "").strip().lower() == "cpu" or (gpu is None and cpu_default)
@@ -129,8 +129,10 @@ def main():
 @field_option("cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
-@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the memory curve as a PNG.")
 def analyze(as_json, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
@@ -173,12 +175,17 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @main.command()
 @step_options(model_file_required=False)
 @click.option("--layouts", default=None, callback=grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
-@click.option("--remats", default=None, callback=grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
-@click.option("--precisions", default=None, callback=grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
+@click.option("--remats", default=None, callback=grid("remat"),
+              help="Remat policies to compare, e.g. none,full,dots_saveable.")
+@click.option("--precisions", default=None, callback=grid("precision"),
+              help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
 @click.option("--batches", default=None, callback=grid("batch"), help="Global batch sizes to compare, e.g. 8,16,32.")
-@click.option("--optimizers", default=None, callback=grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
-@click.option("--meshes", default=None, callback=grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
-@click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--optimizers", default=None, callback=grid("optimizer"),
+              help="Optimizers to compare, e.g. adamw,adafactor.")
+@click.option("--meshes", default=None, callback=grid("mesh"),
+              help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"),
+              help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
 @click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
@@ -205,7 +212,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
               help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path, **kw):
+            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
+            **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -239,9 +247,9 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
-            from jaxmem.program import layouts as layouts_mod
             from jaxmem.plan import sweep
             from jaxmem.plan.search import DEFAULT_MARGIN
+            from jaxmem.program import layouts as layouts_mod
 
             if margin is not None and not 0 <= margin < 1:
                 raise UserError(f"--margin {margin}: the share of usable memory kept free must be in [0, 1)")
@@ -322,11 +330,12 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 @main.command()
 @step_options
 @field_option("mem_fraction")
-@click.option("--all", "always", is_flag=True, help="Search even when the step fits as given (faster or roomier settings).")
+@click.option("--all", "always", is_flag=True,
+              help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
-@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora", show_default=True,
-              help="The kinds of change to try, comma-separated.")
+@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora",
+              show_default=True, help="The kinds of change to try, comma-separated.")
 def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
 
@@ -341,7 +350,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 
     \b
     Example:
-      jaxmem advise models/llama.py --arg preset=8b --arg seq_len=4096 --batch 64 --gpu rtx-a6000 --mesh data=8 --layout dp
+      jaxmem advise models/llama.py --arg preset=8b --arg seq_len=4096 --batch 64 --gpu a6000 --mesh data=8 --layout dp
       jaxmem advise models/gpt2.py --gpu a100-80g --mesh data=4 --all --json
     """
 
@@ -392,7 +401,8 @@ def gpus(as_json):
 
 @main.command()
 @step_options
-@click.option("--timeout", type=Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
+@click.option("--timeout", type=Seconds(), default=600, show_default=True,
+              help="Seconds the measuring process may run.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report (on a GPU: NVML's trace of the card while the step ran).")
 def verify(as_json, timeout, html_path, **kw):
@@ -446,7 +456,8 @@ for _p in verify.params:
 
 @main.command()
 @click.option("--gpu", default=None, help="cpu, or local (the attached GPU). Default: the attached GPU, else cpu.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Measurements per case (the median is kept).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measurements per case (the median is kept).")
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not store.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def calibrate(gpu, repeats, dry_run, as_json):

@@ -5,15 +5,13 @@ from __future__ import annotations
 import os
 import time
 
-from jaxmem.compiler import compiled as compiled_mod
-from jaxmem.program import layouts, step, train_state
-from jaxmem.compiler import runtime, targets
 from jaxmem import report
+from jaxmem.compiler import compiled as compiled_mod
+from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
-from jaxmem.program import sizes
+from jaxmem.program import layouts, sizes, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
-
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
 CPU_FUSIONS_OFF = (

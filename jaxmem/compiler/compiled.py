@@ -73,7 +73,7 @@ def lower(built: BuiltStep):
             lowered = jitted.lower(*built.args)
     except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
         raise UserError(_explain_trace_error(e)) from None
     return lowered, time.perf_counter() - t0
 
@@ -130,7 +130,8 @@ def _raise_compile_error(msg: str) -> None:
 
     rule = rule_failure(msg)
     if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
-        raise UserError(f"a custom partitioning rule of the model failed while XLA partitioned the step: {rule}") from None
+        raise UserError("a custom partitioning rule of the model failed while XLA partitioned the step: "
+                        f"{rule}") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
         from jaxmem.errors import cap
 
@@ -176,7 +177,7 @@ class Artifacts:
                 "dump": None if self.dump is None else base64.b64encode(self.dump).decode("ascii")}
 
     @classmethod
-    def from_json(cls, d: dict, *, cached: bool = False) -> "Artifacts":
+    def from_json(cls, d: dict, *, cached: bool = False) -> Artifacts:
         import base64
 
         st = dict(d["stats"])

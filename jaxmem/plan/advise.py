@@ -33,10 +33,11 @@ import dataclasses
 import itertools
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.program import layouts
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
@@ -134,8 +135,8 @@ class Advice:
     @property
     def closest(self) -> Candidate | None:
         """The compiled candidate with the smallest peak above what is usable (when none fits)."""
-        done = [c for c in self.candidates if c.report is not None and c.report.headroom_bytes is not None]
-        return max(done, key=lambda c: c.headroom, default=None)
+        done = [(c.headroom, c) for c in self.candidates if c.headroom is not None]
+        return max(done, key=lambda hc: hc[0])[1] if done else None
 
     def relative(self, c: Candidate) -> float | None:
         base, mine = self.original.step_s, c.step_s
@@ -148,8 +149,9 @@ class Advice:
 
     def to_json(self) -> dict[str, Any]:
         def row(c: Candidate) -> dict[str, Any]:
-            return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label, "command": c.command(self.path),
-                    "status": c.status, "error": c.error, "fits": c.fits if c.report is not None else None,
+            return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label,
+                    "command": c.command(self.path), "status": c.status, "error": c.error,
+                    "fits": c.fits if c.report is not None else None,
                     "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
                     "step_time_estimate_s": c.step_s, "relative_step_time": self.relative(c),
                     "step_time": c.report.step_time if c.report is not None else None,
@@ -356,7 +358,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
             return []
         outs = run([(_key(ch), opts) for ch, opts in items])
         result = []
-        for (ch, opts), (rep, err, status, hit) in zip(items, outs):
+        for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
             compiles += 1
             cached += hit
             result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
@@ -381,10 +383,10 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = []
-    for ch in singles:
-        opts = _apply(base, (ch,))
+    for single in singles:
+        opts = _apply(base, (single,))
         if opts is not None:
-            probe_items.append(((ch,), opts))
+            probe_items.append(((single,), opts))
     probes = compile_all(probe_items, 1)
     done = {_opts_key(c.options) for c in [original, *probes]}
 
@@ -406,7 +408,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         predicted = {ch: peak for _, peak, ch in scored}
         queue = _interleave([ch for _, _, ch in scored])
         for _ in range(2):
-            batch = []
+            batch: list[tuple[tuple, AnalyzeOptions]] = []
             while queue and len(batch) < combinations:
                 ch = queue.pop(0)
                 opts = _apply(base, ch)
@@ -427,7 +429,7 @@ def _divides(base: AnalyzeOptions, changes, global_batch: int | None) -> bool:
     if not global_batch:
         return True
     opts = _apply(base, changes)
-    return global_batch % (layouts.parse_mesh(opts.mesh).data_size * opts.accum) == 0
+    return opts is not None and global_batch % (layouts.parse_mesh(opts.mesh).data_size * opts.accum) == 0
 
 
 # Which kind of plan a combination is: the same training on the same GPUs first, then with its

@@ -14,17 +14,19 @@ import dataclasses
 import io
 import itertools
 import json
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import search as search_mod
 from jaxmem.plan import sweep
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
-AXES = {"layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
-        "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v}
+AXES: dict[str, Callable[[str], Any]] = {
+    "layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
+    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v}
 BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
 SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
 DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
@@ -74,7 +76,7 @@ class Rows(list):
         return display.html("rows", self)
 
 
-def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
+def grid(spec: dict[str, str | None]) -> list[dict[str, Any]]:  # AnalyzeOptions field -> value
     """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination."""
     axes = []
     for name, text in spec.items():
@@ -121,18 +123,21 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
     if find is not None:
         cells = _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row)
     else:
-        cells = [None] * len(rows)
+        slots: list[Cell | None] = [None] * len(rows)
         jobs = [sweep.Job(label(choice), path, opts) for choice, opts in rows]
         where = {id(j): i for i, j in enumerate(jobs)}
 
         def done(out: sweep.Outcome) -> None:
             i = where[id(out.job)]
-            cells[i] = Cell(rows[i][0], out.report, out.error, out.status)
+            cell = slots[i] = Cell(rows[i][0], out.report, out.error, out.status)
             if on_row is not None:
-                on_row(cells[i])
+                on_row(cell)
 
         sweep.run_jobs(jobs, n_jobs=n_jobs, executor=executor, ray_address=ray_address, progress=progress,
                        on_result=done)
+        cells = [c for c in slots if c is not None]
+        if len(cells) != len(slots):
+            raise RuntimeError("the worker pool lost track of a row")
     if all(c.report is None for c in cells):
         raise UserError(cells[0].error)
     return cells
@@ -199,6 +204,7 @@ class _RowSearch:
                                             first=(0, 3, 15))
         else:
             self.granule = 0
+            assert opts.batch is not None  # (_check: --find-devices needs --batch)
             per = opts.batch // (opts.accum * _other_data(mesh))
             self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
             self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
@@ -217,6 +223,7 @@ class _RowSearch:
         if self.find.kind == "batch":
             return dataclasses.replace(self.opts, batch=v)
         if self.find.kind == "seq":
+            assert self.find.arg is not None  # (_check: --find-seq names the argument)
             return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
         return dataclasses.replace(self.opts, mesh=_with_data_size(self.opts.mesh, v))
 
@@ -229,6 +236,7 @@ class _RowSearch:
             return
         if out.status == "ok":
             r = out.report
+            assert r is not None  # (an "ok" outcome carries its report)
             if r.target.usable_bytes is None:
                 self.error = ("user_error", f"--find-{self.find.kind} needs a GPU target with fixed memory")
                 return
@@ -300,7 +308,7 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
     finally:
         bar.close()
         pool.close()
-    return cells
+    return [c for c in cells if c is not None]  # (all of them: the loop ran until none was None)
 
 
 def probe_count(s: search_mod.SearchResult) -> str:
@@ -324,7 +332,7 @@ def row_line(c: Cell) -> str:
     s = c.search
     if s is not None:
         what = {"batch": "max batch", "seq": f"max {s.arg}", "devices": "min data size"}[s.kind]
-        answer = "none" if s.answer in (None, 0) and s.kind != "devices" or s.answer is None else (
+        answer = "none" if (s.answer in (None, 0) and s.kind != "devices") or s.answer is None else (
             f">= {s.answer}" if s.capped else str(s.answer))
         line += f"; {what} {answer} ({probe_count(s)})"
     return line

@@ -21,10 +21,15 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import wait
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from jaxmem.errors import UserError
+
+if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
+    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.report import Report
 
 STATUSES = ("ok", "user_error", "failed")
 
@@ -34,13 +39,13 @@ class Job:
     key: str            # the caller's name for it (a row, a probe)
     path: str           # the model file; or (executor "inline" only: it does not pickle) a Workload or a
                         # function returning one, as the Python API takes them
-    options: "AnalyzeOptions"  # noqa: F821 (jaxmem.pipeline.AnalyzeOptions; imported lazily: no jax here)
+    options: AnalyzeOptions
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     job: Job
-    report: "Report | None"  # noqa: F821
+    report: Report | None
     error: str | None
     status: str          # one of STATUSES
     seconds: float = 0.0  # wall time of the job in its worker
@@ -74,7 +79,7 @@ def run_one(job: Job) -> Outcome:
         return Outcome(job, report, None, "ok", time.perf_counter() - t0)
     except UserError as e:
         return Outcome(job, None, str(e), "user_error", time.perf_counter() - t0)
-    except Exception as e:  # an XLA error is this row's failure, not the sweep's
+    except Exception as e:  # noqa: BLE001 -- an XLA error is this row's failure, not the sweep's
         first = (str(e).strip().splitlines() or [""])[0][:500]
         return Outcome(job, None, f"{type(e).__name__}: {first}", "failed", time.perf_counter() - t0)
 
@@ -134,7 +139,7 @@ class _Worker:
 
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the worker's stderr, closed in close()
         self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w)],
                                      pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, start_new_session=True)
@@ -158,7 +163,7 @@ class _Worker:
             self.proc.kill()
         try:
             self.proc.wait(timeout=10)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- not gone in 10 s (TimeoutExpired), or any other failure: killed
             self.proc.kill()
             self.proc.wait()
         for c in (self.jobs, self.results):
@@ -212,7 +217,7 @@ class LocalPool:
             for conn in ready:
                 w, job, t0 = self._busy.pop(conn)
                 try:
-                    out = conn.recv()
+                    out = w.results.recv()  # (conn itself)
                 except (EOFError, OSError):  # the worker died holding this job
                     out = None
                 if out is not None:
@@ -221,7 +226,7 @@ class LocalPool:
                 else:
                     try:
                         code = w.proc.wait(timeout=10)
-                    except Exception:
+                    except Exception:  # noqa: BLE001 -- no exit status to report: the death is still reported
                         code = None
                     out = Outcome(job, None, _death(code, w.stderr_tail()), "failed", time.perf_counter() - t0)
                     w.close(kill=True)
@@ -321,7 +326,7 @@ class RayPool:
         job, t0 = self._refs.pop(ref)
         try:
             return dataclasses.replace(self._ray.get(ref), job=job)
-        except Exception as e:  # WorkerCrashedError, RayTaskError, ...
+        except Exception as e:  # noqa: BLE001 -- WorkerCrashedError, RayTaskError, ...
             first = (str(e).strip().splitlines() or [""])[0][:300]
             return Outcome(job, None, f"the Ray worker failed: {type(e).__name__}: {first}", "failed",
                            time.perf_counter() - t0)
@@ -366,8 +371,8 @@ class Progress:
         self._p = None
         if enabled and sys.stderr.isatty():
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._p = RichProgress(TextColumn(f"{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                    TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
@@ -377,7 +382,7 @@ class Progress:
 
     def update(self, *, advance: int = 0, running: str | None = None) -> None:
         if self._p is not None:
-            self._p.update(self._task, advance=advance, **({"description": running} if running is not None else {}))
+            self._p.update(self._task, advance=advance, description=running)  # None: the description stays
 
     def close(self) -> None:
         if self._p is not None:

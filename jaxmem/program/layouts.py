@@ -25,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import LAYOUTS  # noqa: F401  (public here too)
+from jaxmem.program.options import LAYOUTS
 
 MODEL_AXIS_NAMES = ("model", "tensor", "tp")
 

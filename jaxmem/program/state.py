@@ -11,7 +11,8 @@ the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -21,11 +21,11 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jaxmem.errors import UserError, describe
-
 from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
 
 
@@ -109,7 +109,7 @@ class Workload:
                 if any(not isinstance(d, int) or d < 0 for d in shape):
                     raise UserError(f"{source}: {where} has shape {tuple(shape)}; dimensions must be non-negative integers.")
 
-    def checked(self, source: str) -> "Workload":
+    def checked(self, source: str) -> Workload:
         """This workload with the user's callables checked where they return: the loss must give a
         scalar, a custom step `(new_state, anything)` (errors that name the culprit, not jax's)."""
         if getattr(self.loss, "_jaxmem_checked", False) or getattr(self.step, "_jaxmem_checked", False):
