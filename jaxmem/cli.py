@@ -278,8 +278,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             from jaxmem.present.render import render_comparison
 
             render_comparison(cells)
-        ok = [c for c in cells if c.report is not None]
-        sys.exit(EXIT_DOES_NOT_FIT if ok and all(c.report.fits is False for c in ok) else EXIT_FITS)
+        ok = [c.report for c in cells if c.report is not None]
+        sys.exit(EXIT_DOES_NOT_FIT if ok and all(r.fits is False for r in ok) else EXIT_FITS)
 
     _run(go)
 

@@ -52,6 +52,7 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.xla import hlo_text
@@ -158,7 +159,7 @@ _ALGORITHMS = (("dot_any_f8_any_f8", "fp8"), ("dot_bf16_bf16", "bf16"), ("dot_f1
 _INT8 = ("s8", "u8", "s4", "u4")
 
 
-def dot_kind(dtypes: list[str], precision: list[str] = (), algorithm: str | None = None) -> tuple[str, int]:
+def dot_kind(dtypes: list[str], precision: Sequence[str] = (), algorithm: str | None = None) -> tuple[str, int]:
     """(kind, passes): the rate a dot with operands of `dtypes` runs at, and how many times.
 
     The kinds: bf16, fp16, tf32, fp32 (CUDA cores), fp8, int8, other (f64 and wide integers: no
