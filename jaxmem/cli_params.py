@@ -134,7 +134,7 @@ def field_option(name: str):
         return click.option(flag.name, name, is_flag=True, help=flag.help)
     if flag.kind == "pairs":
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
-    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum, flag.what),
+    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": Fraction,
             "text": lambda: None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
