@@ -2,7 +2,7 @@
 
     python benchmarks/published.py                      # every recipe -> results/published.md and .json
     python benchmarks/published.py --only dgxc          # recipes whose key contains "dgxc" (no file written)
-    python benchmarks/published.py --attention recipe   # each row with the recipe's attention kernel
+    python benchmarks/published.py --attention xla      # every row with XLA attention, for comparison
 
 No GPU is involved: the nearest ground truth without one is the public record. Each recipe is
 a configuration that ran on a stated number of stated NVIDIA GPUs, at a stated memory fraction
@@ -17,11 +17,14 @@ model file and compiled by ``jaxmem analyze --json`` in a subprocess, as printed
   time without them, to show what they change.
 * ``--mem-fraction`` is the recipe's ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (JAX's default, 0.75,
   where a recipe sets none: the row says so).
-* attention: the recipes' cuDNN flash attention needs jaxmem's custom-partitioning support
-  for multi-device deviceless compiles; until that is in this branch every row runs XLA
-  attention (``attention=xla``), which materializes the (B, H, T, T) scores the flash kernel
-  never stores. ``--attention recipe`` passes each recipe's own kernel (its ``attention``
-  field) instead.
+* attention: each recipe's own kernel (its ``attention`` field): ``attention=cudnn``, cuDNN's
+  fused flash attention through ``jax.nn.dot_product_attention(implementation="cudnn")``, where
+  the recipe ran ``cudnn_flash_te``. Each such row is compiled once more with XLA attention
+  (``attention=xla``: the (B, H, T, T) scores in memory), to show what the kernel changes
+  (``--no-xla-column`` skips it); ``--attention xla`` compiles every row that way.
+* numerics: the MaxText rows run MaxText's defaults (fp32 weights, bf16 compute; cuDNN
+  attention needs the bf16) as ``--precision fp32 --arg numerics=maxtext`` (see
+  ``_MAXTEXT_NUMERICS``); the AXLearn and Pax rows as ``--precision bf16``.
 
 Where jaxmem and the record disagree, the row's ``why`` says why, as far as we looked.
 Nothing is tuned to agree. This is not a GPU measurement.
@@ -110,6 +113,13 @@ _MAXTEXT_A3_FLAGS = (
     "--xla_disable_hlo_passes=rematerialization")
 # MaxText's minimal_flash at efb6d9e4a: checkpoint_dots_with_no_batch_dims plus the named 'context'.
 _MINIMAL_FLASH = dict(remat="checkpoint_dots_with_no_batch_dims", remat_save="context")
+# MaxText's default numerics (MaxText/configs/base.yml: weight_dtype float32, dtype bfloat16; the recipes
+# here change neither): fp32 parameters, gradients and Adam moments, each weight cast to bf16 where it is
+# used. models/llama.py's numerics=maxtext is that program; jaxmem's --precision bf16 instead casts every
+# parameter to bf16 once at the top of the step, so its gradients come back in bf16 (0.5-2.8 GiB less
+# at the peak on these rows). cuDNN attention needs the bf16 compute either way.
+_MAXTEXT_NUMERICS = ("numerics", "maxtext")
+_MAXTEXT_PRECISION = "fp32"   # the parameters' and optimizer state's dtype; the compute is numerics=maxtext's
 
 
 def _dgxc_flags(nodes: int, perf: bool = True) -> str:
@@ -137,26 +147,27 @@ _DGXC_L2 = dict(
            "also the NGC catalog page 'Maxtext Llama2 70B 25.01.1 (DGXC Benchmarking)')",
     revision="143b90d (tag v25.01; commit date 2025-06-09)", gpu="h100", gpu_published="H100 80GB (DGX H100)",
     mem_fraction=0.94, mem_fraction_source="configure.sh: MEM_FRACTION=0.94 -> XLA_PYTHON_CLIENT_MEM_FRACTION",
-    attention="cudnn", model="models/llama.py", precision="bf16", remat="full",
+    attention="cudnn", model="models/llama.py", precision=_MAXTEXT_PRECISION, remat="full",
 )
 _DGXC_L2_CONFIG = {"model": "Llama 2 70B (80 layers, d 8192, 64 heads, 8 KV heads, FFN 28672, vocab 32000)",
                    "sequence": "4096", "per-device batch": "2 (MBS=2)", "precision": "bf16 (DTYPE=bf16)",
                    "remat": "custom: query/key/value/qkv/out_proj and mlpwo saved on device (save_dot_except_mlpwi)",
                    "attention": "cudnn_flash_te", "scan_layers": "true"}
 _DGXC_L2_ARGS = (("preset", "2-70b"), ("seq_len", 4096),
-                 ("remat_save", "query_proj,key_proj,value_proj,out_proj,mlpwo"))
+                 ("remat_save", "query_proj,key_proj,value_proj,out_proj,mlpwo"), _MAXTEXT_NUMERICS)
 _DGXC_L3 = dict(
     source="NVIDIA/dgxc-benchmarking: maxtext/README_70b.md, maxtext/configure.sh (Maxtext Llama3 70B 25.02; "
            "also the NGC catalog page 'Maxtext Llama3 70B 25.02 (DGXC Benchmarking)')",
     revision="8f5cbb3 (tag v25.02; commit date 2025-06-09)", gpu="h100", gpu_published="H100 80GB (DGX H100)",
     mem_fraction=0.94, mem_fraction_source="configure.sh: MEM_FRACTION=0.94 -> XLA_PYTHON_CLIENT_MEM_FRACTION",
-    attention="cudnn", model="models/llama.py", precision="bf16", remat="full",
+    attention="cudnn", model="models/llama.py", precision=_MAXTEXT_PRECISION, remat="full",
 )
 _DGXC_L3_CONFIG = {"model": "Llama 3 70B (80 layers, d 8192, 64 heads, 8 KV heads, FFN 28672, vocab 128256)",
                    "sequence": "8192", "per-device batch": "2 (MBS=2)", "precision": "bf16 (DTYPE=bf16)",
                    "remat": "save_qkv_proj (query/key/value projections saved)", "attention": "cudnn_flash_te",
                    "scan_layers": "true"}
-_DGXC_L3_ARGS = (("preset", "70b"), ("seq_len", 8192), ("remat_save", "query_proj,key_proj,value_proj"))
+_DGXC_L3_ARGS = (("preset", "70b"), ("seq_len", 8192), ("remat_save", "query_proj,key_proj,value_proj"),
+                 _MAXTEXT_NUMERICS)
 
 _AXLEARN = dict(
     source="apple/axlearn: axlearn/experiments/text/gpt/fuji.py (mesh_rules comments)",
@@ -194,8 +205,10 @@ RECIPES: tuple[Recipe, ...] = (
         outcome="ran", documented="ran: step time 0.721 s, 22.19 sequences/s",
         step_s=0.721, step_how="published step time",
         attention="cudnn", model="models/llama.py",
-        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"])),
-        mesh="data=8", layout="fsdp", batch=16, remat=_MINIMAL_FLASH["remat"], precision="bf16",
+        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"]),
+              _MAXTEXT_NUMERICS),
+        mesh="data=8", layout="fsdp", batch=16, remat=_MINIMAL_FLASH["remat"],
+        precision=_MAXTEXT_PRECISION,
         approximations="scanned layers (the recipe: scan off); MaxText's minimal_flash of the time = "
                        "checkpoint_dots_with_no_batch_dims + the named 'context', reproduced as such",
         why=("the verdict agrees. The step estimate is memory-bound: XLA attention reads and writes the (B, H, "
@@ -219,8 +232,10 @@ RECIPES: tuple[Recipe, ...] = (
                  f"({maxtext_tflops_2024(LLAMA2_7B_PARAMS, 32, 32, 128, 4096, 4):.1f}: 6 N T B + causal "
                  "attention, N = 6,738,415,616) / 492 TFLOP/s",
         attention="cudnn", model="models/llama.py",
-        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"])),
-        mesh="data=8", layout="fsdp", batch=32, remat=_MINIMAL_FLASH["remat"], precision="bf16",
+        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"]),
+              _MAXTEXT_NUMERICS),
+        mesh="data=8", layout="fsdp", batch=32, remat=_MINIMAL_FLASH["remat"],
+        precision=_MAXTEXT_PRECISION,
         approximations="scanned layers (the recipe: scan_layers=false)",
         why=("XLA attention (this branch) keeps the (B, H, T, T) scores the recipe's cuDNN flash kernel never "
              "stores: `--top` lists f32(4, 32, 4096, 1, 4096) scores (8 GiB) and two bf16(128, 4096, 4096) "
@@ -245,8 +260,10 @@ RECIPES: tuple[Recipe, ...] = (
         step_how="derived: MaxText's TFLOP per device per step of the time "
                  f"({maxtext_tflops_2024(LLAMA2_7B_PARAMS, 32, 32, 128, 4096, 4):.1f}) / 375 TFLOP/s",
         attention="cudnn", model="models/llama.py",
-        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"])),
-        mesh="data=8", layout="fsdp", batch=32, remat=_MINIMAL_FLASH["remat"], precision="bf16",
+        args=(("preset", "2-7b"), ("seq_len", 4096), ("remat_save", _MINIMAL_FLASH["remat_save"]),
+              _MAXTEXT_NUMERICS),
+        mesh="data=8", layout="fsdp", batch=32, remat=_MINIMAL_FLASH["remat"],
+        precision=_MAXTEXT_PRECISION,
         approximations="HSDP is not expressible (every non-tensor axis is one more FSDP axis): compiled as "
                        "one FSDP-8 replica with the same per-device batch, which has the same per-device "
                        "state and activations; the 16-way gradient all-reduce across hosts is missing from "
@@ -501,7 +518,7 @@ def run_jaxmem(argv: list[str], flags: list[str], timeout: float = 900) -> dict:
             "runtime": rep.get("runtime")}
 
 
-def run_recipe(r: Recipe, attention_mode: str) -> dict:
+def run_recipe(r: Recipe, attention_mode: str, xla_column: bool = True) -> dict:
     attention = r.attention if attention_mode == "recipe" else "xla"
     flags, dropped = applicable_flags(r.xla_flags)
     argv = analyze_argv(r, attention)
@@ -511,6 +528,11 @@ def run_recipe(r: Recipe, attention_mode: str) -> dict:
     if flags:   # the same compile without the recipe's flags: what they change
         res["command_without_flags"] = command_line(argv, [])
         res["without_flags"] = run_jaxmem(argv, [])
+    if xla_column and attention != "xla" and r.model_takes_attention:
+        # the same compile (with the recipe's flags) with XLA attention: what the flash kernel changes
+        xla_argv = analyze_argv(r, "xla")
+        res["command_xla_attention"] = command_line(xla_argv, flags)
+        res["xla_attention"] = run_jaxmem(xla_argv, flags)
     return res
 
 
@@ -541,6 +563,16 @@ def step_ratio(res: dict) -> float | None:
     return run["step_time"]["estimate_s"] / step
 
 
+def _xla_cell(run: dict | None) -> str:
+    """The row compiled with XLA attention instead of the recipe's kernel ("—": the row ran XLA attention)."""
+    if run is None:
+        return "—"
+    if "error" in run:
+        return f"error (exit {run['exit']})"
+    st = run["step_time"]
+    return f"{_gib(run['peak'])}, {verdict(run)}, " + (f"{st['estimate_s']:.3f}" if st.get("available") else "n/a")
+
+
 def render(results: list[dict], header: dict) -> str:
     lines = [
         "# Public GPU recipes beside jaxmem",
@@ -552,8 +584,8 @@ def render(results: list[dict], header: dict) -> str:
         "(less those this XLA no longer knows). Raw numbers: `published.json`.",
         "",
         "| # | configuration | documented | jaxmem | peak / usable (headroom) | peak without the recipe's "
-        "XLA flags | published s/step | estimate s/step | ratio |",
-        "|---|---|---|---|---|---|---:|---:|---:|",
+        "XLA flags | published s/step | estimate s/step | ratio | with XLA attention: peak, verdict, s/step |",
+        "|---|---|---|---|---|---|---:|---:|---:|---|",
     ]
     for i, res in enumerate(results, 1):
         r, run, plain = res["recipe"], res["with_flags"], res.get("without_flags")
@@ -569,7 +601,8 @@ def render(results: list[dict], header: dict) -> str:
         est = "—" if "error" in run or not run["step_time"].get("available") else f"{run['step_time']['estimate_s']:.3f}"
         pub = "—" if r["step_s"] is None else f"{r['step_s']:g}"
         rat = "—" if ratio is None else f"{ratio:.2f}" + ("" if 0.5 <= ratio <= 1.5 else " (outside 0.5-1.5)")
-        lines.append(f"| {i} | {r['title']} | {doc} | {cells[0]} | {cells[1]} | {no_flags} | {pub} | {est} | {rat} |")
+        lines.append(f"| {i} | {r['title']} | {doc} | {cells[0]} | {cells[1]} | {no_flags} | {pub} | {est} | {rat} "
+                     f"| {_xla_cell(res.get('xla_attention'))} |")
     lines += ["", "## Rows", ""]
     for i, res in enumerate(results, 1):
         r, run = res["recipe"], res["with_flags"]
@@ -605,6 +638,13 @@ def render(results: list[dict], header: dict) -> str:
             lines.append(f"- **Without the recipe's XLA flags**: peak {_gib(plain['peak'])}, {verdict(plain)}"
                          + (f", step (estimate) {plain['step_time']['estimate_s']:.3f} s"
                             if plain["step_time"].get("available") else "") + ".")
+        xla = res.get("xla_attention")
+        if xla is not None:
+            lines.append(f"- **With XLA attention** (`{res['command_xla_attention']}`): " + (
+                f"error (exit {xla['exit']})" if "error" in xla else
+                f"peak {_gib(xla['peak'])}, {verdict(xla)}"
+                + (f", step (estimate) {xla['step_time']['estimate_s']:.3f} s" if xla["step_time"].get("available")
+                   else "")) + ".")
         if r["why"]:
             lines.append(f"- **Why they differ**: {r['why']}")
         lines.append("")
@@ -623,8 +663,10 @@ def render(results: list[dict], header: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the recipes whose key contains this (no file written)")
-    ap.add_argument("--attention", choices=["xla", "recipe"], default="xla",
-                    help="xla: every row with XLA attention; recipe: each recipe's own kernel")
+    ap.add_argument("--attention", choices=["recipe", "xla"], default="recipe",
+                    help="recipe (default): each recipe's own kernel; xla: every row with XLA attention")
+    ap.add_argument("--no-xla-column", action="store_true",
+                    help="skip the extra compile of each flash-attention row with XLA attention")
     ap.add_argument("--out", default=str(RESULTS / "published.md"))
     args = ap.parse_args()
 
@@ -633,7 +675,7 @@ def main() -> None:
     chosen = [r for r in RECIPES if not args.only or args.only in r.key]
     results = []
     for r in chosen:
-        res = run_recipe(r, args.attention)
+        res = run_recipe(r, args.attention, xla_column=not args.no_xla_column)
         run = res["with_flags"]
         print(f"{r.key}: documented {r.outcome}; jaxmem {verdict(run)}"
               + ("" if "error" in run else f", peak {_gib(run['peak'])} of {_gib(run['usable'])}")
@@ -644,10 +686,9 @@ def main() -> None:
     switch = [i for i, res in enumerate(results, 1) if res["attention_run"] != res["recipe"]["attention"]]
     if switch:
         header["notes"].append(
-            "Rows " + ", ".join(map(str, switch)) + " ran with XLA attention; their recipes use cuDNN flash "
-            "attention, which never stores the (B, H, T, T) scores. Their verdicts and step estimates are to be "
-            "re-read with `--attention recipe` once cuDNN attention compiles devicelessly on multi-device meshes "
-            "on this branch.")
+            "Rows " + ", ".join(map(str, switch)) + " ran with XLA attention (`--attention xla`); their recipes "
+            "use cuDNN flash attention, which never stores the (B, H, T, T) scores: the default run "
+            "(`--attention recipe`) compiles each recipe's own kernel.")
     header["notes"].append(
         "The step estimate is jaxmem's peak-rate rule (max(compute, memory) + communication, nothing "
         "overlapped); it leaves out kernel efficiency below peak and latencies, so it runs below published "
