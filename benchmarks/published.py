@@ -19,9 +19,11 @@ model file and compiled by ``jaxmem analyze --json`` in a subprocess, as printed
   where a recipe sets none: the row says so).
 * attention: each recipe's own kernel (its ``attention`` field): ``attention=cudnn``, cuDNN's
   fused flash attention through ``jax.nn.dot_product_attention(implementation="cudnn")``, where
-  the recipe ran ``cudnn_flash_te``. Each such row is compiled once more with XLA attention
-  (``attention=xla``: the (B, H, T, T) scores in memory), to show what the kernel changes
-  (``--no-xla-column`` skips it); ``--attention xla`` compiles every row that way.
+  the recipe ran ``cudnn_flash_te``; ``attention=xla`` (the (B, H, T, T) scores in memory) where
+  it ran XLA's, or where the source does not say (AXLearn: its un-suffixed config names). Each
+  row whose model takes the choice is compiled once more with the other kernel, to show what
+  the kernel changes (``--no-other-attention`` skips it); ``--attention xla`` compiles every row
+  with XLA attention.
 * numerics: the MaxText rows run MaxText's defaults (fp32 weights, bf16 compute; cuDNN
   attention needs the bf16) as ``--precision fp32 --arg numerics=maxtext`` (see
   ``_MAXTEXT_NUMERICS``); the AXLearn and Pax rows as ``--precision bf16``.
@@ -519,7 +521,7 @@ def run_jaxmem(argv: list[str], flags: list[str], timeout: float = 900) -> dict:
             "runtime": rep.get("runtime")}
 
 
-def run_recipe(r: Recipe, attention_mode: str, xla_column: bool = True) -> dict:
+def run_recipe(r: Recipe, attention_mode: str, other_attention: bool = True) -> dict:
     attention = r.attention if attention_mode == "recipe" else "xla"
     flags, dropped = applicable_flags(r.xla_flags)
     argv = analyze_argv(r, attention)
@@ -529,11 +531,12 @@ def run_recipe(r: Recipe, attention_mode: str, xla_column: bool = True) -> dict:
     if flags:   # the same compile without the recipe's flags: what they change
         res["command_without_flags"] = command_line(argv, [])
         res["without_flags"] = run_jaxmem(argv, [])
-    if xla_column and attention != "xla" and r.model_takes_attention:
-        # the same compile (with the recipe's flags) with XLA attention: what the flash kernel changes
-        xla_argv = analyze_argv(r, "xla")
-        res["command_xla_attention"] = command_line(xla_argv, flags)
-        res["xla_attention"] = run_jaxmem(xla_argv, flags)
+    if other_attention and r.model_takes_attention:
+        # the same compile (with the recipe's flags) with the other kernel: what the kernel changes
+        other = "xla" if attention == "cudnn" else "cudnn"
+        other_argv = analyze_argv(r, other)
+        res["other_attention"] = {"attention": other, "command": command_line(other_argv, flags),
+                                  "run": run_jaxmem(other_argv, flags)}
     return res
 
 
@@ -564,14 +567,29 @@ def step_ratio(res: dict) -> float | None:
     return run["step_time"]["estimate_s"] / step
 
 
-def _xla_cell(run: dict | None) -> str:
-    """The row compiled with XLA attention instead of the recipe's kernel ("—": the row ran XLA attention)."""
-    if run is None:
+def _other_cell(other: dict | None) -> str:
+    """The row compiled with the other attention kernel ("—": its model has no choice)."""
+    if other is None:
         return "—"
+    run = other["run"]
     if "error" in run:
-        return f"error (exit {run['exit']})"
+        return f"{other['attention']}: error (exit {run['exit']})"
     st = run["step_time"]
-    return f"{_gib(run['peak'])}, {verdict(run)}, " + (f"{st['estimate_s']:.3f}" if st.get("available") else "n/a")
+    return (f"{other['attention']}: {_gib(run['peak'])}, {verdict(run)}, "
+            + (f"{st['estimate_s']:.3f}" if st.get("available") else "n/a"))
+
+
+def published_rate(res: dict) -> str | None:
+    """The published step time at XLA's FLOP count of the compiled step: the rate the run reached, as a
+    share of the catalogue peak the estimate assumes."""
+    run, step = res["with_flags"], res["recipe"]["step_s"]
+    if step is None or "error" in run or not run["step_time"].get("available"):
+        return None
+    st = run["step_time"]
+    rate = st["flops"] / step
+    return (f"{st['flops'] / 1e12:,.1f} TFLOP per device (XLA's count, loops x trip count) in {step:g} s: "
+            f"{rate / 1e12:.0f} TFLOP/s, {100 * rate / st['peak_flops']:.0f}% of the {st['peak_flops'] / 1e12:.0f} "
+            "TFLOP/s the estimate assumes")
 
 
 def render(results: list[dict], header: dict) -> str:
@@ -585,7 +603,7 @@ def render(results: list[dict], header: dict) -> str:
         "(less those this XLA no longer knows). Raw numbers: `published.json`.",
         "",
         "| # | configuration | documented | jaxmem | peak / usable (headroom) | peak without the recipe's "
-        "XLA flags | published s/step | estimate s/step | ratio | with XLA attention: peak, verdict, s/step |",
+        "XLA flags | published s/step | estimate s/step | ratio | other attention kernel: peak, verdict, s/step |",
         "|---|---|---|---|---|---|---:|---:|---:|---|",
     ]
     for i, res in enumerate(results, 1):
@@ -603,7 +621,7 @@ def render(results: list[dict], header: dict) -> str:
         pub = "—" if r["step_s"] is None else f"{r['step_s']:g}"
         rat = "—" if ratio is None else f"{ratio:.2f}" + ("" if 0.5 <= ratio <= 1.5 else " (outside 0.5-1.5)")
         lines.append(f"| {i} | {r['title']} | {doc} | {cells[0]} | {cells[1]} | {no_flags} | {pub} | {est} | {rat} "
-                     f"| {_xla_cell(res.get('xla_attention'))} |")
+                     f"| {_other_cell(res.get('other_attention'))} |")
     lines += ["", "## Rows", ""]
     for i, res in enumerate(results, 1):
         r, run = res["recipe"], res["with_flags"]
@@ -639,12 +657,16 @@ def render(results: list[dict], header: dict) -> str:
             lines.append(f"- **Without the recipe's XLA flags**: peak {_gib(plain['peak'])}, {verdict(plain)}"
                          + (f", step (estimate) {plain['step_time']['estimate_s']:.3f} s"
                             if plain["step_time"].get("available") else "") + ".")
-        xla = res.get("xla_attention")
-        if xla is not None:
-            lines.append(f"- **With XLA attention** (`{res['command_xla_attention']}`): " + (
-                f"error (exit {xla['exit']})" if "error" in xla else
-                f"peak {_gib(xla['peak'])}, {verdict(xla)}"
-                + (f", step (estimate) {xla['step_time']['estimate_s']:.3f} s" if xla["step_time"].get("available")
+        rate = published_rate(res)
+        if rate:
+            lines.append(f"- **Published time at XLA's FLOP count**: {rate}.")
+        other = res.get("other_attention")
+        if other is not None:
+            o = other["run"]
+            lines.append(f"- **With attention={other['attention']}** (`{other['command']}`): " + (
+                f"error (exit {o['exit']})" if "error" in o else
+                f"peak {_gib(o['peak'])}, {verdict(o)}"
+                + (f", step (estimate) {o['step_time']['estimate_s']:.3f} s" if o["step_time"].get("available")
                    else "")) + ".")
         if r["why"]:
             lines.append(f"- **Why they differ**: {r['why']}")
@@ -661,22 +683,47 @@ def render(results: list[dict], header: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rerender(data: dict) -> dict:
+    """published.json with each row's `why` from RECIPES as they are now: the text is rewritten after a
+    run, the numbers are the run's. Refused where a recipe's command is no longer the one that ran."""
+    by_key = {r.key: r for r in RECIPES}
+    for res in data["results"]:
+        r = by_key.get(res["recipe"]["key"])
+        if r is None:
+            raise SystemExit(f"{res['recipe']['key']}: no such recipe now; run the benchmark again")
+        flags, _ = applicable_flags(r.xla_flags)
+        if command_line(analyze_argv(r, res["attention_run"]), flags) != res["command"]:
+            raise SystemExit(f"{r.key}: its command changed since the run; run the benchmark again")
+        res["recipe"]["why"] = r.why
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the recipes whose key contains this (no file written)")
     ap.add_argument("--attention", choices=["recipe", "xla"], default="recipe",
                     help="recipe (default): each recipe's own kernel; xla: every row with XLA attention")
-    ap.add_argument("--no-xla-column", action="store_true",
-                    help="skip the extra compile of each flash-attention row with XLA attention")
+    ap.add_argument("--no-other-attention", action="store_true",
+                    help="skip the extra compile of each row with the other attention kernel")
+    ap.add_argument("--from-json", action="store_true",
+                    help="render published.md again from published.json, with the rows' current `why` "
+                         "(refused where a row's command changed since the run)")
     ap.add_argument("--out", default=str(RESULTS / "published.md"))
     args = ap.parse_args()
+    if args.from_json:
+        out = Path(args.out)
+        data = rerender(json.loads(out.with_suffix(".json").read_text()))
+        out.write_text(render(data["results"], data["header"]))
+        out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {out} and {out.with_suffix('.json')} (from the JSON; `why` from the recipes)")
+        return
 
     import jax
 
     chosen = [r for r in RECIPES if not args.only or args.only in r.key]
     results = []
     for r in chosen:
-        res = run_recipe(r, args.attention, xla_column=not args.no_xla_column)
+        res = run_recipe(r, args.attention, other_attention=not args.no_other_attention)
         run = res["with_flags"]
         print(f"{r.key}: documented {r.outcome}; jaxmem {verdict(run)}"
               + ("" if "error" in run else f", peak {_gib(run['peak'])} of {_gib(run['usable'])}")
