@@ -101,6 +101,8 @@ def test_the_renderer_on_a_tiny_fake_result(pub):
     assert "- **Why they differ**: a reason" in md
     assert "error (exit 1)" in md and "`--xla_dump_to=/x` (writes HLO dumps)" in md
     assert "Verdicts: 1 of 3 agree" in md
+    assert "- With the other attention kernel (last column): 0 of 1 of those rows' verdicts agree with the record; " \
+           "row 1 disagrees." in md
 
 
 def test_rerender_takes_the_recipes_why_and_refuses_a_changed_command(pub):
