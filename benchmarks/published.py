@@ -218,8 +218,8 @@ RECIPES: tuple[Recipe, ...] = (
              "the H100's peak rate; the published time is 51% of that peak at XLA's FLOP count (the line "
              "above): the kernels ran at about half of peak, which the peak-rate rule leaves out (ratio "
              "0.62). With XLA attention the peak is 8.26 GiB higher and the estimate memory-bound on the "
-             "(B, H, T, T) scores (1.016 s, ratio 1.41): the previous run's closer step time came from a "
-             "kernel the recipe did not run."),
+             "(B, H, T, T) scores (1.016 s, ratio 1.41): the closer step time of the all-XLA-attention run "
+             "(commit 0088011, 1.39) came from a kernel the recipe did not run."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-1vm",
@@ -246,8 +246,9 @@ RECIPES: tuple[Recipe, ...] = (
         why=("the verdict agrees: 62.63 of 67.24 GiB at the script's 0.85. `--top` shows the 32 layers' "
              "saved activations under minimal_flash at the peak: two bf16(32, 4, 4096, 11008) MLP stacks "
              "of 10.75 GiB and six bf16 stacks of 4 GiB of (32, 4, 4096, 4096) elements. With XLA "
-             "attention it would not fit (79.77 GiB): the (B, H, T, T) scores were the whole of the "
-             "previous run's disagreement. The step estimate is compute-bound at peak rate; the published "
+             "attention it would not fit (79.77 GiB, 17.14 GiB more: the kernel behind the all-XLA-"
+             "attention run's disagreement, commit 0088011). The step estimate is compute-bound at peak "
+             "rate; the published "
              "492 TFLOP/s (MaxText's count) is 51% of that peak at XLA's count (ratio 0.56)."),
     ),
     Recipe(
@@ -276,9 +277,9 @@ RECIPES: tuple[Recipe, ...] = (
                        "the step-time estimate. Scanned layers (the recipe: scan off)",
         why=("the verdict agrees (the same per-device program as the 1-host row). The step ratio is "
              "outside 0.5-1.5 for a cost outside the compiled program: the published 16-host time is 0.453"
-             " s (31%) longer than the 1-host time for the same per-device program, the 16-way cross-host "
-             "gradient all-reduce (HSDP) that the FSDP-8 compile does not have; against the 1-host time "
-             "the same estimate is 0.56."),
+             " s (31%) longer than the 1-host time for the same per-device program; what 16 hosts add to "
+             "it is the 16-way cross-host gradient all-reduce (HSDP), which the FSDP-8 compile does not "
+             "have (not measured apart). Against the 1-host time the same estimate is 0.56."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-64gpu",
@@ -332,7 +333,7 @@ RECIPES: tuple[Recipe, ...] = (
              "smaller than differences we know between this program and MaxText's: the same command with "
              "`--precision bf16` in place of `--precision fp32 --arg numerics=maxtext` (parameters cast "
              "once, bf16 gradients) peaks at 70.99 GiB. We found no measured cause for the disagreement; "
-             "with XLA attention it agreed (87.96 GiB) for the wrong reason."),
+             "with XLA attention it agreed (87.96 GiB), through a kernel the recipe did not run."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-128gpu",
@@ -346,7 +347,8 @@ RECIPES: tuple[Recipe, ...] = (
         args=_DGXC_L3_ARGS, mesh="data=128", layout="fsdp", batch=256,
         approximations="save_qkv_proj reproduced with remat_save",
         why=("the verdict agrees (67.97 of 74.36 GiB); with XLA attention it would not (129.21 GiB: the "
-             "previous run's disagreement, f32 (B, H, T, T) scores at T = 8192). `--top` puts the peak at "
+             "all-XLA-attention run's disagreement, commit 0088011, f32 (B, H, T, T) scores at T = 8192). "
+             "`--top` puts the peak at "
              "the loss: two 20 GiB stacks (the saved query projections, bf16(80, 2, 8192, 64, 128), and "
              "bf16(80, 2, 8192, 8192) layer activations), the f32 logits (7.83 GiB), their bf16 copy (3.91"
              " GiB) and the gathered LM head (1.96 GiB). The step estimate is compute-bound at peak rate; "
