@@ -553,6 +553,35 @@ def advise(as_json, mem_fraction, always, n_jobs, change_kinds, **kw):
     _run(go)
 
 
+@main.command("cache")
+@click.option("--clear", is_flag=True, help="Remove every entry (and partial write) of the compile cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def cache_command(clear, as_json):
+    """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries and their size.
+
+    \b
+    Example:
+      jaxmem cache
+      jaxmem cache --clear
+    """
+
+    def go():
+        from jaxmem.compiler import cache
+
+        d = cache.clear() if clear else cache.info()
+        if as_json:
+            click.echo(json.dumps(d, indent=2))
+            return
+        from jaxmem.present.render import fmt_bytes
+
+        if clear:
+            click.echo(f"removed {d['removed']} file(s) from {d['path']}")
+        click.echo(f"{d['path']}: {d['entries']} entries, {fmt_bytes(d['bytes'])}"
+                   + (f", {d['partial_writes']} partial write(s) left by killed writers" if d["partial_writes"] else ""))
+
+    _run(go)
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus(as_json):

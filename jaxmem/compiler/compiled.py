@@ -177,12 +177,42 @@ class Artifacts:
 
     @classmethod
     def from_json(cls, d: dict, *, cached: bool = False) -> "Artifacts":
+        """The Artifacts `to_json` wrote. Raises ValueError (or KeyError, TypeError) on anything
+        else: a cache entry of the wrong shape must be a miss, not a wrong number read later."""
         import base64
+        import binascii
 
+        if not isinstance(d, dict) or not isinstance(d.get("stats"), dict):
+            raise ValueError("not an Artifacts object")
         st = dict(d["stats"])
+        names = {f.name: f for f in dataclasses.fields(CompiledStats)}
+        if set(st) - set(names) or not {n for n, f in names.items() if f.default is dataclasses.MISSING} <= set(st):
+            raise ValueError(f"stats fields {sorted(st)} are not CompiledStats'")
+        for n, v in st.items():
+            if n == "notes":
+                if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                    raise ValueError("stats.notes must be a list of strings")
+            elif n in ("lower_s", "compile_s"):
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"stats.{n} must be a number")
+            elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"stats.{n} must be a whole number of bytes")
         st["notes"] = tuple(st.get("notes", ()))
-        return cls(stats=CompiledStats(**st), cost=dict(d.get("cost") or {}), hlo_text=d["hlo_text"],
-                   dump=None if d.get("dump") is None else base64.b64decode(d["dump"]), cached=cached)
+        cost = d.get("cost") or {}
+        if not isinstance(cost, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 for v in cost.values()):
+            raise ValueError("cost must map names to numbers")
+        if not isinstance(d.get("hlo_text"), str):
+            raise ValueError("hlo_text must be a string")
+        dump = d.get("dump")
+        if dump is not None:
+            if not isinstance(dump, str):
+                raise ValueError("dump must be base64 text")
+            try:
+                dump = base64.b64decode(dump, validate=True)
+            except binascii.Error as e:
+                raise ValueError(f"dump is not base64: {e}") from None
+        return cls(stats=CompiledStats(**st), cost=dict(cost), hlo_text=d["hlo_text"], dump=dump, cached=cached)
 
 
 def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
@@ -199,9 +229,10 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     """Lower and compile `built` for its target: the Artifacts an analysis needs.
 
     explain: also capture XLA's buffer assignment (a dump of the optimized module).
-    cache: answer from (and store into) the on-disk compile cache (jaxmem.compiler.cache), keyed
-    by the lowered program, the target, the compile options and the versions. Lowering always
-    runs (it is the key); the compile is what a hit saves.
+    cache: answer from the on-disk compile cache (jaxmem.compiler.cache), keyed by the lowered
+    program, the target, the compile options and the versions. Lowering always runs (it is the
+    key); the compile is what a hit saves. Either way the fresh compile is stored: --no-cache
+    replaces the entry it would have read (a way to refresh one).
     fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
     child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
     there and stops after buffer assignment (every number is read from XLA's dump). The child is
@@ -213,19 +244,19 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
         lowered, lower_s = lower(built)
         options = compile_options(built, fast=fast)
         until = "buffer_assignment" if child is not None else "executable"
-        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until) if cache else []
+        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
         if cache:
             for k in keys:
-                hit = cache_mod.load(k)
-                if hit is not None:
-                    art = Artifacts.from_json(hit, cached=True)
+                # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
+                art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
+                if art is not None:
                     # this run's costs: it lowered, and compiled nothing
                     return dataclasses.replace(art, dump=art.dump if explain else None,
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
         if child is not None:
             art = _compile_early(child, lowered, options, lower_s)
-            if cache:   # the dump is always there: stored so that it answers with and without explain
-                cache_mod.store(keys[0], art.to_json())
+            # the dump is always there: stored so that it answers with and without explain
+            cache_mod.store(keys[0], art.to_json())
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:
@@ -253,8 +284,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
         cost = cost[0] if cost else None
     cost = {str(k): float(v) for k, v in (cost or {}).items()}
     art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw)
-    if cache:
-        cache_mod.store(keys[-1], art.to_json())
+    cache_mod.store(keys[-1], art.to_json())
     return art
 
 
