@@ -424,7 +424,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
         if from_path:
-            cells = compare_mod.load(from_path)
+            cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
