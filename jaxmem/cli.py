@@ -187,12 +187,13 @@ def _run(fn):
     from jaxmem import scratch
     from jaxmem.errors import HOW_TO_REPORT, bug_summary
 
-    code = EXIT_BUG
+    code, scoped = EXIT_BUG, False
     try:
         from jaxmem import env
 
         env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
         with scratch.run_scope():
+            scoped = True
             try:
                 fn()
                 code = EXIT_FITS
@@ -208,7 +209,8 @@ def _run(fn):
         raise
     except KeyboardInterrupt as e:
         code = e.exit_code if isinstance(e, scratch.Interrupted) else 130
-        click.echo(f"\njaxmem: stopped by {e.args[0] if e.args else 'SIGINT'}; temporary files removed", err=True)
+        what = scratch.describe() if isinstance(e, scratch.Interrupted) else "SIGINT"
+        click.echo(f"\njaxmem: stopped by {what}; temporary files removed", err=True)
     except OSError as e:
         if e.errno not in _OUTPUT_ERRNOS:
             if os.environ.get("JAXMEM_DEBUG"):
@@ -226,6 +228,11 @@ def _run(fn):
             raise
         click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
         code = EXIT_BUG
+    signum = scratch.received() if scoped else None
+    if signum is not None and code != 128 + signum:  # a signal that code on its way swallowed: never a verdict
+        click.echo(f"\njaxmem: stopped by {scratch.describe()}; the result above is discarded; "
+                   "temporary files removed", err=True)
+        code = 128 + signum
     sys.exit(code)
 
 

@@ -240,8 +240,11 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     """
     from jaxmem.compiler import cache as cache_mod
 
+    from jaxmem import scratch
+
     try:
-        lowered, lower_s = lower(built)
+        with scratch.phase("lowering the step"):
+            lowered, lower_s = lower(built)
         options = compile_options(built, fast=fast)
         until = "buffer_assignment" if child is not None else "executable"
         keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
@@ -254,7 +257,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
                     return dataclasses.replace(art, dump=art.dump if explain else None,
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
         if child is not None:
-            art = _compile_early(child, lowered, options, lower_s)
+            with scratch.phase("compiling the step (XLA, in a child process)"):
+                art = _compile_early(child, lowered, options, lower_s)
             # the dump is always there: stored so that it answers with and without explain
             cache_mod.store(keys[0], art.to_json())
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
@@ -268,7 +272,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             from jaxmem.xla import dump
 
             full = {**dump.compile_options(dump_dir), **options}
-        compiled, stats = _compile(lowered, full, dump_dir, lower_s)
+        with scratch.phase("compiling the step (XLA)"):
+            compiled, stats = _compile(lowered, full, dump_dir, lower_s)
         raw = None
         if dump_dir is not None:
             from jaxmem.xla import dump

@@ -290,8 +290,11 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
         for s in searches:
             pump(s)
         bar.update(running=", ".join(j.key for j in pool.running()))
+        from jaxmem import scratch
+
         while any(c is None for c in cells):
-            out = pool.next()
+            with scratch.phase("waiting for the search's worker processes"):
+                out = pool.next()
             if out is None:
                 raise RuntimeError("the worker pool lost track of a probe")
             s, k = owner.pop(id(out.job))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 from collections import deque
 from multiprocessing.connection import wait
@@ -118,7 +119,25 @@ def _death(exitcode: int | None, stderr_tail: str) -> str:
     return f"{msg}; its last words: {stderr_tail}" if stderr_tail else msg
 
 
-_WORKER = "import sys; from jaxmem.plan.sweep import _worker_main; _worker_main(int(sys.argv[1]), int(sys.argv[2]))"
+# First of all, the worker dies with its parent, however the parent dies (SIGKILL included):
+# PR_SET_PDEATHSIG on Linux, then a check that the parent did not die before that took effect.
+# The job pipe's EOF would end an idle worker too, but not one in the middle of a compile.
+_WORKER = ("import sys\n"
+           "from jaxmem.plan.sweep import _die_with_parent, _worker_main\n"
+           "_die_with_parent(int(sys.argv[3]))\n"
+           "_worker_main(int(sys.argv[1]), int(sys.argv[2]))")
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:   # the parent is already gone
+        os._exit(0)
 
 
 class _Worker:
@@ -135,7 +154,7 @@ class _Worker:
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w)],
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w), str(os.getpid())],
                                      pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, start_new_session=True)
         os.close(job_r)
@@ -408,12 +427,15 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     positions: dict[int, deque[int]] = {}
     for i, j in enumerate(jobs):
         positions.setdefault(id(j), deque()).append(i)
+    from jaxmem import scratch
+
     try:
         for j in jobs:
             pool.submit(j)
         bar.update(running=", ".join(_label(j) for j in pool.running()))
         while len(results) < len(jobs):
-            out = pool.next()
+            with scratch.phase("waiting for the sweep's worker processes"):
+                out = pool.next()
             if out is None:
                 raise RuntimeError("the pool lost track of a job")
             results[positions[id(out.job)].popleft()] = out
