@@ -84,11 +84,34 @@ def _base_options(built: BuiltStep) -> dict:
     return {}
 
 
+@contextlib.contextmanager
+def no_persistent_cache():
+    """JAX's persistent compilation cache off (JAX_COMPILATION_CACHE_DIR, jax_compilation_cache_dir):
+    an executable it returns was not compiled by this run, so XLA wrote no buffer assignment to
+    explain (a second `--gpu cpu` run failed on it), and the compile-only capture saw no compile.
+    jaxmem has its own cache, keyed by what decides the answer."""
+    from jax._src import compilation_cache as jax_cc
+    from jax._src import config as jax_config
+
+    state = getattr(jax_config, "enable_compilation_cache", None)
+    if state is None or not jax_cc.is_persistent_cache_enabled():
+        yield
+        return
+    # jax decides once per process whether the cache is used (compilation_cache.is_cache_used):
+    # that decision is reset under the switch, and again after, for the caller's own compiles
+    with state(False):
+        jax_cc.reset_cache()
+        try:
+            yield
+        finally:
+            jax_cc.reset_cache()
+
+
 def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
     t1 = time.perf_counter()
     notes: list[str] = []
     try:
-        with _xla_log(notes):
+        with _xla_log(notes), no_persistent_cache():
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
@@ -101,7 +124,7 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
 
             shutil.rmtree(dump_dir, ignore_errors=True)
             os.makedirs(dump_dir, exist_ok=True)
-        with _xla_log(notes):
+        with _xla_log(notes), no_persistent_cache():
             compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
@@ -303,14 +326,16 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     notes: list[str] = []
     try:
         try:
-            raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
+            with no_persistent_cache():
+                raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
         except early_stop.CompileFailed as e:
             if "output tile sizes" not in str(e):
                 raise
             notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
             retry = early_stop.Child(*child.args)
-            raw, log = early_stop.compile_until_buffer_assignment(
-                retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
+            with no_persistent_cache():
+                raw, log = early_stop.compile_until_buffer_assignment(
+                    retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
     except early_stop.CompileFailed as e:
         _raise_compile_error(str(e))
         raise RuntimeError(str(e)) from None

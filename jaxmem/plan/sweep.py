@@ -290,29 +290,62 @@ def _ray_run(job: Job) -> Outcome:  # runs on a Ray worker
         _forget()
 
 
+def _bounded(fn, seconds: float, what: str) -> None:
+    """fn() (ray.init on an address) in a thread, given up after `seconds`: ray.init retries a
+    cluster that does not answer for minutes. Its errors are the user's (the cluster they named)."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - carried to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="ray-init")
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise UserError(f"{what}: the Ray cluster did not accept the connection within {seconds:g} s; check that it "
+                        "runs the same Ray version (`ray status` on the head), or fix the address.")
+    e = box.get("error")
+    if isinstance(e, (ConnectionError, TimeoutError, RuntimeError, ValueError)):
+        raise UserError(f"{what}: cannot connect to the Ray cluster ({type(e).__name__}: "
+                        f"{(str(e).strip().splitlines() or [''])[0][:300]})") from None
+    if e is not None:
+        raise e
+
+
 class RayPool:
     """The same interface over Ray tasks: on an existing cluster (`address`, or RAY_ADDRESS),
     else on a local Ray started for the sweep with `n_workers` CPUs. Each task is one job; a
     worker that dies is the job's failed Outcome (Ray does not retry it: max_retries=0)."""
 
     def __init__(self, n_workers: int | None, address: str | None, env: dict[str, str]):
+        # quiet: Ray's C++ client would print a line a second around jaxmem's one message while it
+        # retries a cluster that does not answer (read when ray is imported)
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
             import ray
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'jaxmem[ray]'") from None
         self._ray = ray
+        option = "--ray-address" if address else "RAY_ADDRESS"
         address = address or os.environ.get("RAY_ADDRESS") or None
         runtime_env = {"env_vars": env}
         self._owns = not ray.is_initialized()
         if self._owns:
-            try:
-                if address:
-                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,
-                             runtime_env=runtime_env, configure_logging=False)
-            except ConnectionError as e:
-                raise UserError(f"--ray-address {address}: cannot connect to the Ray cluster ({e})") from None
+            if address:
+                from jaxmem import env as env_mod
+
+                env_mod.check_ray_address(address, option)   # malformed or unreachable: minutes in ray.init
+                _bounded(lambda: ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
+                                          logging_level="ERROR"),
+                         env_mod.RAY_INIT_S, f"{option} {address!r}")
+            else:
+                ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,
+                         runtime_env=runtime_env, configure_logging=False)
         # one CPU per task: a compile is single-threaded enough, and the cluster's CPUs bound the parallelism
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_run)
         self._refs: dict = {}
