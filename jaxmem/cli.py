@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import sys
 
@@ -11,82 +10,9 @@ import click
 
 from jaxmem.cli_params import Seconds, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
+from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS
+from jaxmem.exits import run as _run
 from jaxmem.present import outputs
-
-EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
-# write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
-_OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
-
-
-def _run(fn):
-    """The one top-level handler of every command.
-
-    User errors: one message, exit 2, no traceback. A signal: temporary files removed,
-    exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
-    it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
-    """
-    import os
-
-    from jaxmem import scratch
-    from jaxmem.errors import HOW_TO_REPORT, bug_summary
-
-    code = EXIT_BUG
-    try:
-        from jaxmem import env
-
-        env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
-        with scratch.run_scope():
-            try:
-                fn()
-                code = EXIT_FITS
-            except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
-                if isinstance(e.__context__, OSError):  # rich exits so when stdout's reader is gone: say so
-                    raise e.__context__ from None
-                code = e.code if isinstance(e.code, int) else EXIT_BUG
-        _flush_stdout()
-    except UserError as e:
-        click.echo(f"error: {e}", err=True)
-        code = EXIT_USER_ERROR
-    except (click.ClickException, click.exceptions.Exit, click.Abort):  # click reports these itself (exit 2)
-        raise
-    except KeyboardInterrupt as e:
-        code = e.exit_code if isinstance(e, scratch.Interrupted) else 130
-        click.echo(f"\njaxmem: stopped by {e.args[0] if e.args else 'SIGINT'}; temporary files removed", err=True)
-    except OSError as e:
-        if e.errno not in _OUTPUT_ERRNOS:
-            if os.environ.get("JAXMEM_DEBUG"):
-                raise
-            click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
-            code = EXIT_BUG
-        else:
-            what = e.filename or "the output (stdout)"
-            click.echo(f"error: cannot write {what}: {e.strerror or e}", err=True)
-            code = EXIT_USER_ERROR
-            if not e.filename:
-                _silence_stdout()
-    except Exception as e:
-        if os.environ.get("JAXMEM_DEBUG"):
-            raise
-        click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
-        code = EXIT_BUG
-    sys.exit(code)
-
-
-def _flush_stdout() -> None:
-    """Output errors (a full disk, a closed pipe) surface here, not at interpreter exit."""
-    sys.stdout.flush()
-
-
-def _silence_stdout() -> None:
-    # After a failed write, the interpreter's own flush at exit would fail again, with a traceback.
-    import os
-
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
@@ -243,7 +169,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
         if from_path:
-            cells = compare_mod.load(from_path)
+            cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
@@ -375,6 +301,33 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
             render_advice(result)
         ok = result.fitting or (result.original.fits and not result.searched)
         sys.exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
+
+    _run(go)
+
+
+@main.command("cache")
+@click.option("--clear", is_flag=True, help="Remove every entry (and partial write) of the compile cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def cache_command(clear, as_json):
+    """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries and their size.
+
+    \b
+    Example:
+      jaxmem cache
+      jaxmem cache --clear
+    """
+
+    def go():
+        from jaxmem.compiler import cache
+
+        d = cache.clear() if clear else cache.info()
+        if as_json:
+            click.echo(json.dumps(d, indent=2))
+            return
+        from jaxmem.present.text import cache_lines
+
+        for line in cache_lines(d, cleared=clear):
+            click.echo(line)
 
     _run(go)
 

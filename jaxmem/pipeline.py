@@ -25,8 +25,11 @@ CPU_FUSIONS_OFF = (
 def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
     """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
     sweep workers say no, every core being busy."""
+    from jaxmem import scratch
+
     t0 = time.perf_counter()
-    wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
+    with scratch.phase("loading the model file"):
+        wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
     return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
 
 
@@ -80,9 +83,12 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     from jaxmem.compiler import early_stop
 
     child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
+    from jaxmem import scratch
+
     try:
-        mesh = layouts.build_mesh(target.devices, mesh_spec)
-        built = step.build(planned, mesh)
+        with scratch.phase("building and tracing the step"):
+            mesh = layouts.build_mesh(target.devices, mesh_spec)
+            built = step.build(planned, mesh)
         import jax
 
         sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))

@@ -229,11 +229,11 @@ PROBES: list[Probe] = [
     Probe("SIGHUP while tracing", ("analyze", str(H / "blocks.py"), *CPU), 129, "stopped by SIGHUP",
           process=True, signal="SIGHUP", exits=(-1,)),
     Probe("SIGTERM in C code holding the GIL", ("analyze", str(H / "blocks.py"), *CPU), 137,
-          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9,),
-          env=(("PROBE_BLOCK", "c"),)),
+          "stopped by SIGTERM while building and tracing the step; jaxmem had not stopped 2 s later (it did not "
+          "return to Python", process=True, signal="SIGTERM", exits=(-9,), env=(("PROBE_BLOCK", "c"),)),
     Probe("SIGTERM during a real compile (gpt2, h100)", ("analyze", str(ROOT / "models" / "gpt2.py"), "--arg",
                                                         "preset=gpt2", "--gpu", "h100", "--no-cache"), 137,
-          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9, 143, -15),
+          "stopped by SIGTERM while compiling the step", process=True, signal="SIGTERM", exits=(-9, 143, -15),
           wait_for="xla_tempfile", bench_only=True, compiles=True),
     # ------------------------------------------------------------ output off a terminal is not cut
     Probe("piped tables are not cut at 80 columns", ("analyze", MLP, "--gpu", "h100", "--top", "3"), 0, None,

@@ -117,7 +117,8 @@ class Child:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxmem.compiler.early_stop", target_config, topology],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path})
+            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path,
+                 "JAXMEM_COMPILE_PARENT": str(os.getpid())})
 
     @property
     def _child(self) -> subprocess.Popen[bytes]:
@@ -271,6 +272,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 -- not Linux: the stdin watch below still ends us
         pass
+    if os.environ.get("JAXMEM_COMPILE_PARENT", str(os.getppid())) != str(os.getppid()):
+        os._exit(0)   # the parent died before PR_SET_PDEATHSIG took effect
 
 
 def _child_main(target_config: str, topology: str) -> None:

@@ -267,19 +267,31 @@ def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
     oop = rt.out_of_pool_bytes
     alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
     if alloc == "platform":
-        return Budget(total - oop, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card, "
-                      "less the runtime's memory outside the pool", total - oop, oop <= total)
+        usable, room, fits = pool_budget(total, 1.0, oop, platform=True)
+        return Budget(usable, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card, "
+                      "less the runtime's memory outside the pool", room, fits)
     if mem_fraction is not None:
         if not 0 < mem_fraction <= 1:
             raise UserError(f"--mem-fraction {mem_fraction}: must be in (0, 1]")
         frac, note = mem_fraction, f"--mem-fraction {mem_fraction}"
     else:
         frac, note = targets.usable_fraction()
-    pool = int(total * frac)
-    room = total - pool
     prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
+    usable, room, fits = pool_budget(total, frac, oop, prealloc=prealloc)
+    return Budget(usable, note, room, fits)
+
+
+def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True,
+                platform: bool = False) -> tuple[int, int, bool]:
+    """(usable bytes, the room the pool leaves on the card, whether the out-of-pool terms fit in it)
+    for a card of `total` bytes, JAX's memory fraction `frac` and `oop` bytes of runtime memory
+    outside the pool. `compare --from` re-judges saved rows with it."""
+    if platform:   # on-demand allocation from the whole card
+        return total - oop, total - oop, oop <= total
+    pool = int(total * frac)
     if prealloc:
         # The pool is reserved at start-up; the context and NCCL's buffers must fit in what is left.
-        return Budget(pool, note, room, oop <= room)
+        return pool, total - pool, oop <= total - pool
     # Grown on demand up to the same cap: the runtime's memory and the pool share the card.
-    return Budget(min(pool, total - oop), note, total - min(pool, total - oop), oop <= total)
+    usable = min(pool, total - oop)
+    return usable, total - usable, oop <= total
