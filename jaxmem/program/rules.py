@@ -207,6 +207,17 @@ def load(path: str) -> tuple[tuple[Rule, ...], str]:
     return parse(text, os.path.basename(path)), hashlib.sha256(data).hexdigest()
 
 
+def digest(path: str | None) -> str | None:
+    """The sha256 of a rules file's content (None without one, or when it cannot be read: load says why)."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
 def parse(text: str, source: str) -> tuple[Rule, ...]:
     try:
         doc = json.loads(text)
