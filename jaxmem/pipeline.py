@@ -185,7 +185,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         target=report.TargetInfo(target.gpu, target.description, target.platform, mesh_spec.size, target.hosts,
                                  target.deviceless, target.memory_bytes, usable_bytes, usable_note),
         mesh=mesh_spec.axes,
-        layout=opts.layout,
+        layout="user" if planned.state_specs is not None else opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
                  **_finetune_options(opts), **_rules_options(opts, planned), **{f"arg:{k}": v for k, v in opts.model_args}},

@@ -174,10 +174,13 @@ class ShardingIssue:
     replicated_bytes: int   # extra bytes per device from keeping it replicated
 
 
-def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False) -> None:
-    """The layout against the mesh's roles, and the roles jaxmem's own step cannot play."""
+def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_specs: bool = False) -> None:
+    """The layout against the mesh's roles, and the roles jaxmem's own step cannot play.
+    `own_specs`: the workload shards its state itself (Workload.state_specs): no layout applies."""
     if layout not in LAYOUTS:
         raise UserError(f"unknown layout {layout!r}. Known: {', '.join(LAYOUTS)}.")
+    if own_specs:
+        return
     if layout in ("tp", "fsdp_tp") and mesh.model_axis is None:
         raise UserError(f"--layout {layout} needs a model axis in --mesh (e.g. --mesh data=4,model=2); got {mesh}")
     if layout in ("fsdp", "fsdp_tp") and not mesh.state_axes:
