@@ -183,7 +183,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                 raise UserError("--granule is the step of --find-seq; add --find-seq ARG or drop --granule")
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
                     "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list, "lora_rank": loras,
-                    "base_dtype": base_dtypes}
+                    "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None}
             mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
             sweep.prepare_environment(max(layouts_mod.parse_mesh(m).size for m in mesh_texts))
             find = None if not finds else compare_mod.Find(

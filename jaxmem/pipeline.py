@@ -189,10 +189,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         target=report.TargetInfo(target.gpu, target.description, target.platform, mesh_spec.size, target.hosts,
                                  target.deviceless, target.memory_bytes, usable_bytes, usable_note),
         mesh=mesh_spec.axes,
-        layout=opts.layout,
+        layout="user" if planned.state_specs is not None else opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
-                 **_finetune_options(opts), **{f"arg:{k}": v for k, v in opts.model_args}},
+                 **_finetune_options(opts), **_rules_options(opts, planned), **{f"arg:{k}": v for k, v in opts.model_args}},
         per_device_peak_bytes=peak,
         breakdown=breakdown,
         xla={"argument": stats.argument, "output": stats.output, "alias": stats.alias, "temp": stats.temp,
@@ -229,6 +229,11 @@ def _finetune_options(opts: AnalyzeOptions) -> dict:
         return {}
     return {"freeze": ft.freeze, "lora_rank": ft.lora_rank, "lora_targets": ft.lora_targets,
             "lora_alpha": ft.lora_alpha, "base_dtype": ft.base_dtype, "offload": ft.offload}
+
+
+def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
+    """--rules, with the sha256 of the file's content (the content decides the step, not the name)."""
+    return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
 
 
 def _host(state: train_state.StateBytes, stats, warnings: list) -> dict[str, int]:

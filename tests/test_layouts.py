@@ -1,6 +1,6 @@
 import pytest
 
-from jaxmem.program import layouts
+from jaxmem.program import layouts, rules
 from jaxmem.errors import UserError
 
 
@@ -11,10 +11,33 @@ def test_parse_mesh_orders_axes_and_finds_roles():
     assert str(m) == "data=4,model=2"
 
 
+def test_every_role_by_name_and_alias():
+    m = layouts.parse_mesh("data=2,fsdp=2,tp=2,sequence=2,ep=2")
+    assert m.roles == (("data", "data"), ("fsdp", "fsdp"), ("tp", "tensor"), ("sequence", "context"), ("ep", "expert"))
+    assert m.batch_axes == ("data", "fsdp", "ep") and m.state_axes == ("fsdp",)
+    assert m.model_axis == "tp" and m.context_axis == "sequence"
+
+
+def test_without_an_fsdp_axis_the_data_axes_shard_the_state():
+    assert layouts.parse_mesh("data=8").state_axes == ("data",)
+    assert layouts.parse_mesh("data=2,fsdp=4").state_axes == ("fsdp",)
+
+
 @pytest.mark.parametrize("bad", ["", "data", "data=x", "data=0", "data=2,data=2", "8"])
 def test_parse_mesh_rejects(bad):
     with pytest.raises(UserError, match="mesh"):
         layouts.parse_mesh(bad)
+
+
+def test_an_axis_without_a_role_is_refused_with_the_roles_listed():
+    with pytest.raises(UserError, match=r"'replica' has no role.*fsdp.*tensor \(alias model, tp\).*context \(alias "
+                                        r"sequence\).*expert \(alias ep\)"):
+        layouts.parse_mesh("replica=2,data=4")
+
+
+def test_two_axes_of_one_role_are_refused():
+    with pytest.raises(UserError, match="model and tp both have the tensor role"):
+        layouts.parse_mesh("model=2,tp=2")
 
 
 def test_check_layout_needs_the_right_axes():
@@ -26,9 +49,23 @@ def test_check_layout_needs_the_right_axes():
         layouts.check_layout("zero7", layouts.parse_mesh("data=8"))
 
 
-def spec(shape, names, layout, mesh="data=4,model=2", itemsize=4):
+def test_an_fsdp_axis_under_a_layout_that_keeps_the_state_whole_is_refused():
+    with pytest.raises(UserError, match="--layout dp keeps the state unsharded.*use --layout fsdp"):
+        layouts.check_layout("dp", layouts.parse_mesh("fsdp=8"))
+    with pytest.raises(UserError, match="use --layout fsdp_tp"):
+        layouts.check_layout("tp", layouts.parse_mesh("fsdp=4,tensor=2"))
+
+
+def test_stage_is_refused_unless_the_workload_gives_its_step():
+    with pytest.raises(UserError, match="stage axis.*pipelined step"):
+        layouts.check_layout("fsdp", layouts.parse_mesh("fsdp=4,stage=2"))
+    layouts.check_layout("fsdp", layouts.parse_mesh("fsdp=4,stage=2"), custom_step=True)
+
+
+def spec(shape, names, layout, mesh="data=4,model=2", itemsize=4, user=()):
     issues = []
-    s = layouts.leaf_spec("w", shape, itemsize, names, layout, layouts.parse_mesh(mesh), layouts.DEFAULT_TP_RULES, issues)
+    ms = layouts.parse_mesh(mesh)
+    s = rules.leaf_spec("w", shape, itemsize, names, rules.rule_set(layout, ms, user), ms, issues)
     return s, issues
 
 
@@ -58,9 +95,18 @@ def test_fsdp_tp_uses_both_axes_on_different_dims():
     assert spec((1024, 4096), ("embed", "mlp"), "fsdp_tp")[0] == ("data", "model")
 
 
-def test_multiple_data_axes_shard_together():
-    s, _ = spec((1024, 4096), ("embed", "mlp"), "fsdp", mesh="replica=2,data=4")
-    assert s == (("replica", "data"), None)
+def test_hsdp_shards_the_state_over_fsdp_only():
+    assert spec((1024, 4096), ("embed", "mlp"), "fsdp", mesh="data=2,fsdp=4")[0] == ("fsdp", None)
+    assert spec((1024, 4096), None, "fsdp", mesh="data=2,fsdp=4")[0] == (None, "fsdp")
+
+
+def test_expert_weights_split_over_expert_and_their_other_dims_as_usual():
+    names = ("layers", "exp", "embed", "mlp")
+    assert spec((2, 8, 64, 128), names, "fsdp", mesh="fsdp=2,expert=4")[0] == (None, "expert", "fsdp", None)
+    assert spec((2, 8, 64, 128), names, "fsdp_tp", mesh="fsdp=2,expert=2,tensor=2")[0] == (
+        None, "expert", "fsdp", "tensor")
+    # a dense leaf: the expert axis splits none of its dims
+    assert spec((64, 128), ("embed", "mlp"), "fsdp", mesh="fsdp=2,expert=4")[0] == ("fsdp", None)
 
 
 def test_undivisible_leaf_is_reported_with_its_cost():
@@ -71,8 +117,26 @@ def test_undivisible_leaf_is_reported_with_its_cost():
     assert spec((7,), None, "fsdp", mesh="data=8")[1] == []
 
 
+def test_a_tensor_dim_that_does_not_divide_is_reported_with_its_cost():
+    s, issues = spec((64, 1002), ("embed", "mlp"), "tp", mesh="data=2,model=4")
+    assert s == (None, None)
+    assert [(i.axis, i.reason, i.replicated_bytes) for i in issues] == [
+        ("model", "dim 1 (mlp=1002) not divisible by model=4", 64 * 1002 * 4 - 64 * 1002 * 4 // 4)]
+
+
 def test_batch_spec_names_the_leaf_that_does_not_divide():
     m = layouts.parse_mesh("data=8")
     assert layouts.batch_spec((64, 3), m, "x") == ("data", None)
     with pytest.raises(UserError, match=r"'tokens'.*12.*multiple of 8"):
         layouts.batch_spec((12, 3), m, "tokens")
+
+
+def test_the_batch_divides_by_the_axes_that_split_it_and_context_splits_the_sequence():
+    m = layouts.parse_mesh("fsdp=4,context=2")
+    assert layouts.batch_spec((4, 32), m, "tokens") == ("fsdp", "context")
+    assert layouts.batch_spec((4,), m, "labels") == ("fsdp",)
+    assert layouts.batch_spec((8, 32), layouts.parse_mesh("data=2,fsdp=2,expert=2,tensor=2"), "t") == (
+        ("data", "fsdp", "expert"), None)
+    with pytest.raises(UserError, match=r"'tokens' \(4, 30\): its sequence dimension \(dim 1\) 30 is not divisible "
+                                        r"by context=4"):
+        layouts.batch_spec((4, 30), layouts.parse_mesh("fsdp=4,context=4"), "tokens")

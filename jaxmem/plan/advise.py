@@ -467,5 +467,8 @@ def _key(changes) -> str:
 
 def _opts_key(o: AnalyzeOptions) -> tuple:
     """What makes two candidates the same compile: every field of the options, so an option added
-    later (or offload, LoRA, the base dtype, ...) can never make two different steps look alike."""
-    return dataclasses.astuple(o)
+    later (or offload, LoRA, the base dtype, ...) can never make two different steps look alike; a
+    rules file by its content."""
+    from jaxmem.program import rules
+
+    return dataclasses.astuple(o) + (rules.digest(o.rules),)

@@ -28,7 +28,7 @@ from jaxmem.report import BREAKDOWN_KEYS, Report
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES: dict[str, Callable[[str], Any]] = {
     "layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
-    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v}
+    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str}
 BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
 SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
 DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
@@ -147,9 +147,11 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
 
 def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     """User errors that need no compile, before any worker starts."""
-    from jaxmem.program import layouts
+    from jaxmem.program import layouts, rules
 
     mesh = layouts.parse_mesh(opts.mesh)
+    if opts.rules:
+        rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
     if find is None:
         return
     if not 0 <= find.margin < 1:

@@ -1,23 +1,19 @@
-"""Named sharding layouts -> a PartitionSpec for every leaf of the train state.
+"""Mesh axes with roles, the layouts' checks against the mesh, and the batch's PartitionSpecs.
 
-Mesh axes play one of two roles: the *model* axis (named ``model``, ``tensor`` or
-``tp``) carries tensor parallelism; every other axis is a *data* axis (the batch is
-split over all of them, and FSDP shards the state over them).
+Each mesh axis has a role, given by its name (MaxText's mesh axes; aliases in parentheses):
 
-Layouts (ZeRO / Megatron terms):
+* ``data``: replicas: the batch split, the state replicated;
+* ``fsdp``: the batch split and the state sharded (ZeRO-3); ``data`` + ``fsdp`` is HSDP;
+* ``tensor`` (``model``, ``tp``): Megatron's column/row split of the weights;
+* ``context`` (``sequence``): the sequence dimension of the batch and of activations split;
+* ``expert`` (``ep``): the experts dimension of MoE weights split, the batch split as for data;
+* ``stage``: pipeline stages, only in a workload that gives its own step.
 
-* ``dp``: state replicated, batch sharded over the data axes.
-* ``fsdp``: params, gradients and optimizer state sharded over the data axes
-  (ZeRO-3): each leaf's ``embed`` dimension when annotated, else its largest
-  dimension that the data axes divide.
-* ``tp``: params sharded over the model axis by their logical axis names
-  (``mlp``, ``heads``, ``kv_heads``, ``vocab`` -> model; everything else
-  replicated: Megatron's column/row split). Unannotated leaves fall back to the
-  FSDP rule on the model axis (largest divisible dimension of 2-D+ leaves).
-* ``fsdp_tp``: both, on different dimensions of the same leaf.
-
-A dimension that cannot be split as asked stays replicated and is reported, with
-its byte cost, as a :class:`ShardingIssue`. The scan axis ``layers`` is never split.
+The axes that split the batch are the data, fsdp and expert axes (``batch_axes``). Which axes
+split the state is the layout's rule set (``rules.py``): ``fsdp``/``fsdp_tp`` shard it over the
+fsdp axes, or over the data axes on a mesh without one (what ``--mesh data=8 --layout fsdp``
+always meant). A dimension that cannot be split as asked stays replicated and is reported, with
+its byte cost, as a :class:`ShardingIssue`.
 """
 
 from __future__ import annotations
@@ -31,16 +27,32 @@ from typing import Any
 from jaxmem.errors import UserError
 from jaxmem.program.options import LAYOUTS
 
-MODEL_AXIS_NAMES = ("model", "tensor", "tp")
-
-# Logical name -> role. Megatron: column-parallel on the expanded dim (mlp, heads),
-# row-parallel layers then share the same name on their input dim.
-DEFAULT_TP_RULES: dict[str, str | None] = {
-    "mlp": "model", "heads": "model", "q_heads": "model", "kv_heads": "model",
-    "vocab": "model", "experts": None, "embed": None, "head_dim": None, "kv": None,
-    "layers": None, "norm": None,
+# role -> the axis names that take it, the canonical one first
+ROLES: dict[str, tuple[str, ...]] = {
+    "data": ("data",),
+    "fsdp": ("fsdp",),
+    "tensor": ("tensor", "model", "tp"),
+    "context": ("context", "sequence"),
+    "expert": ("expert", "ep"),
+    "stage": ("stage",),
 }
-FSDP_PREFERRED = ("embed", "mlp", "vocab")
+ROLE_OF = {name: role for role, names in ROLES.items() for name in names}
+ROLE_HELP = {
+    "data": "replicas: batch split, state replicated",
+    "fsdp": "batch split, state sharded (ZeRO-3)",
+    "tensor": "Megatron column/row split of the weights",
+    "context": "the sequence dimension of the batch and activations split",
+    "expert": "MoE experts split, batch split as for data",
+    "stage": "pipeline stages (a workload's own step only)",
+}
+BATCH_ROLES = ("data", "fsdp", "expert")
+MODEL_AXIS_NAMES = ROLES["tensor"]
+
+
+def roles_text() -> str:
+    """Every role, its aliases and what it does: the list an unknown axis name's error gives."""
+    return "; ".join(f"{names[0]}" + (f" (alias {', '.join(names[1:])})" if names[1:] else "") + f": {ROLE_HELP[r]}"
+                     for r, names in ROLES.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,16 +71,45 @@ class MeshSpec:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    def role(self, name: str) -> str | None:
+        return ROLE_OF.get(name)
+
+    @property
+    def roles(self) -> tuple[tuple[str, str], ...]:
+        """(axis, role) in mesh order."""
+        return tuple((n, ROLE_OF.get(n, "?")) for n in self.names)
+
+    def with_role(self, *roles: str) -> tuple[str, ...]:
+        """The axes that have one of `roles`, in mesh order."""
+        return tuple(n for n in self.names if ROLE_OF.get(n) in roles)
+
+    def axis_of(self, role: str) -> str | None:
+        found = self.with_role(role)
+        return found[0] if found else None
+
     @property
     def model_axis(self) -> str | None:
-        for n in self.names:
-            if n in MODEL_AXIS_NAMES:
-                return n
-        return None
+        """The tensor-parallel axis (named tensor, model or tp)."""
+        return self.axis_of("tensor")
+
+    @property
+    def batch_axes(self) -> tuple[str, ...]:
+        """The axes that split the batch: data, fsdp and expert, in mesh order."""
+        return self.with_role(*BATCH_ROLES)
 
     @property
     def data_axes(self) -> tuple[str, ...]:
-        return tuple(n for n in self.names if n != self.model_axis)
+        """The data-parallel axes: those that split the batch (`batch_axes`)."""
+        return self.batch_axes
+
+    @property
+    def state_axes(self) -> tuple[str, ...]:
+        """The axes the fsdp layouts shard the state over: the fsdp axes, else the data axes."""
+        return self.with_role("fsdp") or self.with_role("data")
+
+    @property
+    def context_axis(self) -> str | None:
+        return self.axis_of("context")
 
     def axis_size(self, axes: str | tuple[str, ...] | None) -> int:
         if axes is None:
@@ -76,7 +117,7 @@ class MeshSpec:
         if isinstance(axes, str):
             axes = (axes,)
         d = dict(self.axes)
-        return math.prod(d[a] for a in axes)
+        return math.prod(d.get(a, 1) for a in axes)
 
     @property
     def data_size(self) -> int:
@@ -87,8 +128,9 @@ class MeshSpec:
 
 
 def parse_mesh(text: str) -> MeshSpec:
-    """`data=4,model=2` -> MeshSpec; order is the device-grid order."""
-    axes = []
+    """`data=4,model=2` -> MeshSpec; order is the device-grid order. Every axis name has a role
+    (ROLES), each role at most one axis."""
+    axes: list[tuple[str, int]] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)", part)
         if not m:
@@ -98,6 +140,13 @@ def parse_mesh(text: str) -> MeshSpec:
             raise UserError(f"--mesh {text!r}: axis {name} must have at least 1 device")
         if name in (a for a, _ in axes):
             raise UserError(f"--mesh {text!r}: axis {name} given twice")
+        if name not in ROLE_OF:
+            raise UserError(f"--mesh {text!r}: axis {name!r} has no role. A mesh axis is named for its role: "
+                            f"{roles_text()}")
+        same = [a for a, _ in axes if ROLE_OF[a] == ROLE_OF[name]]
+        if same:
+            raise UserError(f"--mesh {text!r}: axes {same[0]} and {name} both have the {ROLE_OF[name]} role; "
+                            f"give one {ROLE_OF[name]} axis")
         axes.append((name, size))
     if not axes:
         raise UserError("--mesh is empty; e.g. --mesh data=8")
@@ -126,56 +175,33 @@ class ShardingIssue:
     replicated_bytes: int   # extra bytes per device from keeping it replicated
 
 
-def check_layout(layout: str, mesh: MeshSpec) -> None:
+def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_specs: bool = False) -> None:
+    """The layout against the mesh's roles, and the roles jaxmem's own step cannot play.
+    `own_specs`: the workload shards its state itself (Workload.state_specs): no layout applies."""
     if layout not in LAYOUTS:
         raise UserError(f"unknown layout {layout!r}. Known: {', '.join(LAYOUTS)}.")
+    if own_specs:
+        return
     if layout in ("tp", "fsdp_tp") and mesh.model_axis is None:
         raise UserError(f"--layout {layout} needs a model axis in --mesh (e.g. --mesh data=4,model=2); got {mesh}")
-    if layout in ("fsdp", "fsdp_tp") and not mesh.data_axes:
-        raise UserError(f"--layout {layout} needs a data axis in --mesh (e.g. --mesh data=8); got {mesh}")
+    if layout in ("fsdp", "fsdp_tp") and not mesh.state_axes:
+        raise UserError(f"--layout {layout} needs an fsdp or a data axis in --mesh to shard the state over "
+                        f"(e.g. --mesh data=8 or --mesh fsdp=8); got {mesh}")
+    fsdp = mesh.with_role("fsdp")
+    if fsdp and layout in ("dp", "tp") and not custom_step:
+        better = "fsdp" if layout == "dp" else "fsdp_tp"
+        raise UserError(f"--layout {layout} keeps the state unsharded, but the mesh's {fsdp[0]} axis exists to shard "
+                        f"it; use --layout {better}, or name the axis data (replicas) in --mesh")
+    stage = mesh.axis_of("stage")
+    if stage and mesh.axis_size(stage) > 1 and not custom_step:
+        raise UserError(f"--mesh {mesh}: the {stage} axis (pipeline stages) needs a pipelined step, which jaxmem does "
+                        "not build; give your own (Workload(step=..., state=..., state_specs=...)), or fold the "
+                        "stage devices into fsdp or data")
 
 
 def spec_axes(axes: tuple[str, ...]):
     """A PartitionSpec entry: one axis name or a tuple of several."""
     return axes[0] if len(axes) == 1 else axes
-
-
-def leaf_spec(
-    path: str,
-    shape: tuple[int, ...],
-    itemsize: int,
-    names: Sequence[str | None] | None,
-    layout: str,
-    mesh: MeshSpec,
-    tp_rules: dict[str, str | None],
-    issues: list[ShardingIssue],
-) -> tuple:
-    """The PartitionSpec entries (one per dim) for one state leaf."""
-    spec: list[Any] = [None] * len(shape)
-    if not shape or layout == "dp":
-        return tuple(spec)
-    nbytes = math.prod(shape) * itemsize
-    names = tuple(names) if names is not None and len(names) == len(shape) else None
-
-    if layout in ("tp", "fsdp_tp"):
-        axis = mesh.model_axis
-        size = mesh.axis_size(axis)
-        if names is not None:
-            for i, n in enumerate(names):
-                if n is not None and tp_rules.get(n) == "model":
-                    if shape[i] % size == 0:
-                        spec[i] = axis
-                    else:
-                        issues.append(ShardingIssue(path, shape, axis, f"dim {i} ({n}={shape[i]}) not divisible by {axis}={size}",
-                                                    nbytes - nbytes // size))
-                    break  # one tensor-parallel dim per leaf
-        elif len(shape) >= 2:
-            _shard_largest(path, shape, nbytes, spec, names, (axis,), mesh, issues, prefer=())
-
-    if layout in ("fsdp", "fsdp_tp"):
-        _shard_largest(path, shape, nbytes // mesh.axis_size(used_axes(spec)), spec, names,
-                       mesh.data_axes, mesh, issues, prefer=FSDP_PREFERRED)
-    return tuple(spec)
 
 
 def used_axes(spec) -> tuple[str, ...]:
@@ -187,31 +213,10 @@ def used_axes(spec) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _shard_largest(path, shape, nbytes, spec, names, axes, mesh, issues, prefer) -> None:
-    """Shard one free dim over `axes`: a preferred logical name first, else the largest divisible."""
-    size = mesh.axis_size(axes)
-    if size == 1:
-        return
-    free = [i for i in range(len(shape)) if spec[i] is None and not (names and names[i] == "layers")]
-    candidates = [i for i in free if shape[i] % size == 0]
-    if not candidates:
-        if nbytes >= 1 << 16:  # biases and norm scales are replicated by every FSDP implementation
-            issues.append(ShardingIssue(path, shape, "+".join(axes), f"no dimension of {shape} is divisible by {size}",
-                                        nbytes - nbytes // size))
-        return
-    if names:
-        for p in prefer:
-            hit = [i for i in candidates if names[i] == p]
-            if hit:
-                spec[hit[0]] = spec_axes(axes)
-                return
-    best = max(candidates, key=lambda i: (shape[i], i))
-    spec[best] = spec_axes(axes)
-
-
 def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str):
-    """Batch leaves: dim 0 split over the data axes."""
-    data = mesh.data_axes
+    """Batch leaves: dim 0 split over the batch axes (data, fsdp, expert); dim 1 (the sequence) of
+    leaves of rank 2 or more over the context axis."""
+    data = mesh.batch_axes
     size = mesh.axis_size(data)
     if not shape:
         return ()
@@ -220,4 +225,19 @@ def batch_spec(shape: tuple[int, ...], mesh: MeshSpec, path: str):
             f"batch leaf {path!r}: global batch {shape[0]} is not divisible by the {size} devices of the data "
             f"axes ({'x'.join(data)}); use a --batch that is a multiple of {size}"
         )
-    return (spec_axes(data) if data and size > 1 else None,) + (None,) * (len(shape) - 1)
+    spec: list[Any] = [spec_axes(data) if data and size > 1 else None] + [None] * (len(shape) - 1)
+    ctx = mesh.context_axis
+    if ctx and mesh.axis_size(ctx) > 1 and len(shape) >= 2:
+        c = mesh.axis_size(ctx)
+        if shape[1] % c:
+            raise UserError(
+                f"batch leaf {path!r} {tuple(shape)}: its sequence dimension (dim 1) {shape[1]} is not divisible by "
+                f"{ctx}={c} (the context axis splits dim 1 of every batch leaf of rank 2 or more); use a sequence "
+                f"length that is a multiple of {c}, or a smaller {ctx} axis")
+        spec[1] = ctx
+    return tuple(spec)
+
+
+def seq_len(shapes: Sequence[tuple[int, ...]]) -> int | None:
+    """The sequence length the context axis splits: dim 1 of the first batch leaf of rank 2 or more."""
+    return next((s[1] for s in shapes if len(s) >= 2), None)

@@ -60,9 +60,13 @@ class StepChoice:
     predicts it, and `verify`, which measures it (one definition, so they cannot drift)."""
 
     mesh: str = _opt("data=1", Flag(
-        "--mesh", "Device mesh, AXIS=N[,AXIS=N]. An axis named model/tensor/tp is the tensor-parallel axis; "
-        "the others are data axes.", always=True, show_default=True))
+        "--mesh", "Device mesh, AXIS=N[,AXIS=N]; each axis named for its role: data (replicas), fsdp (state "
+        "sharded), tensor (alias model, tp), context (alias sequence), expert (alias ep).", always=True,
+        show_default=True))
     layout: str = _opt("fsdp", Flag("--layout", kind="choice", choices=LAYOUTS, always=True, show_default=True))
+    rules: str | None = _opt(None, Flag(
+        "--rules", "Logical-axis rules, JSON or YAML: a list of [logical_name, mesh_axis | [mesh_axes]] (MaxText's "
+        "logical_axis_rules; a MaxText config works), tried before the layout's.", metavar="FILE"))
     batch: int | None = _opt(None, Flag(
         "--batch", "Global batch size (overrides the model's).", kind="whole", minimum=1, what="the global batch"))
     optimizer: str | None = _opt(None, Flag(
@@ -102,7 +106,7 @@ class StepChoice:
 
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
-                           self.finetune())
+                           self.finetune(), self.rules)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,6 +162,7 @@ class StepOptions:
     accum: int = 1
     donate: bool = True
     finetune: FineTune = FineTune()
+    rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
 
 
 def flagged(cls=AnalyzeOptions) -> list[tuple[dataclasses.Field, Flag]]:

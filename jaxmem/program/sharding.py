@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.program import layouts
+from jaxmem.program import rules as rules_mod
 from jaxmem.program.state import AbstractState
 from jaxmem.program.tree import path_str
 
@@ -88,7 +89,7 @@ class ShardedState:
     batch: Any
     leaves: list[LeafInfo]
     issues: list[layouts.ShardingIssue]
-    tp_rules: dict[str, str | None]
+    rules: rules_mod.RuleSet
 
     @property
     def args(self) -> StepArgs:
@@ -96,14 +97,6 @@ class ShardedState:
 
     def shardings(self, tree):
         return jax.tree.map(lambda a: a.sharding, tree)
-
-
-def tp_rules_for(axis_rules, mesh_spec: layouts.MeshSpec) -> dict[str, str | None]:
-    """jaxmem's logical-name rules for the tp layouts, with the workload's own tried first."""
-    rules = dict(layouts.DEFAULT_TP_RULES)
-    for logical, axis in axis_rules:
-        rules[logical] = "model" if axis is not None and axis == mesh_spec.model_axis else None
-    return rules
 
 
 def shard_tree(tree, category, spec_fn, mesh, mesh_spec, leaves: list[LeafInfo], *, trainable: bool | None = None,
@@ -137,7 +130,7 @@ def _storage_bits(dtype) -> int:
         return 8 * dtype.itemsize
 
 
-def param_specs(st: AbstractState, layout: str, mesh_spec, tp_rules, issues) -> dict[str, tuple[tuple, tuple]]:
+def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues) -> dict[str, tuple[tuple, tuple]]:
     """Path -> (shape, PartitionSpec entries) for every parameter, trainable or frozen."""
 
     def names_for(path_keys):
@@ -158,17 +151,16 @@ def param_specs(st: AbstractState, layout: str, mesh_spec, tp_rules, issues) -> 
     for tree in (st.trainable, st.frozen):
         for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
             ps = path_str(path)
-            spec = layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names_for(path), layout, mesh_spec,
-                                     tp_rules, issues)
+            spec = rules_mod.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names_for(path), rules, mesh_spec,
+                                       issues)
             out[ps] = (tuple(x.shape), spec)
     return out
 
 
-def shard_state(st: AbstractState, axis_rules, layout: str, mesh, mesh_spec: layouts.MeshSpec) -> ShardedState:
-    tp_rules = tp_rules_for(axis_rules, mesh_spec)
+def shard_state(st: AbstractState, rules: rules_mod.RuleSet, mesh, mesh_spec: layouts.MeshSpec) -> ShardedState:
     issues: list[layouts.ShardingIssue] = []
     leaves: list[LeafInfo] = []
-    specs = param_specs(st, layout, mesh_spec, tp_rules, issues)
+    specs = param_specs(st, rules, mesh_spec, issues)
 
     def opt_spec(ps: str, x) -> tuple:
         # optax states mirror the params tree ('0/mu/<param path>'): the same path suffix and
@@ -178,7 +170,7 @@ def shard_state(st: AbstractState, axis_rules, layout: str, mesh, mesh_spec: lay
             hit = specs.get("/".join(parts[i:]))
             if hit is not None and hit[0] == tuple(x.shape):
                 return hit[1]
-        return layouts.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, None, layout, mesh_spec, tp_rules, [])
+        return rules_mod.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, None, rules, mesh_spec, [])
 
     def tree(t, category, spec_fn, **kw):
         return shard_tree(t, category, spec_fn, mesh, mesh_spec, leaves, **kw)
@@ -190,20 +182,16 @@ def shard_state(st: AbstractState, axis_rules, layout: str, mesh, mesh_spec: lay
     a_mut = tree(st.mutable, "other_state", replicated)
     a_rng = tree(st.rng, "other_state", replicated)
     a_batch = tree(st.batch, "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps))
-    return ShardedState(a_train, a_frozen, a_opt, a_mut, a_rng, a_batch, leaves, issues, tp_rules)
+    return ShardedState(a_train, a_frozen, a_opt, a_mut, a_rng, a_batch, leaves, issues, rules)
 
 
 # ---------------------------------------------------------------- activations
 
 
-def activation_rules(layout, mesh_spec, tp_rules) -> tuple:
-    """Logical-axis rules for activations the model constrains itself (nn.with_logical_constraint),
-    as MaxText does: batch over the data axes; under tp layouts the Megatron names over the model axis."""
-    data = mesh_spec.data_axes
-    rules = [("batch", layouts.spec_axes(data) if data else None)]
-    if layout in ("tp", "fsdp_tp"):
-        rules += [(name, mesh_spec.model_axis) for name, role in tp_rules.items() if role == "model"]
-    return tuple(rules)
+def activation_rules(rules: rules_mod.RuleSet) -> tuple:
+    """The flax logical-axis rules for the activations the model constrains itself
+    (nn.with_logical_constraint): the user's, then the layout's (rules.activation_rules)."""
+    return rules.activations
 
 
 @contextlib.contextmanager
@@ -215,23 +203,28 @@ def tracing(mesh, rules):
         yield
 
 
-def activation_constraints(mesh, mesh_spec, layout, micro_batch, nnx_model, model):
-    """Keep module outputs whose leading dim is the batch sharded over the data axes.
+def activation_constraints(mesh, mesh_spec, layout, micro_batch, seq_len, nnx_model, model):
+    """Keep module outputs whose leading dim is the batch sharded over the batch axes, and their
+    sequence dim (dim 1, when it is the batch's sequence length) over the context axis.
 
     Without them XLA gathers whole-batch activations instead of weights under FSDP
     (benchmarks/results/fsdp-constraints-1b.md: 7.1x the temporaries on a 1B Llama).
     dp/fsdp: the other dims replicated (what FSDP runs); tp layouts: the other dims
     left to XLA (Megatron splits them inside attention/MLP).
     """
-    data = mesh_spec.data_axes
-    if not data or mesh_spec.data_size == 1 or micro_batch is None:
+    data = mesh_spec.batch_axes
+    ctx = mesh_spec.context_axis if mesh_spec.axis_size(mesh_spec.context_axis) > 1 and seq_len else None
+    if (not data or mesh_spec.data_size == 1) and ctx is None or micro_batch is None:
         return contextlib.nullcontext()
-    lead = layouts.spec_axes(data)
+    lead = layouts.spec_axes(data) if data and mesh_spec.data_size > 1 else None
     rest = None if layout in ("dp", "fsdp") else P.UNCONSTRAINED
 
     def one(x):
         if isinstance(x, jax.Array) and x.ndim >= 1 and x.shape[0] == micro_batch:
-            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(lead, *([rest] * (x.ndim - 1)))))
+            spec = [lead] + [rest] * (x.ndim - 1)
+            if ctx is not None and x.ndim >= 2 and x.shape[1] == seq_len:
+                spec[1] = ctx
+            return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*spec)))
         return x
 
     return module_outputs(model if nnx_model else None, lambda out: jax.tree.map(one, out))

@@ -29,7 +29,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
-from jaxmem.program import finetune, layouts, sharding, sizes, state
+from jaxmem.program import finetune, layouts, sharding, sizes, state, user_specs
+from jaxmem.program import rules as rules_mod
 from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, PRECISIONS, StepOptions, is_nnx  # noqa: F401
 from jaxmem.program.workload import Workload
@@ -63,13 +64,18 @@ class StepPlan:
     options: StepOptions
     mesh_spec: layouts.MeshSpec
     batch: Any          # the batch abstractly, --batch applied
+    rules: rules_mod.RuleSet       # the layout's rules (the user's first) on this mesh
+    rules_digest: str | None = None   # sha256 of the --rules file's content
+    state_specs: list | None = None   # a custom step's own specs (Workload.state_specs), per state leaf
+    batch_specs: list | None = None   # ... and per batch leaf (Workload.batch_specs)
 
 
 def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPlan:
     """Every check the options and the batch's shapes decide, once: the layout against the mesh,
     the fine-tuning choices, --batch, each batch leaf against the axes that split it, the sizes
     XLA can express, and --accum's microbatches."""
-    layouts.check_layout(opts.layout, mesh_spec)
+    user_specs.check_workload(wl)
+    layouts.check_layout(opts.layout, mesh_spec, custom_step=wl.is_custom_step, own_specs=wl.state_specs is not None)
     if opts.precision not in PRECISIONS:
         raise UserError(f"unknown precision {opts.precision!r}. Known: {', '.join(PRECISIONS)}.")
     if opts.accum < 1:
@@ -79,7 +85,8 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
     batch = state.override_batch(wl.batch, opts.batch_size)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
-    for path, x in flat:
+    batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
+    for path, x in flat if batch_specs is None else ():
         layouts.batch_spec(tuple(x.shape), mesh_spec, state.path_str(path))
     sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype), x.dtype.itemsize)
                         for p, x in flat], x64=bool(jax.config.jax_enable_x64))
@@ -88,25 +95,30 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):
             raise UserError(f"--accum {opts.accum}: global batch {n} must split into {opts.accum} microbatches "
                             f"each divisible by the {mesh_spec.data_size} data-parallel devices")
-    return StepPlan(wl, opts, mesh_spec, batch)
+    user, digest = rules_mod.load(opts.rules) if opts.rules else ((), None)
+    rules = rules_mod.rule_set(opts.layout, mesh_spec, user, wl.axis_rules)
+    state_specs = None
+    if wl.state_specs is not None:
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), wl.state)
+        state_specs = user_specs.resolve(abstract, wl.state_specs, mesh_spec, "state")
+    return StepPlan(wl, opts, mesh_spec, batch, rules, digest, state_specs, batch_specs)
 
 
 def build(p: StepPlan, mesh) -> BuiltStep:
     """The planned step on `mesh`: abstract state, shardings, the function. Checks nothing."""
     wl, opts, mesh_spec, batch = p.workload, p.options, p.mesh_spec, p.batch
     if wl.is_custom_step:
-        return _build_custom(wl, opts, mesh, mesh_spec, batch)
+        return _build_custom(p, mesh)
 
     st = state.abstract_state(wl, opts, batch)
-    sh = sharding.shard_state(st, wl.axis_rules, opts.layout, mesh, mesh_spec)
+    sh = sharding.shard_state(st, p.rules, mesh, mesh_spec)
     fn = train_step(wl, st, sh, opts, mesh, mesh_spec)
     donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
                      sh.shardings(sh.rng), NamedSharding(mesh, P()))
     notes = [] if opts.donate else ["state not donated (--no-donate)"]
-    rules = sharding.activation_rules(opts.layout, mesh_spec, sh.tp_rules)
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
-                     trace_context=functools.partial(sharding.tracing, mesh, rules))
+                     trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)))
 
 
 def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec):
@@ -118,7 +130,8 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     """
     tx = st.tx
     offload = st.opt_memory == "pinned_host"
-    act_ctx = functools.partial(sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size,
+    seq = layouts.seq_len([tuple(x.shape) for x in jax.tree.leaves(st.batch)])
+    act_ctx = functools.partial(sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq,
                                 st.kind == "nnx")
     trainable_sh = sh.shardings(sh.trainable)
 
@@ -157,7 +170,9 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             return jnp.asarray(loss, jnp.float32), new_mut
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)   # w.r.t. the trainable tree only
-    data_axes = layouts.spec_axes(mesh_spec.data_axes) if mesh_spec.data_axes else None
+    # a microbatch is split as the batch is (dim 0 over the batch axes, the sequence over context)
+    micro_spec = {id(x): layouts.batch_spec((x.shape[0] // opts.accum,) + tuple(x.shape[1:]), mesh_spec, "")
+                  for x in jax.tree.leaves(sh.batch) if opts.accum > 1 and x.shape}
 
     def step(trainable, frozen, opt_state, mutable, rng_data, batch):
         key = jax.random.wrap_key_data(rng_data["rng"])
@@ -166,7 +181,8 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
         else:
             micro = jax.tree.map(lambda x: x.reshape((opts.accum, x.shape[0] // opts.accum) + x.shape[1:]), batch)
             micro = jax.tree.map(
-                lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, data_axes))), micro)
+                lambda x, a: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, *micro_spec[id(a)]))),
+                micro, sh.batch)
 
             def body(carry, mb):
                 g_acc, mut, loss_acc, i = carry
@@ -192,8 +208,10 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     return step
 
 
-def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> BuiltStep:
-    """The escape hatch: the user's own step(state, batch) and abstract state."""
+def _build_custom(p: StepPlan, mesh) -> BuiltStep:
+    """The escape hatch: the user's own step(state, batch) and abstract state, sharded by the user's
+    specs when given (checked in plan), else by the layout's rules (names unknown: the fallback)."""
+    wl, opts, mesh_spec, batch, rules = p.workload, p.options, p.mesh_spec, p.batch, p.rules
     issues: list[layouts.ShardingIssue] = []
     leaves: list[LeafInfo] = []
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), wl.state)
@@ -206,11 +224,18 @@ def _build_custom(wl: Workload, opts: StepOptions, mesh, mesh_spec, batch) -> Bu
             return "optimizer_state"
         return "other_state"
 
-    tp_rules = dict(layouts.DEFAULT_TP_RULES)
-    a_state = sharding.shard_tree(abstract, category, lambda ps, x: layouts.leaf_spec(
-        ps, tuple(x.shape), x.dtype.itemsize, None, opts.layout, mesh_spec, tp_rules, issues), mesh, mesh_spec, leaves)
-    a_batch = sharding.shard_tree(batch, "batch", lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps),
-                                  mesh, mesh_spec, leaves)
+    given_state, given_batch = iter(p.state_specs or ()), iter(p.batch_specs or ())
+    if p.state_specs is not None:
+        state_spec = lambda ps, x: next(given_state)  # noqa: E731  (flattened order, as plan resolved them)
+    else:
+        state_spec = lambda ps, x: rules_mod.leaf_spec(  # noqa: E731
+            ps, tuple(x.shape), x.dtype.itemsize, None, rules, mesh_spec, issues)
+    if p.batch_specs is not None:
+        batch_spec = lambda ps, x: next(given_batch)  # noqa: E731
+    else:
+        batch_spec = lambda ps, x: layouts.batch_spec(tuple(x.shape), mesh_spec, ps)  # noqa: E731
+    a_state = sharding.shard_tree(abstract, category, state_spec, mesh, mesh_spec, leaves)
+    a_batch = sharding.shard_tree(batch, "batch", batch_spec, mesh, mesh_spec, leaves)
 
     def step(state, batch):
         return wl.step(state, batch)

@@ -63,6 +63,9 @@ class Workload:
         tried before jaxmem's defaults.
     step / state: the escape hatch (see module docstring). ``donate=False`` says
         that your step does not donate its state (jaxmem then reports the cost).
+    state_specs / batch_specs: with ``step``, your own shardings: pytrees of
+        ``jax.sharding.PartitionSpec`` (None: replicated) matching ``state`` / ``batch``, in the
+        axis names of ``--mesh``, used as written (the report's layout is ``user``).
     """
 
     model: Any = None
@@ -75,6 +78,8 @@ class Workload:
     step: Callable[..., Any] | None = None
     state: Any = None
     donate: bool = True
+    state_specs: Any = None
+    batch_specs: Any = None
 
     @property
     def is_custom_step(self) -> bool:

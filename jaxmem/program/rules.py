@@ -1,0 +1,281 @@
+"""Logical-axis rules: which mesh axes split each named dimension of a parameter or an activation.
+
+A rule is ``[logical_name, mesh_axis | [mesh_axes] | null]``, the format of MaxText's
+``logical_axis_rules``. As in flax's ``logical_to_mesh_axes``, a name may have several rules; for
+each leaf the rules are tried in order and a rule applies when the leaf has a dimension of that
+name still unassigned and none of the rule's mesh axes is used yet in the leaf's spec. ``null``
+(or ``[]``) keeps the dimension whole on purpose.
+
+jaxmem's four layouts are rule sets (:func:`rule_set`): the experts dimension over the expert
+axis (always); under ``tp``/``fsdp_tp`` the Megatron names over the tensor axis; under
+``fsdp``/``fsdp_tp`` ``embed``, then ``mlp``, then ``vocab`` over the state axes (the fsdp axes,
+else the data axes); ``layers`` (a scan axis) never split. Then the fallback for dimensions no
+rule named: under the tp layouts, an unannotated leaf of rank 2+ split on its largest dimension the
+tensor axis divides; under the fsdp layouts, any leaf the state axes have not split yet, on its
+largest free dimension they divide. A user's rules (``--rules FILE``) come before all of these.
+
+Rules name mesh axes. A name the mesh has is that axis; a role's alias (``model`` for a mesh
+whose tensor axis is ``tensor``) is the mesh's axis of that role; any other name, or an axis of
+size 1, is absent (MaxText's mesh carries every axis, most of size 1): a rule whose axes are all
+absent is skipped, so one rules file serves many meshes. A rule only splits a dimension its axes
+divide; one that cannot is reported (a :class:`~jaxmem.program.layouts.ShardingIssue`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+from typing import Any, Sequence
+
+from jaxmem.errors import UserError
+from jaxmem.program.layouts import ROLE_OF, MeshSpec, ShardingIssue, spec_axes, used_axes
+
+# jaxmem's rules, over axis *roles*: "state" is the axes the fsdp layouts shard the state over
+# (MeshSpec.state_axes), "batch" the axes that split the batch; the others a role's one axis.
+EXPERT_NAMES = ("exp", "expert", "experts")
+TENSOR_NAMES = ("mlp", "heads", "q_heads", "kv_heads", "vocab")   # Megatron: column-parallel dims
+FSDP_NAMES = ("embed", "mlp", "vocab")                           # the dim FSDP splits, by preference
+# activations: the common names and MaxText's
+ACT_EXPERT = EXPERT_NAMES + ("activation_exp",)
+ACT_BATCH = ("batch", "activation_batch", "activation_embed_and_logits_batch", "activation_batch_attn",
+             "activation_kv_batch", "activation_batch_moe")
+ACT_LENGTH = ("length", "seq", "activation_length", "activation_q_length", "activation_length_attn",
+              "activation_length_moe")
+ACT_TENSOR = ("activation_mlp", "activation_heads", "activation_kv_heads", "activation_vocab", "activation_mlp_moe")
+SMALL = 1 << 16   # leaves below 64 KiB that nothing divides (biases, norm scales) are replicated silently
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    name: str                        # the logical axis name
+    axes: tuple[str, ...] | None     # mesh axes as written; None: kept whole on purpose
+    origin: str = "jaxmem"           # where it was written, for messages: "rules.json rule 3"
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSet:
+    """A layout's rules (and the user's before them) resolved against one mesh."""
+
+    params: tuple[tuple[str, tuple[str, ...] | None], ...]   # (name, mesh axes of size > 1 | None)
+    fallback: tuple[tuple[tuple[str, ...], bool], ...]       # (axes, unannotated leaves only), in order
+    activations: tuple[tuple[str, Any], ...]                 # flax logical_axis_rules
+    tensor_names: tuple[str, ...] = ()                       # the names the tp layouts split (reports)
+
+
+_FREE = object()   # a spec entry no rule has assigned yet
+
+
+def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | None | bool:
+    """A rule's axes on `mesh`: present axes of size > 1 (aliases to the mesh's axis of that role),
+    None for a rule that keeps the dim whole, False when every axis it names is absent."""
+    if axes is None or not axes:
+        return None
+    out: list[str] = []
+    for a in axes:
+        name = a if a in mesh.names else mesh.axis_of(ROLE_OF[a]) if a in ROLE_OF else None
+        if name is not None and mesh.axis_size(name) > 1 and name not in out:
+            out.append(name)
+    return tuple(out) or False
+
+
+def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_rules=()) -> RuleSet:
+    """The rules a layout applies on `mesh`: `user` rules first, then jaxmem's (module docstring).
+
+    `workload_rules` (Workload.axis_rules) are extra rules for the tp layouts: a name mapped to the
+    tensor axis is split over it before jaxmem's names, a name mapped to anything else is not."""
+    tensor = mesh.model_axis
+    mentioned = {logical for logical, _ in workload_rules}
+    tp_names = [logical for logical, axis in workload_rules
+                if axis is not None and (axis == tensor or ROLE_OF.get(axis) == "tensor")]
+    tp_names += [n for n in TENSOR_NAMES if n not in mentioned]
+    tp_names = tuple(tp_names) if layout in ("tp", "fsdp_tp") else ()
+    state = mesh.state_axes if layout in ("fsdp", "fsdp_tp") else ()
+    builtin: list[tuple[str, tuple[str, ...] | None]] = [(n, mesh.with_role("expert")) for n in EXPERT_NAMES]
+    builtin += [(n, (tensor,)) for n in tp_names]
+    builtin += [(n, state) for n in FSDP_NAMES if state]
+    params: list[tuple[str, tuple[str, ...] | None]] = []
+    for r in user:
+        axes = _resolve(r.axes, mesh)
+        if axes is not False:
+            params.append((r.name, axes))
+    for name, axes in builtin:
+        axes = tuple(a for a in axes if a and mesh.axis_size(a) > 1) or False
+        if axes is not False:
+            params.append((name, axes))
+    params.append(("layers", None))   # the scan axis: one layer's slice per iteration, never split
+    fallback = []
+    if tp_names:
+        fallback.append(((tensor,), True))
+    if state:
+        fallback.append((state, False))
+    return RuleSet(tuple(params), tuple(fallback), activation_rules(mesh, user, tp_names), tp_names)
+
+
+def activation_rules(mesh: MeshSpec, user: Sequence[Rule], tp_names: Sequence[str]) -> tuple:
+    """flax logical_axis_rules for the activations the model constrains (nn.with_logical_constraint):
+    the user's first; the experts dim over the expert axis (before the batch, which then takes the
+    other batch axes); the batch over the batch axes; the sequence over the context axis; under the
+    tp layouts the Megatron names over the tensor axis."""
+    rules: list[tuple[str, Any]] = []
+    for r in user:
+        axes = _resolve(r.axes, mesh)
+        if axes is not False:
+            rules.append((r.name, None if axes is None else spec_axes(axes)))
+    expert = mesh.axis_of("expert")
+    if expert:
+        rules += [(n, expert) for n in ACT_EXPERT]
+    batch = mesh.batch_axes
+    rules += [(n, spec_axes(batch) if batch else None) for n in ACT_BATCH]
+    rest = tuple(a for a in batch if a != expert)
+    if expert and rest:
+        rules += [(n, spec_axes(rest)) for n in ACT_BATCH]
+    if mesh.context_axis:
+        rules += [(n, mesh.context_axis) for n in ACT_LENGTH]
+    if tp_names:
+        rules += [(n, mesh.model_axis) for n in tuple(tp_names) + ACT_TENSOR]
+    return tuple(rules)
+
+
+def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[str | None] | None, rules: RuleSet,
+              mesh: MeshSpec, issues: list[ShardingIssue]) -> tuple:
+    """The PartitionSpec entries (one per dim) of one state leaf under `rules`."""
+    if not shape:
+        return ()
+    spec: list[Any] = [_FREE] * len(shape)
+    nbytes = math.prod(shape) * itemsize
+    names = tuple(names) if names is not None and len(names) == len(shape) else None
+    used = lambda: set(used_axes([s for s in spec if s is not _FREE]))  # noqa: E731
+    failed = []
+    if names:
+        for name, axes in rules.params:
+            dims = [i for i, n in enumerate(names) if n == name and spec[i] is _FREE]
+            if not dims:
+                continue
+            if axes is None:
+                spec[dims[0]] = None
+                continue
+            if used() & set(axes):
+                continue
+            size = mesh.axis_size(axes)
+            fits = [i for i in dims if shape[i] % size == 0]
+            if fits:
+                spec[fits[0]] = spec_axes(axes)
+            else:
+                failed.append((dims[0], name, axes, size))
+    late: list[ShardingIssue] = []
+    reported: set[tuple[str, ...]] = set()
+    for axes, unannotated_only in rules.fallback:
+        if (unannotated_only and (names is not None or len(shape) < 2)) or used() & set(axes):
+            continue
+        size = mesh.axis_size(axes)
+        left = nbytes // mesh.axis_size(tuple(used()))
+        free = [i for i in range(len(shape)) if spec[i] is _FREE and not (names and names[i] == "layers")]
+        candidates = [i for i in free if shape[i] % size == 0]
+        if candidates:
+            spec[max(candidates, key=lambda i: (shape[i], i))] = spec_axes(axes)
+            continue
+        reported.add(axes)
+        if left >= SMALL:  # biases and norm scales are replicated by every FSDP implementation
+            late.append(ShardingIssue(path, shape, "+".join(axes), f"no dimension of {shape} is divisible by {size}",
+                                      left - left // size))
+    for i, name, axes, size in failed:
+        if used() & set(axes) or axes in reported or any(n == name and s is not _FREE for n, s in zip(names, spec)):
+            continue
+        reported.add(axes)
+        issues.append(ShardingIssue(path, shape, "+".join(axes), f"dim {i} ({name}={shape[i]}) not divisible by "
+                                    f"{'x'.join(axes)}={size}", nbytes - nbytes // size))
+    issues.extend(late)
+    return tuple(None if s is _FREE else s for s in spec)
+
+
+# ------------------------------------------------------------------ rules files
+
+
+def load(path: str) -> tuple[tuple[Rule, ...], str]:
+    """The rules of a file (JSON or YAML: a list of rules, or a mapping with `logical_axis_rules`,
+    e.g. a MaxText config) and the sha256 of its content. Errors name the file and the rule."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UserError(f"--rules {path}: cannot read it ({e.strerror or e})") from None
+    text = data.decode("utf-8", errors="replace")
+    return parse(text, os.path.basename(path)), hashlib.sha256(data).hexdigest()
+
+
+def digest(path: str | None) -> str | None:
+    """The sha256 of a rules file's content (None without one, or when it cannot be read: load says why)."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def parse(text: str, source: str) -> tuple[Rule, ...]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = _yaml(text, source)
+    if isinstance(doc, dict):
+        if "logical_axis_rules" not in doc:
+            raise UserError(f"--rules {source}: a mapping without a `logical_axis_rules` key; give a list of "
+                            "[logical_name, mesh_axis | [mesh_axes]] rules, or a config that has that key")
+        doc = doc["logical_axis_rules"]
+    if not isinstance(doc, list):
+        raise UserError(f"--rules {source}: expected a list of [logical_name, mesh_axis | [mesh_axes]] rules, got "
+                        f"a {type(doc).__name__}")
+    return tuple(_rule(r, f"{source} rule {i + 1}") for i, r in enumerate(doc))
+
+
+def _rule(r, origin: str) -> Rule:
+    shape = "expected [logical_name, mesh_axis | [mesh_axes] | null], e.g. [\"embed\", \"fsdp\"]"
+    if not isinstance(r, (list, tuple)) or len(r) != 2 or not isinstance(r[0], str) or not r[0]:
+        raise UserError(f"--rules {origin} {json.dumps(r)}: {shape}")
+    name, axes = r
+    if axes is None or isinstance(axes, str):
+        axes = () if axes is None else (axes,)
+    if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) and re.fullmatch(r"[A-Za-z_]\w*", a)
+                                                      for a in axes):
+        raise UserError(f"--rules {origin} {json.dumps(r)}: {shape}; mesh axes are names like fsdp or tensor")
+    twice = sorted({a for a in axes if list(axes).count(a) > 1})
+    if twice:
+        raise UserError(f"--rules {origin} {json.dumps(r)}: uses the axis {twice[0]} twice; a dimension is split "
+                        "over an axis at most once")
+    return Rule(name, tuple(axes) or None, origin)
+
+
+def _yaml(text: str, source: str):
+    try:
+        import yaml
+    except ImportError:
+        return _flow_list(text, source)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UserError(f"--rules {source}: neither JSON nor YAML ({str(e).splitlines()[0]})") from None
+
+
+def _flow_list(text: str, source: str):
+    """Without PyYAML: MaxText's form, `logical_axis_rules: [ [...], ... ]` (comments allowed), or a
+    bare list, read as JSON once quotes and comments are normalized."""
+    m = re.search(r"^logical_axis_rules:\s*(\[)", text, re.M)
+    body = text[m.start(1):] if m else text
+    lines = [re.sub(r"\s#.*$|^\s*#.*$", "", line) for line in body.splitlines()]
+    body, depth, end = "\n".join(lines).replace("'", '"'), 0, None
+    for i, ch in enumerate(body):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth == 0 and ch == "]":
+            end = i + 1
+            break
+    try:
+        return json.loads(re.sub(r",\s*]", "]", body[:end]))
+    except (ValueError, TypeError):
+        raise UserError(f"--rules {source}: not JSON, and not the YAML list form jaxmem reads without PyYAML "
+                        "(install pyyaml for any YAML)") from None

@@ -1,0 +1,103 @@
+"""Mesh axes with roles (jaxmem/program/layouts.py, rules.py): HSDP, context and expert
+parallelism compiled on tiny models, and the numbers each must reach."""
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import jaxmem
+from conftest import MODELS, build_step
+from jaxmem import cli
+
+FIX = MODELS.parent / "tests" / "fixtures"
+LLAMA, MOE = MODELS / "llama.py", FIX / "moe_tiny.py"
+TINY = {"preset": "tiny"}
+
+
+def analyze(model, **kw):
+    return jaxmem.analyze(model, gpu="h100", **kw)
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def leaves(model, mesh, **kw):
+    return {leaf.path: leaf for leaf in build_step(model, mesh=mesh, **kw)[1].leaves}
+
+
+@pytest.mark.parametrize("mesh,shards", [("data=2,fsdp=4", 4), ("fsdp=8", 8)])
+def test_fsdp_shards_the_params_over_the_fsdp_axes_only(mesh, shards):
+    r = analyze(LLAMA, args=TINY, mesh=mesh, batch=16, explain=False)
+    # every llama-tiny leaf has a dimension the fsdp axis divides (embed = 64): none is left replicated
+    assert r.breakdown["params"] * shards == r.param_count * 4
+    assert r.breakdown["batch"] == 2 * 16 * 32 * 4 // 8   # tokens + targets, split over all 8 devices
+
+
+def test_hsdp_replicates_the_state_over_data():
+    by_path = leaves(LLAMA, "data=2,fsdp=4", model_args=TINY, batch=16)
+    params = [leaf for leaf in by_path.values() if leaf.category == "params"]
+    assert params and all(leaf.shards == 4 and "data" not in str(leaf.spec) for leaf in params)
+    assert by_path["batch:tokens"].spec == (("data", "fsdp"), None)
+
+
+def test_context_accepts_a_batch_the_other_axes_divide_and_halves_the_activations():
+    one = analyze(LLAMA, args={**TINY, "seq_len": 256}, mesh="fsdp=4", batch=4, explain=False)
+    two = analyze(LLAMA, args={**TINY, "seq_len": 256}, mesh="fsdp=4,context=2", batch=4, explain=False)
+    ratio = two.breakdown["activations_and_temporaries"] / one.breakdown["activations_and_temporaries"]
+    # Measured 0.489 (jaxlib 0.10.2): every activation split on the sequence is halved exactly; what is
+    # not (the keys/values gathered to full length for attention, the sequence-free temporaries) is
+    # small at 256 tokens. Half is the ideal, so the ratio sits just under it: [0.47, 0.50].
+    assert 0.47 <= ratio <= 0.50, ratio
+    assert two.breakdown["batch"] * 2 == one.breakdown["batch"]
+    assert any(c["kind"] == "all-gather" and c["axes"] == ["context"] for c in two.step_time["collectives"])
+
+
+def test_a_sequence_the_context_axis_does_not_divide_is_refused_before_any_compile():
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--arg", "seq_len=30", "--gpu", "h100",
+               "--mesh", "fsdp=4,context=4", "--batch", "4")
+    assert r.exit_code == 2 and "sequence dimension (dim 1) 30 is not divisible by context=4" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_an_axis_without_a_role_and_a_pipeline_stage_exit_2_naming_them():
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "replica=2,data=4")
+    assert r.exit_code == 2 and "axis 'replica' has no role" in r.output and "expert (alias ep)" in r.output
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "fsdp=4,stage=2", "--batch", "8")
+    assert r.exit_code == 2 and "stage axis (pipeline stages) needs a pipelined step" in r.output
+
+
+def test_expert_weights_per_device_are_total_over_expert_times_the_axes_of_their_other_dims():
+    by_path = leaves(MOE, "fsdp=2,expert=4")
+    for name in ("wi", "wo"):
+        leaf = by_path[f"params:layers/moe/{name}"]
+        assert leaf.spec[:2] == (None, "expert") and "fsdp" in leaf.spec      # (layers, exp, ...)
+        assert leaf.device_bytes * 4 * 2 == leaf.global_bytes
+    # the router and the embeddings have no experts dim: sharded over fsdp, replicated over expert
+    assert by_path["params:layers/moe/router"].shards == 2
+
+
+def _holds_every_expert(row) -> bool:
+    """A buffer shaped like one layer's expert kernel with all 8 experts (d_model 48 or its fsdp half 24, ffn 80)."""
+    dims = [int(d) for d in re.findall(r"\d+", row.shape)]
+    return 8 in dims and 80 in dims and (48 in dims or 24 in dims)
+
+
+def test_expert_parallelism_keeps_every_experts_weights_out_of_the_peak():
+    # without an expert axis FSDP gathers a layer's kernels whole, all 8 experts: the check sees them
+    dense = analyze(MOE, mesh="fsdp=8", top=1000)
+    assert [b for b in dense.top_buffers if _holds_every_expert(b) and b.category not in ("params", "optimizer_state")]
+    ep = analyze(MOE, mesh="fsdp=2,expert=4", top=1000)
+    assert len(ep.top_buffers) < 1000   # every buffer live at the peak is listed
+    assert not [b for b in ep.top_buffers if _holds_every_expert(b)]
+    # the tokens travel to their experts over the expert axis
+    assert any(c["axes"] == ["expert"] for c in ep.step_time["collectives"])
+
+
+def test_the_json_mesh_is_what_was_asked():
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "fsdp=2,context=2",
+               "--batch", "2", "--no-explain", "--json")
+    assert r.exit_code in (0, 3), r.output
+    assert json.loads(r.output)["mesh"] == {"fsdp": 2, "context": 2}
