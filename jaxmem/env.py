@@ -111,7 +111,8 @@ def check_platforms(env) -> None:
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in PLATFORMS]
     if unknown:
-        raise UserError(f"JAX_PLATFORMS={text}: jax knows no platform {unknown[0]!r} (it knows {', '.join(PLATFORMS)}); "
+        raise UserError(f"JAX_PLATFORMS={text}: jax knows no platform {unknown[0]!r} "
+                        f"(it knows {', '.join(PLATFORMS)}); "
                         "unset JAX_PLATFORMS: jaxmem picks jax's platforms itself.")
     if not any(_platform_available(n) for n in names):
         what = {"cuda": "no NVIDIA GPU (no /dev/nvidia0)", "gpu": "no GPU (no /dev/nvidia0 or /dev/kfd)",
@@ -249,7 +250,8 @@ def check_ray_address(address: str, option: str) -> None:
     _probe_ray(text, option)
 
 
-_RAY_PROBE = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR'); ray.shutdown()"
+_RAY_PROBE = ("import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR'); "
+              "ray.shutdown()")
 
 
 def _probe_ray(address: str, option: str) -> None:

@@ -51,8 +51,11 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             return _analyze_workload(wl.checked(source), opts, source, t_start, prestart)
         except UserError:
             raise
-        except Exception as e:
-            raise sizes.compile_limit_error(e) or e
+        except Exception as e:  # XLA's size limits become a user error; the rest is re-raised
+            limit = sizes.compile_limit_error(e)
+            if limit is None:
+                raise
+            raise limit from None
 
 
 def _parsed_program(text: str | None):
@@ -64,7 +67,7 @@ def _parsed_program(text: str | None):
 
     try:
         return hlo_text.parse_module(text)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- an unparsable program is left as text: the estimate says why
         return text
 
 
@@ -150,7 +153,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     fits = None if usable_bytes is None else peak <= usable_bytes and bud.out_of_pool_fits
     headroom = None if usable_bytes is None else usable_bytes - peak
 
-    warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
+    warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not "
+                                                    "updated "
                                "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
                 for n in built.notes]
     if not bud.out_of_pool_fits:
@@ -158,11 +162,13 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
             "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
             f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
             f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
-            f"memory fraction of at most {max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
+            f"memory fraction of at most "
+            f"{max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
             rt.out_of_pool_bytes - bud.out_of_pool_room))
     if ex is None and state.gradients:
         warnings.append(report.ReportWarning(
-            "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split into "
+            "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split "
+                                   "into "
             f"gradients (at most {state.gradients / 2**20:,.2f} MiB, if all were live at once) and activations; all of "
             "them are under activations_and_temporaries. Drop --no-explain to split them."))
     warnings += [report.ReportWarning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
@@ -170,7 +176,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
-        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
+        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on "
+                                                               f"{issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))
     host = _host(state, stats, warnings)
 
@@ -192,7 +199,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         layout="user" if planned.state_specs is not None else opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
-                 **_finetune_options(opts), **_rules_options(opts, planned), **{f"arg:{k}": v for k, v in opts.model_args}},
+                 **_finetune_options(opts), **_rules_options(opts, planned),
+                 **{f"arg:{k}": v for k, v in opts.model_args}},
         per_device_peak_bytes=peak,
         breakdown=breakdown,
         xla={"argument": stats.argument, "output": stats.output, "alias": stats.alias, "temp": stats.temp,

@@ -11,7 +11,7 @@ import time
 
 import jax
 
-from jaxmem.compiler.artifacts import Artifacts, CompiledStats  # noqa: F401  (public here too)
+from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.errors import UserError, describe
 from jaxmem.program.step import BuiltStep
 

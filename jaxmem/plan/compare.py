@@ -499,7 +499,7 @@ def rejudge(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
                 or p.fits != search_mod.fits_with_margin(_whole(p.peak_bytes, f"row {name}: a probe's peak_bytes"),
                                                          p.usable_bytes, s.margin))]
             wrong += [p for p in (s.fits_at, s.fails_at) if p is not None and p not in s.probes]
-            if s.fits_at is not None and not s.fits_at.fits or s.fails_at is not None and s.fails_at.fits:
+            if (s.fits_at is not None and not s.fits_at.fits) or (s.fails_at is not None and s.fails_at.fits):
                 wrong.append(s.fits_at)
             if s.answer != (s.fits_at.value if s.fits_at is not None else (None if s.kind == "devices" else 0)):
                 wrong.append(s.fits_at)

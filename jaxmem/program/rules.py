@@ -29,7 +29,8 @@ import json
 import math
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from jaxmem.errors import UserError
 from jaxmem.program.layouts import ROLE_OF, MeshSpec, ShardingIssue, spec_axes, used_axes
@@ -69,7 +70,7 @@ class RuleSet:
 _FREE = object()   # a spec entry no rule has assigned yet
 
 
-def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | None | bool:
+def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | bool | None:
     """A rule's axes on `mesh`: present axes of size > 1 (aliases to the mesh's axis of that role),
     None for a rule that keeps the dim whole, False when every axis it names is absent."""
     if axes is None or not axes:
@@ -183,7 +184,8 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
             late.append(ShardingIssue(path, shape, "+".join(axes), f"no dimension of {shape} is divisible by {size}",
                                       left - left // size))
     for i, name, axes, size in failed:
-        if used() & set(axes) or axes in reported or any(n == name and s is not _FREE for n, s in zip(names, spec)):
+        named_taken = any(n == name and s is not _FREE for n, s in zip(names, spec, strict=False))
+        if used() & set(axes) or axes in reported or named_taken:
             continue
         reported.add(axes)
         issues.append(ShardingIssue(path, shape, "+".join(axes), f"dim {i} ({name}={shape[i]}) not divisible by "

@@ -214,7 +214,7 @@ def activation_constraints(mesh, mesh_spec, layout, micro_batch, seq_len, nnx_mo
     """
     data = mesh_spec.batch_axes
     ctx = mesh_spec.context_axis if mesh_spec.axis_size(mesh_spec.context_axis) > 1 and seq_len else None
-    if (not data or mesh_spec.data_size == 1) and ctx is None or micro_batch is None:
+    if ((not data or mesh_spec.data_size == 1) and ctx is None) or micro_batch is None:
         return contextlib.nullcontext()
     lead = layouts.spec_axes(data) if data and mesh_spec.data_size > 1 else None
     rest = None if layout in ("dp", "fsdp") else P.UNCONSTRAINED

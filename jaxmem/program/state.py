@@ -146,7 +146,7 @@ def _abstract_linen(wl: Workload, model, batch):
         boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
     except UserError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
         raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
@@ -167,13 +167,13 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
             model = finetune.wrap_nnx(make, ft, wl.loss, batch)
         except UserError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
             raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
     elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:
                 model = nnx.eval_shape(make)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
                 raise UserError(f"building the NNX model failed: {describe(e)}") from None
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 

@@ -82,14 +82,15 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         raise UserError("--accum must be at least 1")
     finetune.check(opts.finetune, custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)
     if wl.is_custom_step and (opts.precision != "fp32" or opts.optimizer or opts.accum != 1):
-        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
+        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own "
+                        "`step`")
     batch = state.override_batch(wl.batch, opts.batch_size)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
     for path, x in flat if batch_specs is None else ():
         layouts.batch_spec(tuple(x.shape), mesh_spec, state.path_str(path))
-    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype), x.dtype.itemsize)
-                        for p, x in flat], x64=bool(jax.config.jax_enable_x64))
+    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype),
+                                   x.dtype.itemsize) for p, x in flat], x64=bool(jax.config.jax_enable_x64))
     if opts.accum > 1 and flat:
         n = flat[0][1].shape[0]
         if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):

@@ -28,7 +28,7 @@ def resolve(tree, specs, mesh: MeshSpec, what: str) -> list[tuple]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     try:
         flat_specs = jax.tree_util.tree_flatten(specs, is_leaf=_is_spec)[0]
-    except Exception as e:  # an object that is not a pytree
+    except Exception as e:  # noqa: BLE001 -- an object that is not a pytree (any error jax raises for it)
         raise UserError(f"Workload {what}_specs: not a pytree of PartitionSpecs ({e})") from None
     bad = [s for s in flat_specs if not _is_spec(s)]
     if bad:
@@ -37,7 +37,7 @@ def resolve(tree, specs, mesh: MeshSpec, what: str) -> list[tuple]:
     if _paths(tree) != _paths(specs, _is_spec):
         raise UserError(f"Workload {what}_specs does not match `{what}`: {_difference(tree, specs, what)}")
     out = []
-    for (path, x), spec in zip(leaves, flat_specs):
+    for (path, x), spec in zip(leaves, flat_specs, strict=True):
         out.append(_check_leaf(f"{what}/{path_str(path)}" if path else what, tuple(x.shape),
                                () if spec is None else tuple(spec), mesh, what))
     return out
