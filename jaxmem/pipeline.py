@@ -11,6 +11,7 @@ from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
 from jaxmem.program import layouts, sizes, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
+from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
@@ -92,9 +93,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         with scratch.phase("building and tracing the step"):
             mesh = layouts.build_mesh(target.devices, mesh_spec)
             built = step.build(planned, mesh)
-        import jax
 
-        sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
+        sizes.check_leaves(built.leaves, x64=x64())
     except BaseException:
         if child is not None:
             child.close()
@@ -154,10 +154,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     headroom = None if usable_bytes is None else usable_bytes - peak
 
     warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not "
-                                                    "updated "
-                               "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
+                                     "updated in place; donate them (jax.jit(..., donate_argnums=0))",
+                                     stats.output - stats.alias)
                 for n in built.notes]
     if not bud.out_of_pool_fits:
+        assert target.memory_bytes is not None and bud.out_of_pool_room is not None   # a GPU's pool: both known
         warnings.append(report.ReportWarning(
             "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
             f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
@@ -181,7 +182,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                                        f"{issue.reason}", issue.replicated_bytes))
     host = _host(state, stats, warnings)
 
-    top, modules, cats, timeline, peak_index = (), (), {}, (), -1
+    top: tuple = ()
+    modules: tuple = ()
+    timeline: tuple = ()
+    cats: dict = {}
+    peak_index = -1
     if ex is not None:
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)

@@ -35,6 +35,7 @@ import signal
 import sys
 import tempfile
 import threading
+from typing import Any
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 GRACE_S = 2.0   # how long the main thread gets to unwind by itself before the helper ends the process
@@ -52,8 +53,8 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"signum": None, "wake_w": None, "armed": True, "phase": "", "phase_at_signal": "", "swallowed_in": None,
-          "helper": None, "reraising": False, "ending": False}
+_state: dict[str, Any] = {"signum": None, "wake_w": None, "armed": True, "phase": "", "phase_at_signal": "",
+                          "swallowed_in": None, "helper": None, "reraising": False, "ending": False}
 
 
 def interrupted_by_signal() -> bool:
@@ -229,7 +230,11 @@ def run_scope(*, end_stuck: bool = True):
         os.environ["TEST_TMPDIR"] = run_dir
     tempfile.tempdir = run_dir
 
-    saved_handlers, saved_wakeup, helper, wake_w, saved_hook = {}, None, None, None, None
+    saved_handlers: dict[int, Any] = {}
+    saved_wakeup: int | None = None
+    helper: Any = None
+    wake_w: int | None = None
+    saved_hook: Any = None
     _state.update(signum=None, armed=True, phase="", phase_at_signal="", swallowed_in=None, reraising=False,
                   ending=False)
     if in_main:
@@ -328,7 +333,7 @@ def _reraise_until_unwound(signum: int) -> None:
             return
         _state["armed"] = True
         with contextlib.suppress(Exception):
-            _thread.interrupt_main(signum)
+            _thread.interrupt_main(signal.Signals(signum))
 
 
 def _raise_in_main(signum: int) -> None:
@@ -337,4 +342,5 @@ def _raise_in_main(signum: int) -> None:
 
     time.sleep(0.01)   # let the callback and the hook return first
     with contextlib.suppress(Exception):
-        _thread.interrupt_main(signum)   # runs the scope's handler in the main thread (not an OS signal)
+        # runs the scope's handler in the main thread (not an OS signal)
+        _thread.interrupt_main(signal.Signals(signum))

@@ -5,6 +5,7 @@ makes them and the cache that stores them both import it."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Artifacts:
     dump: bytes | None = None
     cached: bool = False     # read from the disk cache (not part of the answer: not serialized)
     # the dump already decoded (jaxmem.xla.hlo.decode_hlo_proto), when this run had to; not serialized
-    assignment: object = dataclasses.field(default=None, compare=False, repr=False)
+    assignment: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         import base64

@@ -53,6 +53,7 @@ import secrets
 import stat
 import zlib
 from pathlib import Path
+from typing import Any
 
 from jaxmem import env
 
@@ -169,7 +170,8 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -352,7 +354,7 @@ def info() -> dict:
     """Where the cache is and what it holds: entries (regular files named as entries), their bytes,
     partial writes (temporary files a killed writer left), and anything else found there."""
     folder = cache_dir() / "compiles"
-    out = {"path": str(cache_dir()), "entries": 0, "bytes": 0, "partial_writes": 0, "other": 0,
+    out: dict[str, Any] = {"path": str(cache_dir()), "entries": 0, "bytes": 0, "partial_writes": 0, "other": 0,
            "secret": os.path.isfile(cache_dir() / "secret")}
     try:
         names = os.listdir(folder)

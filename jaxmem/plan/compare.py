@@ -423,7 +423,7 @@ def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
         raise UserError(f"the memory settings of a {t.gpu} row are not ones jaxmem writes ({note!r}); "
                         "re-run the comparison")
     if not (math.isfinite(frac) and 0 < frac <= 1):
-        raise UserError(f"a {t.gpu} row's memory fraction {m.group(1)} is not in (0, 1]; re-run the comparison")
+        raise UserError(f"a {t.gpu} row's memory fraction {frac} is not in (0, 1]; re-run the comparison")
     modes = [True, False] if note.startswith("--mem-fraction") else ["grown on demand" not in note]
     return [runtime.pool_budget(total, frac, oop, prealloc=p)[::2] for p in modes]
 
@@ -494,13 +494,15 @@ def rejudge(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
             # each probe against its own usable bytes (a devices search's runtime differs per mesh),
             # which the row's settings bound: no probe may have more than the whole pool
             ceiling = max(u for u, _ in _saved_pools(r.target, 0))
-            wrong = [p for p in s.probes if p.peak_bytes is not None and (
+            wrong: list = [p for p in s.probes if p.peak_bytes is not None and (
                 _whole(p.usable_bytes, f"row {name}: a probe's usable_bytes") > ceiling
                 or p.fits != search_mod.fits_with_margin(_whole(p.peak_bytes, f"row {name}: a probe's peak_bytes"),
                                                          p.usable_bytes, s.margin))]
             wrong += [p for p in (s.fits_at, s.fails_at) if p is not None and p not in s.probes]
-            if (s.fits_at is not None and not s.fits_at.fits) or (s.fails_at is not None and s.fails_at.fits):
+            if s.fits_at is not None and not s.fits_at.fits:
                 wrong.append(s.fits_at)
+            if s.fails_at is not None and s.fails_at.fits:
+                wrong.append(s.fails_at)
             if s.answer != (s.fits_at.value if s.fits_at is not None else (None if s.kind == "devices" else 0)):
                 wrong.append(s.fits_at)
             if wrong:

@@ -17,6 +17,7 @@ job, as the CLI does before jax starts.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -346,7 +347,7 @@ class RayPool:
 
                 env_mod.check_ray_address(address, option)   # malformed or unreachable: minutes in ray.init
                 _bounded(lambda: ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
-                                          logging_level="ERROR"),
+                                          logging_level=logging.ERROR),
                          env_mod.RAY_INIT_S, f"{option} {address!r}")
             else:
                 ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,

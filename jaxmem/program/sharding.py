@@ -267,9 +267,9 @@ def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool
         def wrapped(self, *a, __orig=orig, **k):
             return fn(__orig(self, *a, **k))
 
-        cls.__call__ = wrapped
+        cls.__call__ = wrapped  # type: ignore[method-assign]  # for this trace only: restored below
     try:
         yield
     finally:
         for cls, orig in saved.items():
-            cls.__call__ = orig
+            cls.__call__ = orig  # type: ignore[method-assign]

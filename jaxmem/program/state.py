@@ -142,8 +142,10 @@ def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
     rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
+    loss = wl.loss
+    assert loss is not None   # a workload without its own step has a loss (Workload.validate)
     try:
-        boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
+        boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: loss(m, bb)), rngs, batch)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
@@ -175,7 +177,7 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
                 model = nnx.eval_shape(make)
             except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
                 raise UserError(f"building the NNX model failed: {describe(e)}") from None
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
 
     def names_of(v):
         meta = v.get_metadata() if hasattr(v, "get_metadata") else {}

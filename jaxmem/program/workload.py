@@ -124,20 +124,21 @@ class Workload:
         self._check_arrays(source)
         if self.is_custom_step:
             step = self.step
+            assert step is not None   # is_custom_step
 
             def checked_step(state, batch):
                 out = step(state, batch)
                 if not (isinstance(out, (tuple, list)) and len(out) == 2):
                     got = (f"an array of shape {tuple(out.shape)}" if hasattr(out, "shape")
                            else f"a {type(out).__name__}")
-                    raise UserError(f"{source}: step(state, batch) returned {got}; it must return (new_state, "
-                                    "anything), "
-                                    "e.g. `return new_state, loss`.")
+                    raise UserError(f"{source}: step(state, batch) returned {got}; it must return "
+                                    "(new_state, anything), e.g. `return new_state, loss`.")
                 return out
 
-            checked_step._jaxmem_checked = True
+            checked_step.__dict__["_jaxmem_checked"] = True
             return dataclasses.replace(self, step=checked_step)
         loss = self.loss
+        assert loss is not None   # validated: a workload without its own step has a loss
 
         def checked_loss(*args, **kwargs):
             out = loss(*args, **kwargs)
@@ -148,11 +149,10 @@ class Workload:
             shape = getattr(out, "shape", ())
             if tuple(shape) != ():
                 raise UserError(f"{source}: loss(model, batch) returned an array of shape {tuple(shape)}; it must "
-                                "return "
-                                "a scalar: reduce it over the batch (e.g. `.mean()`).")
+                                "return a scalar: reduce it over the batch (e.g. `.mean()`).")
             return out
 
-        checked_loss._jaxmem_checked = True
+        checked_loss.__dict__["_jaxmem_checked"] = True
         return dataclasses.replace(self, loss=checked_loss)
 
 
