@@ -29,10 +29,17 @@ import json
 import math
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from jaxmem.errors import UserError
-from jaxmem.program.layouts import MeshSpec, ROLE_OF, ShardingIssue, spec_axes, used_axes
+from jaxmem.program.layouts import (
+    ROLE_OF,
+    MeshSpec,
+    ShardingIssue,
+    spec_axes,
+    used_axes,
+)
 
 # jaxmem's rules, over axis *roles*: "state" is the axes the fsdp layouts shard the state over
 # (MeshSpec.state_axes), "batch" the axes that split the batch; the others a role's one axis.
@@ -148,7 +155,7 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
     spec: list[Any] = [_FREE] * len(shape)
     nbytes = math.prod(shape) * itemsize
     names = tuple(names) if names is not None and len(names) == len(shape) else None
-    used = lambda: set(used_axes([s for s in spec if s is not _FREE]))  # noqa: E731
+    used = lambda: set(used_axes([s for s in spec if s is not _FREE]))
     failed = []
     if names:
         for name, axes in rules.params:
@@ -265,7 +272,7 @@ def _yaml(text: str, source: str):
 def _flow_list(text: str, source: str):
     """Without PyYAML: MaxText's form, `logical_axis_rules: [ [...], ... ]` (comments allowed), or a
     bare list, read as JSON once quotes and comments are normalized."""
-    m = re.search(r"^logical_axis_rules:\s*(\[)", text, re.M)
+    m = re.search(r"^logical_axis_rules:\s*(\[)", text, re.MULTILINE)
     body = text[m.start(1):] if m else text
     lines = [re.sub(r"\s#.*$|^\s*#.*$", "", line) for line in body.splitlines()]
     body, depth, end = "\n".join(lines).replace("'", '"'), 0, None
