@@ -28,7 +28,7 @@ ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
 # (jaxmem.plan.compare.AXES; tests/test_api.py checks that every axis has its keyword).
 GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batches": "batch",
         "optimizers": "optimizer", "meshes": "mesh", "gpus": "gpu", "loras": "lora_rank",
-        "base_dtypes": "base_dtype"}
+        "base_dtypes": "base_dtype", "rules_files": "rules"}
 # Forced CPU devices asked for at least: XLA reads their number once, when jax starts, so a
 # notebook's first analysis (often data=1) must not leave a later data=8 on the CPU without them.
 HOST_DEVICES = 8
@@ -79,8 +79,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
             ``Workload`` or a function (which cannot be sent to one) compile in this process.
         **options: the grid, each axis a list: ``layouts=["dp", "fsdp"]``, ``remats``,
             ``precisions``, ``batches=[8, 16]``, ``optimizers``, ``meshes=["data=8",
-            "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``; every row is the
-            combination on top of the other options, which are :func:`analyze`'s.
+            "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``, ``rules_files`` (--rules
+            files); every row is the combination on top of the other options, which are :func:`analyze`'s.
         jobs: worker processes (default: all cores); ``1`` compiles the rows in this process.
         executor: ``"local"`` (worker processes) or ``"ray"`` (tasks on a Ray cluster).
         ray_address: the Ray cluster, with ``executor="ray"``.
@@ -251,6 +251,8 @@ def _grid_text(key: str, value: Any) -> str | None:
     if value is None:
         return None
     text = (";" if key == "meshes" else ",").join(_list(key, value))
+    if key == "rules_files":   # the CLI's --rules A.json,B.json; each file is read (and checked) by compare
+        return text
     param = "gpu_list" if key == "gpus" else key   # the CLI's name for --gpus
     return _cli_value("compare", param, key, text)
 

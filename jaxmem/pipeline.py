@@ -9,7 +9,7 @@ from jaxmem import report
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
-from jaxmem.program import layouts, sizes, step, train_state
+from jaxmem.program import layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
@@ -180,6 +180,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on "
                                                                f"{issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))
+    roles = splits.mesh_roles(mesh_spec, built.leaves)
+    state_bytes = state.params + state.optimizer_state + state.other_state
+    for message, cost in splits.idle_axes(roles, opts.layout, state_bytes, breakdown["activations_and_temporaries"]):
+        warnings.append(report.ReportWarning("axis_splits_nothing", message, cost))
     host = _host(state, stats, warnings)
 
     top: tuple = ()
@@ -220,6 +224,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         trainable_bytes=state.trainable_params,
         frozen_bytes=state.frozen_params,
         host=host,
+        mesh_roles=roles,
+        shardings=splits.shardings(built.leaves),
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),

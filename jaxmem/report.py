@@ -115,6 +115,11 @@ class Report:
     # Per-device bytes in pinned host memory (--offload), by category, plus XLA's host temporaries;
     # empty when nothing is offloaded. Not part of the device peak or its breakdown.
     host: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Each mesh axis: its role (jaxmem/program/layouts.py), size and what it splits in this step
+    # ("batch", "sequence", "state"); and the largest leaves per device, each with its global shape,
+    # PartitionSpec (one entry per dim: null, an axis, or a list of axes) and per-device bytes.
+    mesh_roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    shardings: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self):
         total = sum(self.breakdown.values())
@@ -160,4 +165,5 @@ class Report:
         d["modules"] = tuple(ModuleRow(**m) for m in d.get("modules", ()))
         if "timeline" in d:
             d["timeline"] = tuple(d["timeline"])
+        d["shardings"] = tuple(d.get("shardings", ()))
         return cls(**d)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import MODELS, build_step
 
 import jaxmem
-from conftest import MODELS, build_step
 from jaxmem import cli
 
 FIX = MODELS.parent / "tests" / "fixtures"
@@ -101,3 +101,27 @@ def test_the_json_mesh_is_what_was_asked():
                "--batch", "2", "--no-explain", "--json")
     assert r.exit_code in (0, 3), r.output
     assert json.loads(r.output)["mesh"] == {"fsdp": 2, "context": 2}
+
+
+def test_the_report_says_how_each_axis_and_the_largest_leaves_are_split():
+    args = ["analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "fsdp=2,expert=4", "--batch", "16",
+            "--no-explain"]
+    d = json.loads(invoke(*args, "--json").output)
+    assert d["mesh_roles"] == {"fsdp": {"role": "fsdp", "size": 2, "splits": ["batch", "state"]},
+                               "expert": {"role": "expert", "size": 4, "splits": ["batch"]}}
+    top = d["shardings"][0]
+    assert top["device_bytes"] * 2 == 4 * __import__("math").prod(top["shape"]) and "fsdp" in top["spec"]
+    # the expert axis splits no experts dim of a dense model: said, with its cost (the state over its 4 devices)
+    (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
+    state = d["breakdown"]["params"] + d["breakdown"]["optimizer_state"] + d["breakdown"]["other_state"]
+    assert w["message"].startswith("expert=4 (expert) splits no experts dimension") and w["bytes"] == state - state // 4
+    assert json.loads(json.dumps(jaxmem.Report.from_json(d).to_json())) == d
+    text = invoke(*args).output
+    assert "mesh fsdp=2 (fsdp: batch, state) expert=4 (expert: batch)  layout fsdp" in text
+
+
+def test_a_tensor_axis_the_layout_leaves_idle_is_a_warning():
+    d = json.loads(invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=4,model=2",
+                          "--batch", "16", "--no-explain", "--json").output)
+    (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
+    assert "model=2 (tensor) splits no weight (--layout fsdp splits none over it" in w["message"]

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from conftest import MODELS, build_step
 
 import jaxmem
-from conftest import MODELS, build_step
 from jaxmem import cli
 from jaxmem.errors import UserError
 from jaxmem.plan import compare
@@ -99,7 +99,7 @@ def test_rules_file_errors_exit_2_before_any_compile(tmp_path):
 def test_the_rules_files_content_decides_the_step(tmp_path):
     path = tmp_path / "rules.json"
     shutil.copy(RULES / "zero3_all.json", path)
-    opts = dict(gpu="h100", args={"preset": "tiny"}, mesh="data=2,fsdp=4", batch=16, explain=False)
+    opts = {"gpu": "h100", "args": {"preset": "tiny"}, "mesh": "data=2,fsdp=4", "batch": 16, "explain": False}
     hsdp = jaxmem.analyze(LLAMA, **opts)
     everywhere = jaxmem.analyze(LLAMA, rules=str(path), **opts)
     # HSDP: the state over fsdp's 4 devices; the file's embed -> [data, fsdp]: over all 8 (every llama leaf has embed)

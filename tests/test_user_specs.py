@@ -6,9 +6,9 @@ import math
 import jax
 import pytest
 from click.testing import CliRunner
+from conftest import MODELS
 
 import jaxmem
-from conftest import MODELS
 from jaxmem import cli
 
 FIX = MODELS.parent / "tests" / "fixtures"

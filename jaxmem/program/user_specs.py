@@ -28,7 +28,7 @@ def resolve(tree, specs, mesh: MeshSpec, what: str) -> list[tuple]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     try:
         flat_specs = jax.tree_util.tree_flatten(specs, is_leaf=_is_spec)[0]
-    except Exception as e:  # noqa: BLE001 -- an object that is not a pytree (any error jax raises for it)
+    except (TypeError, ValueError) as e:  # an object that is not a pytree
         raise UserError(f"Workload {what}_specs: not a pytree of PartitionSpecs ({e})") from None
     bad = [s for s in flat_specs if not _is_spec(s)]
     if bad:

@@ -1,0 +1,78 @@
+"""What each mesh axis splits in a built step, and how the largest leaves are split: the report's
+``mesh_roles`` and ``shardings``, and a warning for an axis that does not do its role's job.
+
+An axis does its job when: fsdp, tensor or expert: some state leaf is split over it (an expert
+axis on a dense model splits only the batch, like a data axis, and replicates the state);
+context: some batch leaf's sequence is split over it. Every other device along an axis that does
+not holds and computes what its neighbours do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.program.layouts import MeshSpec
+
+STATE_ROLES = ("fsdp", "tensor", "expert")
+
+
+def _axes(entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def mesh_roles(mesh: MeshSpec, leaves: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """axis -> {"role", "size", "splits": what it splits ("batch", "sequence", "state")}."""
+    splits: dict[str, set[str]] = {n: set() for n in mesh.names}
+    for leaf in leaves:
+        for dim, entry in enumerate(leaf.spec):
+            for a in _axes(entry):
+                if a not in splits:
+                    continue
+                if leaf.category == "batch":
+                    splits[a].add("batch" if dim == 0 else "sequence")
+                else:
+                    splits[a].add("state")
+    order = ("batch", "sequence", "state")
+    return {n: {"role": mesh.role(n), "size": s, "splits": [w for w in order if w in splits[n]]} for n, s in mesh.axes}
+
+
+def shardings(leaves: Sequence[Any], n: int = 20) -> tuple[dict[str, Any], ...]:
+    """The `n` largest leaves per device: path, global shape, dtype, spec and per-device bytes."""
+    top = sorted(leaves, key=lambda leaf: (-leaf.device_bytes, leaf.path))[:n]
+    return tuple({"path": leaf.path, "shape": list(leaf.shape), "dtype": leaf.dtype,
+                  "spec": [list(e) if isinstance(e, tuple) else e for e in leaf.spec],
+                  "device_bytes": leaf.device_bytes} for leaf in top)
+
+
+def header(roles: dict[str, dict[str, Any]]) -> str:
+    """`data=2 (data: batch) fsdp=4 (fsdp: batch, state)`: each axis with its role and what it splits."""
+    return " ".join(f"{a}={r['size']} ({r['role']}: {', '.join(r['splits']) or 'nothing'})" for a, r in roles.items())
+
+
+def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int
+              ) -> list[tuple[str, int]]:
+    """(message, bytes) for each axis of size > 1 that does not do its role's job; the bytes are its
+    cost: what it would save per device if it did (the state, or the activations, over its devices)."""
+    out = []
+    for axis, r in roles.items():
+        size, role, did = r["size"], r["role"], r["splits"]
+        if size < 2:
+            continue
+        if role in STATE_ROLES and "state" not in did:
+            what = {"expert": "no experts dimension (the model names none exp/expert/experts, or none it divides)",
+                    "tensor": "no weight (" + ("none has a dimension it divides)" if layout in ("tp", "fsdp_tp") else
+                                           f"--layout {layout} splits none over it: --layout tp or fsdp_tp does)"),
+                    "fsdp": "no state leaf (none has a dimension it divides)"}[role]
+            also = "; it splits the batch, as a data axis would, and" if "batch" in did else ":"
+            saved = state_bytes - state_bytes // size
+            out.append((f"{axis}={size} ({role}) splits {what}{also} the state is replicated over its {size} devices",
+                        saved))
+        elif role == "context" and "sequence" not in did:
+            saved = activation_bytes - activation_bytes // size
+            message = (f"{axis}={size} (context) splits no sequence (no batch leaf of rank 2 or more): its {size} "
+                       "devices compute the same activations")
+            out.append((message, saved))
+    return out
