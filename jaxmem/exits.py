@@ -25,6 +25,7 @@ def run(fn):
     exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
     it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
     """
+    import contextlib
     import os
 
     from jaxmem import scratch
@@ -46,7 +47,8 @@ def run(fn):
                 code = e.code if isinstance(e.code, int) else EXIT_BUG
         _flush_stdout()
     except UserError as e:
-        click.echo(f"error: {e}", err=True)
+        if not (scoped and scratch.received()):  # what a signal broke on its way out is not the user's error
+            click.echo(f"error: {e}", err=True)
         code = EXIT_USER_ERROR
     except (click.ClickException, click.exceptions.Exit, click.Abort):  # click reports these itself (exit 2)
         raise
@@ -58,7 +60,8 @@ def run(fn):
         if e.errno not in _OUTPUT_ERRNOS:
             if os.environ.get("JAXMEM_DEBUG"):
                 raise
-            click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
+            if not (scoped and scratch.received()):
+                click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
             code = EXIT_BUG
         else:
             what = e.filename or "the output (stdout)"
@@ -69,13 +72,20 @@ def run(fn):
     except Exception as e:
         if os.environ.get("JAXMEM_DEBUG"):
             raise
-        click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
+        if not (scoped and scratch.received()):  # e.g. an import that a signal interrupted, turned ImportError
+            click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
         code = EXIT_BUG
     signum = scratch.received() if scoped else None
-    if signum is not None and code != 128 + signum:  # a signal that code on its way swallowed: never a verdict
-        click.echo(f"\njaxmem: stopped by {scratch.describe()}; the result above is discarded; "
-                   "temporary files removed", err=True)
-        code = 128 + signum
+    if signum is not None:
+        if code != 128 + signum:  # a signal that code on its way swallowed or turned into an error
+            discarded = "; the result above is discarded" if code in (EXIT_FITS, EXIT_DOES_NOT_FIT) else ""
+            click.echo(f"\njaxmem: stopped by {scratch.describe()}{discarded}; temporary files removed", err=True)
+        # An XLA compile the signal interrupted leaves its threads running: the interpreter's
+        # shutdown would race them (it segfaulted). Exit now; the helper removes what they write.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(128 + signum)
     sys.exit(code)
 
 

@@ -78,7 +78,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     mesh_spec = layouts.parse_mesh(opts.mesh)
     sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
-    target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+    from jaxmem import scratch
+
+    with scratch.phase("starting jax's backend for the target"):
+        target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
@@ -87,8 +90,6 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     from jaxmem.compiler import early_stop
 
     child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
-    from jaxmem import scratch
-
     try:
         with scratch.phase("building and tracing the step"):
             mesh = layouts.build_mesh(target.devices, mesh_spec)
@@ -109,7 +110,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if assignment is None and art.dump is not None:
         from jaxmem.xla.hlo import decode_hlo_proto
 
-        assignment = decode_hlo_proto(art.dump)
+        with scratch.phase("reading XLA's buffer assignment"):
+            assignment = decode_hlo_proto(art.dump)
 
     state = train_state.summarize(built.leaves)
     program = _parsed_program(art.hlo_text) if target.platform == "cuda" else art.hlo_text

@@ -203,10 +203,11 @@ def test_a_fifo_a_directory_or_a_symlink_is_a_miss_and_never_hangs(two_entries):
     try:
         assert _load(K1) is None
         assert not _entry(K1).exists()          # removed: the next store puts an entry there
-        _entry(K1).mkdir()
-        assert _load(K1) is None
+        (_entry(K1) / "inside").mkdir(parents=True)
+        assert _load(K1) is None and (_entry(K1) / "inside").is_dir()   # a directory's contents are not ours
         cache.store(K1, _artifacts(1000))       # cannot replace a directory: skipped, not an error
-        os.rmdir(_entry(K1))
+        os.rmdir(_entry(K1) / "inside")
+        assert _load(K1) is None and not _entry(K1).exists()          # an empty one is removed
         os.symlink(_entry(K2), _entry(K1))
         assert _load(K1) is None
     finally:

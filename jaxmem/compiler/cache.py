@@ -271,12 +271,14 @@ def _decompress(raw: bytes) -> bytes | None:
 
 
 def _discard(path: Path, raw_size: int | None) -> None:
-    """Remove an entry found bad, so that it costs one check, not one per run. Best effort: only
-    a FIFO or a regular file of the size read, never a directory; a writer that renamed a good
-    entry over it meanwhile loses at most one compile."""
+    """Remove an entry found bad, so that it costs one check, not one per run. Best effort: a FIFO,
+    a link, a regular file of the size read, an empty directory (never a directory's contents); a
+    writer that renamed a good entry over it meanwhile loses at most one compile."""
     try:
         st = os.lstat(path)
-        if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode) or (
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)
+        elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode) or (
                 stat.S_ISREG(st.st_mode) and (raw_size is None or st.st_size == raw_size)):
             os.unlink(path)
     except OSError:
