@@ -117,7 +117,7 @@ def test_the_report_says_how_each_axis_and_the_largest_leaves_are_split():
     assert w["message"].startswith("expert=4 (expert) splits no experts dimension") and w["bytes"] == state - state // 4
     assert json.loads(json.dumps(jaxmem.Report.from_json(d).to_json())) == d
     text = invoke(*args).output
-    assert "mesh fsdp=2 (fsdp: batch, state) expert=4 (expert: batch)  layout fsdp" in text
+    assert "mesh fsdp=2 (fsdp: batch, state) expert=4 (expert: batch)\nlayout fsdp  precision" in text
 
 
 def test_a_tensor_axis_the_layout_leaves_idle_is_a_warning():

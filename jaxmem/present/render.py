@@ -145,11 +145,12 @@ def render(r: Report, console: Console | None = None) -> None:
     hosts = f", {t.hosts} hosts" if t.hosts > 1 else ""
     console.print(Text.assemble(("jaxmem ", "bold"), (r.model, "bold cyan"), f"  on {t.devices} x {where}{hosts}"))
     opts = r.options
-    if r.mesh_roles:  # each axis with its role and what it splits (reports saved before roles have none)
+    if r.mesh_roles:  # each axis with its role and what it splits, on a line of its own
         from jaxmem.program.splits import header
 
-        mesh = header(r.mesh_roles)
-    console.print(f"mesh {mesh}  layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
+        console.print(f"mesh {header(r.mesh_roles)}")
+    lead = "" if r.mesh_roles else f"mesh {mesh}  "
+    console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
     for line in finetune_lines(r):
