@@ -101,7 +101,7 @@ def test_jax_persistent_cache_does_not_answer_jaxmem(tmp_path):
     import jax
     from jax._src import compilation_cache
 
-    from jaxmem.analyze import AnalyzeOptions, analyze_file
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
     saved = {k: getattr(jax.config, k) for k in ("jax_compilation_cache_dir",
                                                   "jax_persistent_cache_min_compile_time_secs",
