@@ -270,9 +270,14 @@ def _refused_port(p, tmp, env):
     env["PROBE_PORT"] = str(_free_port())
 
 
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):   # the probe's output is jaxmem's, not the server's
+        pass
+
+
 def _http_server(p, tmp, env):
     """{port}: a local HTTP server (answers, but not gRPC)."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _QuietHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env["PROBE_PORT"] = str(server.server_port)
     return server.shutdown
@@ -339,7 +344,9 @@ CACHE = [
           checks=("same_as:A", "cache_sound:A"), cls="tampered cache"),
     Probe("cache: 2 concurrent writers of B", B, 3, None, process=True, compiles=True, setup="empty cache", parallel=2,
           checks=("same_as:B", "cache_sound:B"), cls="tampered cache", bench_only=True),
-    Probe("jaxmem cache: a FIFO and a partial write are counted, not read", ("cache",), 0, None, setup="partial write and a FIFO", checks=("stdout:2 entries", "stdout:1 partial write(s)", "fast:30"), cls="tampered cache"),
+    Probe("jaxmem cache: a FIFO and a partial write are counted, not read", ("cache",), 0, None,
+          setup="partial write and a FIFO", checks=("stdout:2 entries", "stdout:1 partial write(s)", "fast:30"),
+          cls="tampered cache"),
     Probe("jaxmem cache --clear: entries, partial writes and the FIFO removed", ("cache", "--clear"), 0, None,
           setup="partial write and a FIFO", checks=("stdout:removed 4 file(s)", "stdout: 0 entries"), cls="tampered cache"),
 ]
@@ -374,7 +381,8 @@ def _random_signals() -> list[Probe]:
         # Python's KeyboardInterrupt, with its traceback (see benchmarks/results/probes.md)
         frac = round(rng.uniform(0.15 if sig == "SIGINT" else 0.02, 0.95), 2)
         args = ("analyze", TINY, *(CPU if cpu else H100), "--no-cache")
-        out.append(Probe(f"{sig} x{times} at {frac:.0%} of the run ({'cpu compile' if cpu else 'h100'})", args,
+        name = f"{sig} x{times} at {frac:.0%} of the run ({'cpu compile' if cpu else 'h100'}) #{i + 1}"
+        out.append(Probe(name, args,
                          128 + int(getattr(__import__('signal'), sig)), None, process=True, signal=sig,
                          signal_fraction=frac, signals=times, signal_every=round(rng.uniform(0.05, 0.4), 2),
                          compiles=True, cls="signals", bench_only=i % 4 != 0))

@@ -77,6 +77,11 @@ def test_ray_addresses_that_are_not_addresses(monkeypatch):
         env.check_ray_address("ray://head:10001", "RAY_ADDRESS")
 
 
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):   # the probe's output is jaxmem's, not the server's
+        pass
+
+
 def test_ray_addresses_nobody_answers_give_up_fast():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -85,7 +90,7 @@ def test_ray_addresses_nobody_answers_give_up_fast():
     t0 = time.monotonic()
     with pytest.raises(UserError, match=f"--ray-address '127.0.0.1:{port}': cannot reach the Ray cluster"):
         env.check_ray_address(f"127.0.0.1:{port}", "--ray-address")
-    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server = http.server.HTTPServer(("127.0.0.1", 0), _QuietHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with pytest.raises(UserError, match="something answers at 127.0.0.1:.*, but not Ray"):
