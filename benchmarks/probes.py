@@ -73,7 +73,7 @@ def main() -> int:
             "`JAX_COMPILATION_CACHE_DIR`, memory variables, Ray addresses. Every run in a fresh process must leave "
             "no process alive 1 s after it ended.", "",
             "| class | probes | kept |", "|---|---|---|",
-            *[f"| {c or 'hostile input (issue 11)'} | {n} | {k} |" for c, (n, k) in _by_class(rows).items()],
+            *[f"| {c or 'hostile input'} | {n} | {k} |" for c, (n, k) in _by_class(rows).items()],
             "", *[f"- {k}: **{v}**" for k, v in counts.items()], "",
             "SIGINT before jaxmem's handler is installed (the first ~0.3 s: Python's own imports) is Python's "
             "KeyboardInterrupt, with its traceback; the random SIGINT points start at 15% of the run. A random point at a share of an unsignalled run's time can still fall after the end when the machine's load changes: such a run must then be a normal one (exit 0), as `SIGINT x2 at 93% ... #21` was.", "",
