@@ -209,6 +209,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         host=host,
         mesh_roles=roles,
         shardings=splits.shardings(built.leaves),
+        sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
+        logical_names=built.logical_names,
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),

@@ -14,10 +14,12 @@ import dataclasses
 import io
 import itertools
 import json
+import math
 from typing import Callable
 
 from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.errors import UserError
+from jaxmem.plan import meshes
 from jaxmem.plan import search as search_mod
 from jaxmem.plan import sweep
 from jaxmem.report import BREAKDOWN_KEYS, Report
@@ -161,24 +163,8 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     if find.kind == "devices":
         if opts.batch is None:
             raise UserError("--find-devices needs --batch N: the global batch the devices must hold")
-        if opts.batch % (opts.accum * _other_data(mesh)):
+        if opts.batch % (opts.accum * meshes.other_batch(opts.mesh)):
             raise UserError(f"--batch {opts.batch} is not a multiple of --accum {opts.accum} x the other data axes")
-
-
-def _other_data(mesh) -> int:
-    """The product of the data axes other than the one a devices search varies."""
-    data = mesh.data_axes
-    return mesh.axis_size(data[1:]) if data else 1
-
-
-def _with_data_size(mesh_text: str, d: int) -> str:
-    from jaxmem.program import layouts
-
-    mesh = layouts.parse_mesh(mesh_text)
-    if not mesh.data_axes:
-        return str(layouts.MeshSpec((("data", d),) + mesh.axes))
-    first = mesh.data_axes[0]
-    return str(layouts.MeshSpec(tuple((n, d if n == first else s) for n, s in mesh.axes)))
 
 
 class _RowSearch:
@@ -194,14 +180,15 @@ class _RowSearch:
             count = max(1, BATCH_LIMIT // self.granule)
             self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 15))
         elif find.kind == "seq":
-            self.granule = find.granule or 1
+            # a context axis splits the sequence: every length tried must be a multiple of it
+            self.granule = math.lcm(find.granule or 1, mesh.axis_size(mesh.context_axis))
             count = max(1, SEQ_LIMIT // self.granule)
             # quadratic: attention scores grow with the square of the sequence
             self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=2,
                                             first=(0, 3, 15))
         else:
             self.granule = 0
-            per = opts.batch // (opts.accum * _other_data(mesh))
+            per = opts.batch // (opts.accum * meshes.other_batch(opts.mesh))
             self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
             self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
                                             degree=1, first=(0, 3))
@@ -220,11 +207,14 @@ class _RowSearch:
             return dataclasses.replace(self.opts, batch=v)
         if self.find.kind == "seq":
             return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
-        return dataclasses.replace(self.opts, mesh=_with_data_size(self.opts.mesh, v))
+        return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v))
 
     def what(self, k: int) -> str:
+        from jaxmem.program import layouts
+
         v = self.value(k)
-        return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"data={v}"}[self.find.kind]
+        grown = (layouts.parse_mesh(self.opts.mesh).batch_axes or ("data",))[0]   # the axis a devices search grows
+        return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"{grown}={v}"}[self.find.kind]
 
     def record(self, k: int, out: sweep.Outcome) -> None:
         if self.error is not None:
