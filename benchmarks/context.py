@@ -23,8 +23,8 @@ os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import jaxmem  # noqa: E402
-from jaxmem.units import fmt_bytes, fmt_seconds  # noqa: E402
+import jaxmem
+from jaxmem.units import fmt_bytes, fmt_seconds
 
 # Llama 3 8B at 32768 tokens with cuDNN attention (bf16 compute), fully rematerialized
 DEFAULTS = {"gpu": "h100", "batch": 8, "precision": "bf16", "remat": "full",
@@ -61,13 +61,13 @@ def main() -> None:
     preset = opts["args"].get("preset", "llama")
     cmd = "python benchmarks/context.py" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
     text = "\n".join([
-        f"# Context parallelism: llama {preset}, {opts['args'].get('seq_len', 'default')} tokens, global batch "
-        f"{opts['batch']}, {opts['precision']}, remat {opts['remat']}, fsdp=8 x context on {opts['gpu']}",
+        (f"# Context parallelism: llama {preset}, {opts['args'].get('seq_len', 'default')} tokens, global batch "
+         f"{opts['batch']}, {opts['precision']}, remat {opts['remat']}, fsdp=8 x context on {opts['gpu']}"),
         "",
         f"Command: `{cmd}`",
         "",
-        "| context | GPUs | peak per device | activations + temporaries | x context=1 | state and the rest | "
-        "step (est.) | of it over context | fits |",
+        ("| context | GPUs | peak per device | activations + temporaries | x context=1 | state and the rest | "
+         "step (est.) | of it over context | fits |"),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         *[f"| {c} | {n} | {fmt_bytes(p)} | {fmt_bytes(a)} | {a / base_acts:.3f} | {fmt_bytes(s)} | {fmt_seconds(t)} | "
           f"{fmt_seconds(cc)} | {'yes' if f else 'no'} |" for c, n, p, a, s, t, cc, f in rows],
