@@ -53,7 +53,8 @@ def test_context_is_proposed_when_activations_dominate_at_a_long_sequence():
     assert advise.mesh_changes(opts, long)["context"] == ["data=1,fsdp=4,context=2", "data=2,fsdp=1,context=4"]
     short = _report(sequence_length=512, breakdown={"activations_and_temporaries": 60}, per_device_peak_bytes=100)
     assert advise.mesh_changes(opts, short)["context"] == []
-    state_bound = _report(sequence_length=4096, breakdown={"activations_and_temporaries": 40}, per_device_peak_bytes=100)
+    state_bound = _report(sequence_length=4096, breakdown={"activations_and_temporaries": 40},
+                          per_device_peak_bytes=100)
     assert advise.mesh_changes(opts, state_bound)["context"] == []
 
 

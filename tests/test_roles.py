@@ -125,3 +125,11 @@ def test_a_tensor_axis_the_layout_leaves_idle_is_a_warning():
                           "--batch", "16", "--no-explain", "--json").output)
     (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
     assert "model=2 (tensor) splits no weight (--layout fsdp splits none over it" in w["message"]
+
+
+def test_a_fused_attention_that_refuses_a_split_sequence_says_what_to_change():
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--arg", "attention=cudnn", "--precision", "bf16", "--gpu",
+               "h100", "--mesh", "fsdp=2,context=2", "--batch", "2", "--no-explain")
+    assert r.exit_code == 2
+    assert "Sharding on sequence dim is not allowed. The context axis splits the sequence" in r.output
+    assert "--arg attention=xla" in r.output and "Traceback" not in r.output

@@ -43,7 +43,8 @@ def test_argument_bytes_equal_the_bytes_the_specs_imply():
 
 @pytest.mark.parametrize("variant,message", [
     ("mismatch", "state_specs does not match `state`: no spec for the leaf state/params/b"),
-    ("unknown_axis", r"state/opt_state/0/trace/w2 \(1024, 512\), dim 0: the mesh has no axis 'model' \(--mesh fsdp=4,tensor=2"),
+    ("unknown_axis",
+     r"state/opt_state/0/trace/w2 \(1024, 512\), dim 0: the mesh has no axis 'model' \(--mesh fsdp=4,tensor=2"),
     ("undivisible", r"state/opt_state/0/trace/w1 \(510, 1024\), dim 0 \(510\) is not divisible by fsdp=4"),
     ("twice", r"state/opt_state/0/trace/w1 \(512, 1024\): its spec P\('fsdp', 'fsdp'\) uses the axis fsdp twice"),
 ])
