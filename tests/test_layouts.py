@@ -140,3 +140,8 @@ def test_the_batch_divides_by_the_axes_that_split_it_and_context_splits_the_sequ
     with pytest.raises(UserError, match=r"'tokens' \(4, 30\): its sequence dimension \(dim 1\) 30 is not divisible "
                                         r"by context=4"):
         layouts.batch_spec((4, 30), layouts.parse_mesh("fsdp=4,context=4"), "tokens")
+
+
+def test_an_axis_of_size_one_splits_nothing_and_is_never_written_into_a_spec():
+    assert spec((1024, 4096), ("embed", "mlp"), "fsdp", mesh="data=1")[0] == (None, None)
+    assert spec((1024, 4096), None, "fsdp_tp", mesh="data=1,model=1") == ((None, None), [])
