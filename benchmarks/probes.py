@@ -1,8 +1,10 @@
-"""Every hostile-input probe of tests/probe_cases.py through the real CLI, each in a fresh process.
+"""Every hostile-input probe (tests/probe_cases.py; and tests/probe_trust.py: tampered caches, signals at
+random points, killed sweeps, the environment) through the real CLI, each in a fresh process.
 
 Prints one row per probe -- the exit code it must give and gave, whether a traceback was
 printed, what it left in TMPDIR, the seconds it took and its message -- and writes the same
-table to benchmarks/results/probes.md. Exit status 1 when any probe breaks its promise.
+table to benchmarks/results/probes.md, with a summary per class and the counts the "Answers that
+cannot be forged or lost" issue asks for. Exit status 1 when any probe breaks its promise.
 
     python benchmarks/probes.py                 # all probes (a few minutes on 2 busy cores)
     python benchmarks/probes.py -k SIGTERM      # the probes whose name contains SIGTERM
@@ -18,7 +20,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]   # this checkout's jaxmem, as the probes' runs use
 import probe_cases as pc  # noqa: E402
 
 
@@ -46,10 +48,13 @@ def main() -> int:
     kept = len(rows) - broken
     print(f"\n{kept}/{len(rows)} probes kept their promise; tracebacks: {sum(o.traceback for _, o, _, _ in rows)}; "
           f"runs that left files in TMPDIR: {sum(bool(o.leftovers) for _, o, _, _ in rows)}")
+    counts = _counts(rows)
+    for k, v in counts.items():
+        print(f"{k}: {v}")
     if a.k is None:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
         lines = [
-            "# Hostile-input probes", "",
+            "# Hostile-input probes (answers that cannot be forged or lost)", "",
             f"`python benchmarks/probes.py` on {datetime.date.today()}, commit {rev.strip()}, "
             f"{platform.machine()} with {platform.python_version()}: every probe of `tests/probe_cases.py` "
             "run as `python -m jaxmem.cli ...` in a fresh process with its own TMPDIR.", "",
@@ -58,16 +63,53 @@ def main() -> int:
             f"{sum(bool(o.leftovers) for _, o, _, _ in rows)}.", "",
             "Exit codes: 0 fits, 3 does not fit, 2 user error, 1 jaxmem bug; 128+N a signal "
             "(a signal during C code that holds the GIL: the clean-up helper ends jaxmem with SIGKILL, 137).", "",
-            "| probe | exit (must) | traceback | left in TMPDIR | s | kept | message |",
-            "|---|---|---|---|---|---|---|",
+            "Classes (tests/probe_trust.py): *tampered cache* -- a shared `JAXMEM_CACHE` whose entries were "
+            "swapped, edited (with and without a recomputed SHA-256), damaged, replaced by a FIFO, a directory or a "
+            "link, signed by another cache, written concurrently; each checked for its exit code and its whole "
+            "`--json` answer against a `--no-cache` run, and for the entry it used being sound afterwards. "
+            "*signals* -- SIGTERM/SIGINT/SIGHUP at seeded random points (some repeated), in a garbage-collection "
+            "callback, swallowed by a bare `except:`. *killed sweeps* -- `compare` killed (SIGKILL included) with "
+            "its workers tracing, in C code, or compiling. *environment* -- bad `XLA_FLAGS`, `JAX_PLATFORMS`, "
+            "`JAX_COMPILATION_CACHE_DIR`, memory variables, Ray addresses. Every run in a fresh process must leave "
+            "no process alive 1 s after it ended.", "",
+            "| class | probes | kept |", "|---|---|---|",
+            *[f"| {c or 'hostile input (issue 11)'} | {n} | {k} |" for c, (n, k) in _by_class(rows).items()],
+            "", *[f"- {k}: **{v}**" for k, v in counts.items()], "",
+            "SIGINT before jaxmem's handler is installed (the first ~0.3 s: Python's own imports) is Python's "
+            "KeyboardInterrupt, with its traceback; the random SIGINT points start at 0.6 s.", "",
+            "| probe | class | exit (must) | traceback | left in TMPDIR | alive after 1 s | s | kept | message |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for p, out, ok, msg in rows:
-            lines.append(f"| {p.id} | {out.exit} ({p.exit}) | {'yes' if out.traceback else 'no'} | "
-                         f"{len(out.leftovers)} | {out.seconds:.1f} | {'yes' if ok else 'NO: ' + '; '.join(out.problems)}"
-                         f" | {msg} |")
+            lines.append(f"| {p.id} | {p.cls or 'input'} | {out.exit} ({p.exit}) | {'yes' if out.traceback else 'no'} | "
+                         f"{len(out.leftovers)} | {len(out.alive)} | {out.seconds:.1f} | "
+                         f"{'yes' if ok else 'NO: ' + '; '.join(out.problems).replace('|', '/')} | {msg} |")
         pathlib.Path(a.out).write_text("\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 1 if broken else 0
+
+
+def _by_class(rows) -> dict[str, tuple[int, int]]:
+    out: dict[str, list[int]] = {}
+    for p, _, ok, _ in rows:
+        n = out.setdefault(p.cls, [0, 0])
+        n[0] += 1
+        n[1] += ok
+    return {c: tuple(v) for c, v in out.items()}
+
+
+def _counts(rows) -> dict[str, int]:
+    """What the issue asks to publish."""
+    cache = [(p, o) for p, o, _, _ in rows if p.cls == "tampered cache"]
+    return {
+        "probes published": len(rows),
+        "wrong verdicts from a tampered cache (exit or --json answer not the --no-cache run's)": sum(
+            any(("exit " in x and "expected" in x) or "the answer differs" in x for x in o.problems) for _, o in cache),
+        "exit 1 (jaxmem bug) for user or environment inputs": sum(o.exit == 1 for _, o, _, _ in rows),
+        "exit 0 or 3 (a verdict) after a signal": sum(o.signalled and o.exit in (0, 3) for _, o, _, _ in rows),
+        "processes alive 1 s after a killed sweep": sum(len(o.alive) for p, o, _, _ in rows if p.cls == "killed sweeps"),
+        "processes alive 1 s after any run": sum(len(o.alive) for _, o, _, _ in rows),
+    }
 
 
 if __name__ == "__main__":

@@ -22,6 +22,6 @@ from jaxmem.program.workload import REMAT_POLICIES, Workload, remat_policy  # no
 from jaxmem.report import Report  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "compare", "advise", "Report", "UserError", "Workload", "remat_policy", "choose_preset",
-           "REMAT_POLICIES", "__version__"]
+__all__ = ["REMAT_POLICIES", "Report", "UserError", "Workload", "__version__", "advise", "analyze", "choose_preset",
+           "compare", "remat_policy"]
 

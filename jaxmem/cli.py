@@ -3,98 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import sys
 
 import click
 
-from jaxmem.errors import UserError
 from jaxmem.cli_params import Seconds, WholeNumber, field_option, grid, step_options
+from jaxmem.errors import UserError
+from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS
+from jaxmem.exits import run as _run
 from jaxmem.present import outputs
-
-EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
-# write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
-_OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
-
-
-def _run(fn):
-    """The one top-level handler of every command.
-
-    User errors: one message, exit 2, no traceback. A signal: temporary files removed,
-    exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
-    it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
-    """
-    import os
-
-    from jaxmem import scratch
-    from jaxmem.errors import HOW_TO_REPORT, bug_summary
-
-    code = EXIT_BUG
-    try:
-        from jaxmem import env
-
-        env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
-        with scratch.run_scope():
-            try:
-                fn()
-                code = EXIT_FITS
-            except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
-                if isinstance(e.__context__, OSError):  # rich exits so when stdout's reader is gone: say so
-                    raise e.__context__ from None
-                code = e.code if isinstance(e.code, int) else EXIT_BUG
-        _flush_stdout()
-    except UserError as e:
-        click.echo(f"error: {e}", err=True)
-        code = EXIT_USER_ERROR
-    except (click.ClickException, click.exceptions.Exit, click.Abort):  # click reports these itself (exit 2)
-        raise
-    except KeyboardInterrupt as e:
-        code = e.exit_code if isinstance(e, scratch.Interrupted) else 130
-        click.echo(f"\njaxmem: stopped by {e.args[0] if e.args else 'SIGINT'}; temporary files removed", err=True)
-    except OSError as e:
-        if e.errno not in _OUTPUT_ERRNOS:
-            if os.environ.get("JAXMEM_DEBUG"):
-                raise
-            click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
-            code = EXIT_BUG
-        else:
-            what = e.filename or "the output (stdout)"
-            click.echo(f"error: cannot write {what}: {e.strerror or e}", err=True)
-            code = EXIT_USER_ERROR
-            if not e.filename:
-                _silence_stdout()
-    except Exception as e:
-        if os.environ.get("JAXMEM_DEBUG"):
-            raise
-        click.echo(f"jaxmem bug: {bug_summary(e)}\n{HOW_TO_REPORT}", err=True)
-        code = EXIT_BUG
-    sys.exit(code)
-
-
-def _flush_stdout() -> None:
-    """Output errors (a full disk, a closed pipe) surface here, not at interpreter exit."""
-    sys.stdout.flush()
-
-
-def _silence_stdout() -> None:
-    # After a failed write, the interpreter's own flush at exit would fail again, with a traceback.
-    import os
-
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
     """Before jax starts: a CPU mesh needs forced host devices -- only when the target may be the
     CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU mesh needs none, and
     10,000 forced host devices alone took a minute to start."""
-    from jaxmem.program import layouts, sizes
     from jaxmem.compiler import targets
+    from jaxmem.program import layouts, sizes
 
     n = max(layouts.parse_mesh(mesh).size, 1)
     on_cpu = (gpu or "").strip().lower() == "cpu" or (gpu is None and cpu_default)
@@ -129,8 +55,10 @@ def main():
 @field_option("cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report.")
-@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help="Write the memory curve as a PNG.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a self-contained HTML report.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the memory curve as a PNG.")
 def analyze(as_json, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
@@ -173,12 +101,17 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @main.command()
 @step_options(model_file_required=False)
 @click.option("--layouts", default=None, callback=grid("layout"), help="Layouts to compare, e.g. dp,fsdp,tp,fsdp_tp.")
-@click.option("--remats", default=None, callback=grid("remat"), help="Remat policies to compare, e.g. none,full,dots_saveable.")
-@click.option("--precisions", default=None, callback=grid("precision"), help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
+@click.option("--remats", default=None, callback=grid("remat"),
+              help="Remat policies to compare, e.g. none,full,dots_saveable.")
+@click.option("--precisions", default=None, callback=grid("precision"),
+              help="Precisions to compare, e.g. fp32,bf16,bf16-pure.")
 @click.option("--batches", default=None, callback=grid("batch"), help="Global batch sizes to compare, e.g. 8,16,32.")
-@click.option("--optimizers", default=None, callback=grid("optimizer"), help="Optimizers to compare, e.g. adamw,adafactor.")
-@click.option("--meshes", default=None, callback=grid("mesh"), help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
-@click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"), help="GPUs to compare, e.g. a100-80g,h100,h200.")
+@click.option("--optimizers", default=None, callback=grid("optimizer"),
+              help="Optimizers to compare, e.g. adamw,adafactor.")
+@click.option("--meshes", default=None, callback=grid("mesh"),
+              help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"),
+              help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
 @click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
@@ -205,7 +138,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
               help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path, **kw):
+            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
+            **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -235,13 +169,13 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
         if from_path:
-            cells = compare_mod.load(from_path)
+            cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
-            from jaxmem.program import layouts as layouts_mod
             from jaxmem.plan import sweep
             from jaxmem.plan.search import DEFAULT_MARGIN
+            from jaxmem.program import layouts as layouts_mod
 
             if margin is not None and not 0 <= margin < 1:
                 raise UserError(f"--margin {margin}: the share of usable memory kept free must be in [0, 1)")
@@ -270,8 +204,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             from jaxmem.present.render import render_comparison
 
             render_comparison(cells)
-        ok = [c for c in cells if c.report is not None]
-        sys.exit(EXIT_DOES_NOT_FIT if ok and all(c.report.fits is False for c in ok) else EXIT_FITS)
+        ok = [c.report for c in cells if c.report is not None]
+        sys.exit(EXIT_DOES_NOT_FIT if ok and all(r.fits is False for r in ok) else EXIT_FITS)
 
     _run(go)
 
@@ -322,11 +256,13 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 @main.command()
 @step_options
 @field_option("mem_fraction")
-@click.option("--all", "always", is_flag=True, help="Search even when the step fits as given (faster or roomier settings).")
+@click.option("--all", "always", is_flag=True,
+              help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
-@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert",
-              show_default=True, help="The kinds of change to try, comma-separated.")
+@click.option("--changes", "change_kinds", show_default=True,
+              default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert",
+              help="The kinds of change to try, comma-separated.")
 def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
 
@@ -343,7 +279,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 
     \b
     Example:
-      jaxmem advise models/llama.py --arg preset=8b --arg seq_len=4096 --batch 64 --gpu rtx-a6000 --mesh data=8 --layout dp
+      jaxmem advise models/llama.py --arg preset=8b --arg seq_len=4096 --batch 64 --gpu a6000 --mesh data=8 --layout dp
       jaxmem advise models/gpt2.py --gpu a100-80g --mesh data=4 --all --json
     """
 
@@ -372,6 +308,33 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
     _run(go)
 
 
+@main.command("cache")
+@click.option("--clear", is_flag=True, help="Remove every entry (and partial write) of the compile cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def cache_command(clear, as_json):
+    """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries and their size.
+
+    \b
+    Example:
+      jaxmem cache
+      jaxmem cache --clear
+    """
+
+    def go():
+        from jaxmem.compiler import cache
+
+        d = cache.clear() if clear else cache.info()
+        if as_json:
+            click.echo(json.dumps(d, indent=2))
+            return
+        from jaxmem.present.text import cache_lines
+
+        for line in cache_lines(d, cleared=clear):
+            click.echo(line)
+
+    _run(go)
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gpus(as_json):
@@ -394,7 +357,8 @@ def gpus(as_json):
 
 @main.command()
 @step_options
-@click.option("--timeout", type=Seconds(), default=600, show_default=True, help="Seconds the measuring process may run.")
+@click.option("--timeout", type=Seconds(), default=600, show_default=True,
+              help="Seconds the measuring process may run.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write an HTML report (on a GPU: NVML's trace of the card while the step ran).")
 def verify(as_json, timeout, html_path, **kw):
@@ -448,7 +412,8 @@ for _p in verify.params:
 
 @main.command()
 @click.option("--gpu", default=None, help="cpu, or local (the attached GPU). Default: the attached GPU, else cpu.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Measurements per case (the median is kept).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measurements per case (the median is kept).")
 @click.option("--dry-run", is_flag=True, help="Measure and print, but do not store.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def calibrate(gpu, repeats, dry_run, as_json):

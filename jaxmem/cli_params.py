@@ -129,15 +129,16 @@ def field_option(name: str):
     from jaxmem.program.options import AnalyzeOptions, flagged
 
     field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
-    common = {"help": flag.help or None, "metavar": flag.metavar}
+    help_, metavar = flag.help or None, flag.metavar
     if flag.kind == "switch":
         return click.option(flag.name, name, is_flag=True, help=flag.help)
     if flag.kind == "pairs":
-        return click.option(flag.name, name, multiple=True, callback=_pairs, **common)
-    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum, flag.what),
+        return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
+    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": Fraction,
             "text": lambda: None}[flag.kind]()
-    return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default, **common)
+    return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
+                        help=help_, metavar=metavar)
 
 
 def step_options(f=None, *, model_file_required: bool = True):

@@ -7,7 +7,8 @@ no renderer loaded a result has no HTML, and Jupyter shows its plain repr.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _HTML: dict[str, Callable[[Any], str]] = {}
 

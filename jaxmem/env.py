@@ -1,16 +1,32 @@
-"""The memory settings JAX's GPU client reads from the environment, checked before jax starts.
+"""The environment jax and XLA read, checked before jax starts: one message naming the variable
+and the fix (exit 2), instead of a traceback, an abort or a hang later.
 
-jaxlib 0.10.2 parses them when its CUDA plugin initializes
-(``jaxlib.xla_client.generate_pjrt_gpu_plugin_options``): a bad value there is a
-Python traceback from inside jax, and a fraction like 5 or -1 is taken as given.
-jaxmem reads the same variables to say how much of a card is usable, so it checks
-them first and names the variable (docs/how-it-works.md "Memory settings").
+* Memory settings: jaxlib 0.10.2 parses them when its CUDA plugin initializes
+  (``jaxlib.xla_client.generate_pjrt_gpu_plugin_options``): a bad value there is a Python
+  traceback from inside jax, and a fraction like 5 or -1 is taken as given. jaxmem reads the
+  same variables to say how much of a card is usable, so it checks them first and names the
+  variable (docs/how-it-works.md "Memory settings").
+* ``XLA_FLAGS``: XLA aborts the process at backend start on an unknown flag or a value it cannot
+  read, and lists no flags anywhere jax exposes. A subprocess starts XLA's CPU client with the
+  user's flags (about 1 s) and its verdict is quoted; a good flags string is remembered in the
+  cache folder (keyed by the string, jaxlib and the interpreter), so it is paid once.
+* ``JAX_PLATFORMS``: a platform jax does not know, or only platforms this machine cannot start
+  (``cuda`` without a GPU), fail inside jax; jaxmem needs none of them (it compiles for GPUs
+  without one).
+* Ray addresses (``--ray-address``, ``RAY_ADDRESS``; :func:`check_ray_address`): malformed,
+  ``ray://`` without Ray Client, or nobody answering gRPC there -- ``ray.init`` would wait for
+  minutes.
+
+``JAX_COMPILATION_CACHE_DIR`` is not refused: jaxmem turns JAX's persistent compilation cache off
+around its own compiles (jaxmem.compiler.compiled), since an executable from it has no buffer
+assignment to explain.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from jaxmem.errors import UserError
 
@@ -19,6 +35,16 @@ ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")   # what jaxlib
 INTEGERS = ("XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE",
             "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT")
 
+
+
+def cache_dir() -> Path:
+    """Where jaxmem keeps what it remembers between runs (the compile cache, checked XLA_FLAGS):
+    $JAXMEM_CACHE, else $XDG_CACHE_HOME/jaxmem (default ~/.cache/jaxmem)."""
+    override = os.environ.get("JAXMEM_CACHE")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "jaxmem"
 
 def fraction(name: str, text: str) -> float:
     """A memory fraction from the environment: a finite number in (0, 1]."""
@@ -51,6 +77,203 @@ def check(environ=None) -> None:
                 int(env[n])
             except ValueError:
                 raise UserError(f"{n}={env[n]!r} is not an integer, which jax requires.") from None
+    pre = env.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+    if pre is not None and pre.strip().lower() not in ("true", "false", "1", "0", ""):
+        # jax takes anything but false/0 as true: a typo would silently mean the opposite
+        raise UserError(f"XLA_PYTHON_CLIENT_PREALLOCATE={pre!r}: jax reads only 'false' or '0' as off and anything "
+                        "else as on; write true or false.")
+    check_platforms(env)
+    check_xla_flags(env)
+
+
+# -- JAX_PLATFORMS -------------------------------------------------------------------------------
+
+PLATFORMS = ("cpu", "cuda", "gpu", "rocm", "tpu")
+
+
+def _platform_available(name: str) -> bool:
+    import glob
+    import importlib.util
+
+    if name == "cpu":
+        return True
+    if name in ("cuda", "gpu"):
+        return bool(glob.glob("/dev/nvidia[0-9]*")) or (name == "gpu" and os.path.exists("/dev/kfd"))
+    if name == "rocm":
+        return os.path.exists("/dev/kfd")
+    return importlib.util.find_spec("libtpu") is not None   # tpu
+
+
+def check_platforms(env) -> None:
+    text = env.get("JAX_PLATFORMS")
+    if not text or not text.strip():
+        return
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PLATFORMS]
+    if unknown:
+        raise UserError(f"JAX_PLATFORMS={text}: jax knows no platform {unknown[0]!r} "
+                        f"(it knows {', '.join(PLATFORMS)}); "
+                        "unset JAX_PLATFORMS: jaxmem picks jax's platforms itself.")
+    if not any(_platform_available(n) for n in names):
+        what = {"cuda": "no NVIDIA GPU (no /dev/nvidia0)", "gpu": "no GPU (no /dev/nvidia0 or /dev/kfd)",
+                "rocm": "no AMD GPU (no /dev/kfd)", "tpu": "no TPU runtime (libtpu is not installed)"}[names[0]]
+        raise UserError(f"JAX_PLATFORMS={text}: this machine has {what}, so jax cannot start any platform it allows. "
+                        "jaxmem compiles for GPUs without one: unset JAX_PLATFORMS (or set JAX_PLATFORMS=cpu).")
+
+
+# -- XLA_FLAGS -----------------------------------------------------------------------------------
+
+_PROBE = "from jaxlib import xla_client as xc; xc.make_cpu_client()"
+PROBE_TIMEOUT_S = 60
+
+
+def _only_host_devices(flags: str) -> bool:
+    """The flag jaxmem itself sets (forced CPU devices) and nothing else: known good, no probe."""
+    import re
+
+    return all(re.fullmatch(r"--xla_force_host_platform_device_count=\d+", f) for f in flags.split())
+
+
+def _memo(flags: str):
+    import hashlib
+    import importlib.metadata as md
+    import sys
+
+    try:
+        jaxlib = md.version("jaxlib")
+    except md.PackageNotFoundError:
+        jaxlib = "?"
+    key = hashlib.sha256(f"{flags}\0{jaxlib}\0{sys.executable}".encode()).hexdigest()
+    return cache_dir() / "xla-flags-ok" / key
+
+
+def check_xla_flags(env) -> None:
+    """Raise a UserError naming the flag of XLA_FLAGS that XLA would abort on."""
+    import subprocess
+    import sys
+
+    flags = env.get("XLA_FLAGS", "")
+    if not flags.strip() or _only_host_devices(flags):
+        return
+    memo = _memo(flags)
+    if memo.is_file():
+        return
+    child_env = {k: v for k, v in env.items() if k != "JAX_PLATFORMS"}
+    child_env["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    try:
+        p = subprocess.run([sys.executable, "-c", _PROBE], env=child_env, capture_output=True, text=True,
+                           errors="replace", timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return   # the probe itself could not run: XLA will say it later, if anything
+    if p.returncode != 0:
+        problem = _flags_problem(flags, p.stderr)
+        if problem is not None:
+            raise UserError(problem)
+        return   # not a flags problem (a broken install is reported where it bites)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.touch()
+    except OSError:
+        pass
+
+
+def _flags_problem(flags: str, stderr: str) -> str | None:
+    import re
+
+    fix = "fix or remove it in XLA_FLAGS (XLA aborts at start-up on it)"
+    m = re.search(r"Unknown flags? in XLA_FLAGS: (.*)", stderr)
+    if m:
+        names = ", ".join(m.group(1).split())
+        return (f"XLA_FLAGS: XLA knows no flag {names}; {fix}. Each flag is --xla_name=value, "
+                "e.g. --xla_gpu_enable_triton_gemm=false.")
+    m = re.search(r"Couldn't interpret value (.*) for flag (\S+?)\.?$", stderr, re.M)
+    if m:
+        return f"XLA_FLAGS: --{m.group(2)}={m.group(1)}: XLA cannot read the value {m.group(1)!r}; {fix}."
+    m = re.search(r'Could not open file "(.*)" to read flags', stderr)
+    if m:
+        return (f"XLA_FLAGS={flags!r}: it does not start with '--', so XLA takes it for a file of flags and cannot "
+                f"open {m.group(1)!r}; write each flag as --xla_name=value.")
+    m = re.search(r"^F\d{4} [^\]]*\] (.*XLA_FLAGS.*|.*[Ff]lag parsing failed.*)$", stderr, re.M)
+    if m:
+        return f"XLA_FLAGS={flags!r}: XLA refuses it: {m.group(1).strip()}; {fix}."
+    return None
+
+
+# -- Ray addresses -------------------------------------------------------------------------------
+
+RAY_CONNECT_S = 4.0   # per step of the reachability check: TCP connect, then gRPC's answer
+RAY_INIT_S = 15.0     # ray.init itself, once something answers gRPC there (a child process)
+# HTTP/2's connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, Ray Client's
+# server) answers with a SETTINGS frame of its own; anything else does not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def check_ray_address(address: str, option: str) -> None:
+    """Raise a UserError naming `option` (--ray-address or RAY_ADDRESS) when the address is
+    malformed, needs Ray Client that is not installed, or nothing there speaks gRPC: ray.init
+    would hang for minutes. Within about 2 x RAY_CONNECT_S."""
+    import re
+    import socket
+
+    text = address.strip()
+    if text in ("auto", "local"):
+        return   # ray's own look-ups: a running local cluster, or a new one
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    fix = (f"give {option} as HOST:PORT (the head's GCS, port 6379 by default) or ray://HOST:PORT (Ray Client, "
+           "port 10001), or leave it unset for a local Ray")
+    if scheme not in ("", "ray"):
+        raise UserError(f"{option} {address!r}: Ray does not connect over {scheme}://; {fix}.")
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})", rest)
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise UserError(f"{option} {address!r} is not HOST:PORT; {fix}.")
+    if scheme == "ray":
+        try:
+            import grpc  # noqa: F401 - what ray[client] adds
+        except ImportError:
+            raise UserError(f"{option} {address!r}: a ray:// address needs Ray Client: pip install 'ray[client]' "
+                            "(or give the GCS address HOST:6379 from a machine inside the cluster).") from None
+    host, port = m.group(1).strip("[]"), int(m.group(2))
+    try:
+        with socket.create_connection((host, port), timeout=RAY_CONNECT_S) as sock:
+            sock.settimeout(RAY_CONNECT_S)
+            sock.sendall(_H2_PREFACE)
+            head = sock.recv(9)
+    except OSError as e:
+        reason = "timed out" if isinstance(e, socket.timeout) else (e.strerror or str(e))
+        raise UserError(f"{option} {address!r}: cannot reach the Ray cluster ({reason}); start it "
+                        f"(`ray start --head`), or fix {option}.") from None
+    if len(head) < 9 or head[3] != 4:
+        raise UserError(f"{option} {address!r}: something answers at {host}:{port}, but not Ray (no gRPC "
+                        f"server); {fix}.")
+    _probe_ray(text, option)
+
+
+_RAY_PROBE = ("import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR'); "
+              "ray.shutdown()")
+
+
+def _probe_ray(address: str, option: str) -> None:
+    """ray.init on the address in a child process, given up after RAY_INIT_S: a gRPC server that
+    is not Ray's GCS (or another Ray version's) keeps ray.init retrying, printing a line a second,
+    for minutes. The child's noise stays in the child."""
+    import subprocess
+    import sys
+
+    try:
+        p = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], capture_output=True, text=True,
+                           errors="replace", timeout=RAY_INIT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{option} {address!r}: the Ray cluster did not accept a connection within {RAY_INIT_S:g} s "
+                        "(something answers gRPC there, but not as a Ray head of this Ray version: `ray status` "
+                        f"on the head says); fix {option}.") from None
+    except OSError:
+        return
+    if p.returncode != 0:
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith(("[", " "))]
+        last = (lines or ["(no message)"])[-1][:300]
+        raise UserError(f"{option} {address!r}: cannot connect to the Ray cluster: {last}")
 
 
 # -- jax started before jaxmem was imported (a notebook that ran jax.devices() first) --------------

@@ -37,11 +37,12 @@ def describe(e: BaseException, *, max_lines: int = DESCRIBE_LINES, max_chars: in
     then its explicit cause (``raise ... from err``) as ``caused by: ExcType: message``; capped at
     `max_lines` lines and `max_chars` characters, a last line saying what was cut."""
     parts, seen = [], set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        text = str(e).strip()
-        parts.append(f"{type(e).__name__}: {text}" if text else type(e).__name__)
-        e = e.__cause__
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        text = str(cur).strip()
+        parts.append(f"{type(cur).__name__}: {text}" if text else type(cur).__name__)
+        cur = cur.__cause__
     return cap("\ncaused by: ".join(parts), max_lines=max_lines, max_chars=max_chars)
 
 

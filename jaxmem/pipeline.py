@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import time
 
-from jaxmem.compiler import compiled as compiled_mod
-from jaxmem.program import layouts, step, train_state
-from jaxmem.compiler import runtime, targets
 from jaxmem import report
+from jaxmem.compiler import compiled as compiled_mod
+from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
-from jaxmem.program import sizes, splits
+from jaxmem.program import layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
+from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
-
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
 CPU_FUSIONS_OFF = (
@@ -27,8 +26,11 @@ CPU_FUSIONS_OFF = (
 def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
     """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
     sweep workers say no, every core being busy."""
+    from jaxmem import scratch
+
     t0 = time.perf_counter()
-    wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
+    with scratch.phase("loading the model file"):
+        wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
     return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
 
 
@@ -50,8 +52,11 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             return _analyze_workload(wl.checked(source), opts, source, t_start, prestart)
         except UserError:
             raise
-        except Exception as e:
-            raise sizes.compile_limit_error(e) or e
+        except Exception as e:  # XLA's size limits become a user error; the rest is re-raised
+            limit = sizes.compile_limit_error(e)
+            if limit is None:
+                raise
+            raise limit from None
 
 
 def _parsed_program(text: str | None):
@@ -63,7 +68,7 @@ def _parsed_program(text: str | None):
 
     try:
         return hlo_text.parse_module(text)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- an unparsable program is left as text: the estimate says why
         return text
 
 
@@ -73,7 +78,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     mesh_spec = layouts.parse_mesh(opts.mesh)
     sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
-    target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+    from jaxmem import scratch
+
+    with scratch.phase("starting jax's backend for the target"):
+        target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
@@ -83,11 +91,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
 
     child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
     try:
-        mesh = layouts.build_mesh(target.devices, mesh_spec)
-        built = step.build(planned, mesh)
-        import jax
+        with scratch.phase("building and tracing the step"):
+            mesh = layouts.build_mesh(target.devices, mesh_spec)
+            built = step.build(planned, mesh)
 
-        sizes.check_leaves(built.leaves, x64=bool(jax.config.jax_enable_x64))
+        sizes.check_leaves(built.leaves, x64=x64())
     except BaseException:
         if child is not None:
             child.close()
@@ -105,7 +113,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if assignment is None and art.dump is not None:
         from jaxmem.xla.hlo import decode_hlo_proto
 
-        assignment = decode_hlo_proto(art.dump)
+        with scratch.phase("reading XLA's buffer assignment"):
+            assignment = decode_hlo_proto(art.dump)
 
     state = train_state.summarize(built.leaves)
     program = _parsed_program(art.hlo_text) if target.platform == "cuda" else art.hlo_text
@@ -149,19 +158,23 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     fits = None if usable_bytes is None else peak <= usable_bytes and bud.out_of_pool_fits
     headroom = None if usable_bytes is None else usable_bytes - peak
 
-    warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not updated "
-                               "in place; donate them (jax.jit(..., donate_argnums=0))", stats.output - stats.alias)
+    warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not "
+                                     "updated in place; donate them (jax.jit(..., donate_argnums=0))",
+                                     stats.output - stats.alias)
                 for n in built.notes]
     if not bud.out_of_pool_fits:
+        assert target.memory_bytes is not None and bud.out_of_pool_room is not None   # a GPU's pool: both known
         warnings.append(report.ReportWarning(
             "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
             f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
             f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
-            f"memory fraction of at most {max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
+            f"memory fraction of at most "
+            f"{max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
             rt.out_of_pool_bytes - bud.out_of_pool_room))
     if ex is None and state.gradients:
         warnings.append(report.ReportWarning(
-            "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split into "
+            "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split "
+                                   "into "
             f"gradients (at most {state.gradients / 2**20:,.2f} MiB, if all were live at once) and activations; all of "
             "them are under activations_and_temporaries. Drop --no-explain to split them."))
     warnings += [report.ReportWarning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
@@ -169,7 +182,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
-        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}: "
+        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on "
+                                                               f"{issue.axis}: "
                                        f"{issue.reason}", issue.replicated_bytes))
     roles = splits.mesh_roles(mesh_spec, built.leaves)
     state_bytes = state.params + state.optimizer_state + state.other_state
@@ -177,7 +191,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("axis_splits_nothing", message, cost))
     host = _host(state, stats, warnings)
 
-    top, modules, cats, timeline, peak_index = (), (), {}, (), -1
+    top: tuple = ()
+    modules: tuple = ()
+    timeline: tuple = ()
+    cats: dict = {}
+    peak_index = -1
     if ex is not None:
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)

@@ -151,7 +151,7 @@ class Report:
         return display.html("report", self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Report":
+    def from_json(cls, d: dict[str, Any]) -> Report:
         """The Report that `to_json` wrote (`compare --from`, saved sweeps): its to_json is the same JSON.
 
         Fields a newer writer added and this Report lacks are an error, not silently dropped."""

@@ -7,22 +7,36 @@ docs/how-it-works.md "Temporary files"). Removing that one directory leaves noth
 
 SIGINT, SIGTERM and SIGHUP: the main thread gets :class:`Interrupted` (a KeyboardInterrupt)
 and unwinds through every ``finally`` (a measuring child process is killed on the way), then
-exits 128 + the signal. A C++ compile holds the GIL and does not return to Python until it is
-done, so no thread of ours can act then: a small helper process, woken by the signal itself
-(``signal.set_wakeup_fd`` writes to its pipe from the C-level handler), removes the directory
-and ends jaxmem if it has not unwound within GRACE_S. The same helper removes the directory
-when jaxmem dies without unwinding at all (SIGKILL, a segfault inside XLA).
+exits 128 + the signal. A signal is never lost:
+
+* Python runs the handler at its next bytecode; when that is inside a callback whose exceptions
+  Python ignores (jax's garbage-collection callback ``_xla_gc_callback``, a ``__del__``, a
+  weakref callback), the Interrupted is reported to ``sys.unraisablehook``: the scope's hook
+  keeps it quiet (no "Exception ignored in ..." traceback) and raises it again in the main
+  thread as soon as that callback has returned.
+* A signal that was recorded but never unwound the scope (swallowed by a bare ``except:`` in
+  code jaxmem called) is raised when the scope ends, so the command ends 128 + the signal, never
+  with a verdict.
+* A C++ compile holds the GIL and does not return to Python until it is done, so no thread of
+  ours can act then: a small helper process, woken by the signal itself (``signal.set_wakeup_fd``
+  writes to its pipe from the C-level handler), removes the directory and ends jaxmem with
+  SIGKILL (exit 137) if it has not unwound within GRACE_S, saying which signal and what jaxmem
+  was doing (:func:`phase`). The same helper removes the directory when jaxmem dies without
+  unwinding at all (SIGKILL, a segfault inside XLA).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import threading
+from typing import Any
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 GRACE_S = 2.0   # how long the main thread gets to unwind by itself before the helper ends the process
@@ -40,12 +54,59 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"signum": None, "wake_w": None}
+_state: dict[str, Any] = {"signum": None, "wake_w": None, "armed": True, "phase": "", "phase_at_signal": "",
+                          "swallowed_in": None, "helper": None, "reraising": False, "ending": False}
 
 
 def interrupted_by_signal() -> bool:
     """Whether a KeyboardInterrupt now unwinding came from a real signal (not a model file's raise)."""
     return _state["signum"] is not None
+
+
+def received() -> int | None:
+    """The first signal the last scope received (None: none)."""
+    return _state["signum"]
+
+
+def describe() -> str:
+    """`SIGTERM while <what jaxmem was doing>` and, when it first landed where Python ignores
+    exceptions, where that was: the stop message's account of the signal."""
+    signum = _state["signum"]
+    if signum is None:
+        return ""
+    text = signal.Signals(signum).name
+    if _state["phase_at_signal"]:
+        text += f" while {_state['phase_at_signal']}"
+    if _state["swallowed_in"]:
+        text += (f" (it landed in {_state['swallowed_in']}, where Python ignores exceptions; jaxmem raised it "
+                 "again once that returned)")
+    return text
+
+
+@contextlib.contextmanager
+def phase(what: str):
+    """Name what jaxmem is doing (tracing the step, compiling it ...) for the stop message: the
+    helper, which speaks when jaxmem is stuck in C code, is told too."""
+    prev = _state["phase"]
+    _tell_phase(what)
+    try:
+        yield
+    finally:
+        _tell_phase(prev)
+
+
+def _tell_phase(what: str) -> None:
+    _state["phase"] = what
+    _tell(b"phase " + what.replace("\n", " ").encode(errors="replace")[:200])
+
+
+def _tell(line: bytes) -> None:
+    """One line to the helper: os.write on the pipe's fd, unbuffered and atomic (a signal handler
+    calls this too, maybe while the main thread was in the middle of another line)."""
+    helper = _state["helper"]
+    if helper is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.write(helper.stdin.fileno(), line + b"\n")
 
 
 def _remove(path: str) -> None:
@@ -71,30 +132,51 @@ def remove():
             return
         time.sleep(0.05)
 
-deadline, signum, fds = None, 0, [0, wake]
+deadline, signum, fds, buf, phase, phase_at, raised, importing = None, 0, [0, wake], b"", "", "", False, False
+IMPORT_S = 10.0
 while True:
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     ready = select.select(fds, [], [], timeout)[0]
     if 0 in ready:
-        data = os.read(0, 16)
-        if data.startswith(b"done"):
-            sys.exit(0)
+        data = os.read(0, 4096)
         if not data:  # jaxmem ended without finishing: a crash, SIGKILL, or the kill below
             remove()
             sys.exit(0)
+        buf += data
+        while b"\n" in buf:  # lines: "phase <what jaxmem is doing>", "raised", "done", "linger"
+            line, buf = buf.split(b"\n", 1)
+            if line == b"done":
+                sys.exit(0)
+            # "linger": jaxmem stopped on a signal and exits now; code it interrupted (an XLA compile's
+            # threads) may still write here until it is gone: remove the folder again at the EOF
+            if line.startswith(b"phase "):
+                phase = line[6:].decode(errors="replace")
+            if line == b"raised":  # jaxmem's handler ran: Python got the signal
+                raised = True
+            if line == b"deferred" and not importing:  # held until an import is done: imports take seconds
+                importing = True
+                if deadline is not None:
+                    deadline += IMPORT_S
     if wake in ready:
         b = os.read(wake, 1)
         if not b:
             fds.remove(wake)
         elif deadline is None:
-            signum, deadline = b[0], time.monotonic() + grace
+            signum, deadline, phase_at = b[0], time.monotonic() + grace + (IMPORT_S if importing else 0), phase
     if deadline is not None and time.monotonic() >= deadline:  # stuck in C++: end it, then clean up
         try:
             name = signal.Signals(signum).name
         except ValueError:
             name = str(signum)
         remove()
-        os.write(2, ("\njaxmem: stopped by %s during a compile; temporary files removed\n" % name).encode())
+        why = ("the interrupt was raised, but code on its way caught it or was slow to unwind" if raised else
+               "it was initializing an extension module, where jaxmem holds an interrupt until that is done"
+               if importing
+               else "it did not return to Python: C code such as an XLA compile holds it until done")
+        os.write(2, ("\njaxmem: stopped by %s%s; jaxmem had not stopped %g s later (%s), so it was ended with "
+                     "SIGKILL (exit 137); temporary files removed\n"
+                     % (name, " while " + phase_at if phase_at else "",
+                        grace + (IMPORT_S if importing else 0), why)).encode())
         try:
             os.kill(parent, signal.SIGKILL)
         except OSError:
@@ -159,33 +241,68 @@ def run_scope(*, end_stuck: bool = True):
         os.environ["TEST_TMPDIR"] = run_dir
     tempfile.tempdir = run_dir
 
-    saved_handlers, saved_wakeup, helper, wake_w = {}, None, None, None
-    _state["signum"] = None
-    if in_main:
-        def on_signal(signum, frame):
-            first = _state["signum"] is None
-            _state["signum"] = signum
-            if first:
-                raise Interrupted(signum)
+    saved_handlers: dict[int, Any] = {}
+    saved_wakeup: int | None = None
+    helper: Any = None
+    wake_w: int | None = None
+    saved_hook: Any = None
+    saved_excepthook: Any = None
+    _state.update(signum=None, armed=True, phase="", phase_at_signal="", swallowed_in=None, reraising=False,
+                  ending=False, deferred=False)
 
-        helper, wake_w = _start_helper(run_dir)
-        for s in SIGNALS:
-            with contextlib.suppress(OSError, ValueError):
-                saved_handlers[s] = signal.signal(s, on_signal)
-        if wake_w is not None and end_stuck:
-            saved_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-            _state["wake_w"] = wake_w
+    def on_signal(signum, frame):
+        if _state["signum"] is None:
+            _state["signum"], _state["phase_at_signal"] = signum, _state["phase"]
+        # once (a second ^C must not cut the unwinding short), and never in the scope's own clean-up
+        if _state["armed"] and not _state["ending"]:
+            if _importing(frame):
+                # An interrupt inside an extension module's initialization leaves it half-made
+                # (numpy's turned ImportError, was caught, and a later import segfaulted on it):
+                # held until that is done, then raised (the re-raising thread asks again).
+                if not _state["deferred"]:
+                    _state["deferred"] = True
+                    _tell(b"deferred")
+                _start_reraising(signum)
+                return
+            _state["armed"] = False
+            _tell(b"raised")
+            if end_stuck:
+                _start_reraising(signum)
+            raise Interrupted(_state["signum"])
+
+    unwound = False
     try:
-        yield run_dir
-    finally:
+        # inside the try: a signal that lands while the scope is being set up still runs its clean-up
         if in_main:
+            helper, wake_w = _start_helper(run_dir)
+            _state["helper"] = helper
+            saved_hook, saved_excepthook = sys.unraisablehook, sys.excepthook
+            sys.unraisablehook = functools.partial(_unraisable, saved_hook)
+            sys.excepthook = functools.partial(_excepthook, saved_excepthook)
+            for name in _QUIET_LOGGERS:
+                logging.getLogger(name).addFilter(_QUIET)
+            for s in SIGNALS:
+                with contextlib.suppress(OSError, ValueError):
+                    saved_handlers[s] = signal.signal(s, on_signal)
+            if wake_w is not None and end_stuck:
+                saved_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+                _state["wake_w"] = wake_w
+        yield run_dir
+    except Interrupted:
+        unwound = True
+        raise
+    finally:
+        _state["ending"] = True   # no more raising: the scope's own clean-up runs whole
+        if in_main:
+            if saved_hook is not None:
+                sys.unraisablehook, sys.excepthook = saved_hook, saved_excepthook
+            for name in _QUIET_LOGGERS:
+                logging.getLogger(name).removeFilter(_QUIET)
             if wake_w is not None:
-                if end_stuck:
+                if end_stuck and _state["wake_w"] is not None:
                     signal.set_wakeup_fd(saved_wakeup if saved_wakeup is not None else -1)
                 _state["wake_w"] = None
                 os.close(wake_w)
-            for s, h in saved_handlers.items():
-                signal.signal(s, h if h is not None else signal.SIG_DFL)
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -193,10 +310,112 @@ def run_scope(*, end_stuck: bool = True):
                 os.environ[k] = v
         tempfile.tempdir = saved_tempdir
         _remove(run_dir)
-        if helper is not None:
-            with contextlib.suppress(OSError):
-                helper.stdin.write(b"done")
-                helper.stdin.close()
+        if helper is not None and end_stuck and _state["signum"] is not None:
+            _tell(b"linger")   # the CLI exits now; the helper removes the folder again once it is gone
+        elif helper is not None:
+            _tell_helper_done(helper)
             with contextlib.suppress(Exception):
                 helper.wait(timeout=5)
+        _state["helper"] = None
+        # The handlers last, once nothing is left to clean. After a signal the CLI is about to
+        # exit 128 + N: a repeated signal then must not turn that into a death by the signal.
+        after = signal.SIG_IGN if end_stuck and _state["signum"] is not None else None
+        for s, h in saved_handlers.items():
+            signal.signal(s, after if after is not None else (h if h is not None else signal.SIG_DFL))
         sys.stderr.flush()
+    if _state["signum"] is not None and not unwound:
+        # recorded, but swallowed on its way (a bare `except:` in code jaxmem called): the command
+        # still ends as a signal, never with the verdict computed meanwhile
+        raise Interrupted(_state["signum"])
+
+
+class _DropInterrupted(logging.Filter):
+    """jax catches everything around a plugin's initialize() (a bare `except:`) and logs it with its
+    traceback: an interrupt landing there is jaxmem's to report (raised again: the scope's
+    re-raising), not a "Jax plugin configuration error" traceback."""
+
+    def filter(self, record) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], Interrupted))
+
+
+_QUIET = _DropInterrupted()
+_QUIET_LOGGERS = ("jax._src.xla_bridge",)
+
+
+def _tell_helper_done(helper) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        os.write(helper.stdin.fileno(), b"done\n")
+    with contextlib.suppress(OSError, ValueError):
+        helper.stdin.close()
+
+
+def _unraisable(default, u) -> None:
+    """sys.unraisablehook in a scope: an Interrupted that Python could not raise (it landed in a
+    garbage-collection callback, a __del__ ...) is raised again in the main thread once that code
+    has returned, without the "Exception ignored in" traceback; anything else as before."""
+    if not isinstance(u.exc_value, Interrupted):
+        default(u)
+        return
+    name = getattr(u.object, "__qualname__", None) or type(u.object).__name__
+    _state["swallowed_in"] = f"{name}()" if callable(u.object) else repr(name)
+    _state["armed"] = True
+    signum = u.exc_value.signum
+    # From a thread: raised here, in the hook, it would be ignored again.
+    threading.Thread(target=_raise_in_main, args=(signum,), daemon=True).start()
+
+
+REPEAT_S = 0.5   # how often the CLI raises a signal again until the scope has unwound
+
+
+def _importing(frame) -> bool:
+    """Whether an extension module is being initialized (its loader's create_module or exec_module
+    on the stack: its C init may import Python modules, where the handler then runs)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("create_module", "exec_module") and code.co_filename.startswith("<frozen importlib") \
+                and type(frame.f_locals.get("self")).__name__ == "ExtensionFileLoader":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _start_reraising(signum: int) -> None:
+    if not _state["reraising"]:
+        _state["reraising"] = True
+        threading.Thread(target=_reraise_until_unwound, args=(signum,), daemon=True).start()
+
+
+def _reraise_until_unwound(signum: int) -> None:
+    """The CLI's insistence: code on the way may catch the Interrupted (a bare `except:`) and go on;
+    raised again every REPEAT_S until the scope unwinds, the command ends as the signal (128 + N),
+    within a second, instead of running on until the helper's SIGKILL."""
+    import _thread
+    import time
+
+    while True:
+        time.sleep(REPEAT_S)
+        if _state["ending"]:
+            return
+        _state["armed"] = True
+        with contextlib.suppress(Exception):
+            _thread.interrupt_main(signal.Signals(signum))
+
+
+def _excepthook(default, etype, value, tb) -> None:
+    """sys.excepthook in a scope: C code that prints the error it caught (PyErr_Print: an extension
+    module's initialization, interrupted, then raises ImportError instead) must not print jaxmem's
+    interrupt as a traceback; the scope raises it again."""
+    if isinstance(value, Interrupted):
+        _state["armed"] = True   # raised again by the scope (every REPEAT_S in the CLI; at its end)
+        return
+    default(etype, value, tb)
+
+
+def _raise_in_main(signum: int) -> None:
+    import _thread
+    import time
+
+    time.sleep(0.01)   # let the callback and the hook return first
+    with contextlib.suppress(Exception):
+        # runs the scope's handler in the main thread (not an OS signal)
+        _thread.interrupt_main(signal.Signals(signum))

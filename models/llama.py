@@ -5,6 +5,7 @@
     jaxmem analyze models/llama.py --arg preset=2-7b --arg attention=cudnn --precision bf16 --mesh data=8
     jaxmem analyze models/llama.py --arg preset=8b --arg numerics=maxtext --arg attention=cudnn
     jaxmem analyze models/llama.py --arg preset=2-70b --remat full --arg remat_save=query_proj,key_proj,value_proj
+    jaxmem analyze models/llama.py --arg preset=8b-32k --precision bf16 --remat full --mesh data=8
 
 Written the way large JAX models are (MaxText, the flax examples): the decoder
 layers run under ``nn.scan`` (one compiled layer, parameters stacked on a leading
@@ -99,6 +100,10 @@ PRESETS = {
     "8b": Config(),
     # Llama 3 70B: 70.55 B
     "70b": Config(d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim=28672),
+    # Llama 3 8B at 32k tokens, the long-context set-up context parallelism is for (Llama 3.1's 8B
+    # is this shape; its RoPE scaling changes angles, not memory). cuDNN attention by default: the
+    # written-out scores would be (T, T) = 4 GiB per head per sequence in fp32. Needs bf16 compute.
+    "8b-32k": Config(seq_len=32768, attention="cudnn"),
     # Llama 2 7B: 6.74 B (multi-head attention, 32k vocabulary, RoPE base 10000)
     "2-7b": Config(vocab_size=32000, n_kv_heads=32, ffn_dim=11008, rope_theta=10000.0, seq_len=4096),
     # Llama 2 70B: 68.98 B
@@ -166,7 +171,8 @@ class Einsum(nn.Module):
 
 
 class Attention(nn.Module):
-    config: Config
+    config: Config  # also models/moe.py's Config: reads n_heads, n_kv_heads, hd, dtype, attention
+    family: str = "llama"  # the model file its errors name
 
     @nn.compact
     def __call__(self, x, cos, sin):  # x: (B, T, d_model)
@@ -186,7 +192,7 @@ class Attention(nn.Module):
             if q.dtype not in (jnp.bfloat16, jnp.float16):
                 if not self.is_initializing():
                     raise UserError(
-                        f"llama: attention=cudnn needs bf16 or fp16 compute (cuDNN's fused attention has no fp32 kernel), "
+                        f"{self.family}: attention=cudnn needs bf16 or fp16 compute (cuDNN's fused attention has no fp32 kernel), "
                         f"but this step computes attention in {q.dtype}; add --precision bf16, or --arg numerics=maxtext "
                         "(fp32 weights, bf16 compute), or use --arg attention=xla")
                 # init (jax.eval_shape through the loss) sees the fp32 parameters before --precision

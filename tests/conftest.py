@@ -50,3 +50,13 @@ def build_step(model, *, mesh: str = "data=1", gpu: str = "h100", model_args=Non
     ms = layouts.parse_mesh(o.mesh)
     target = targets.make_target(o.gpu, ms.size)
     return target, step.build(step.plan(wl, o.step_options(), ms), layouts.build_mesh(target.devices, ms))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `slow` marker on the tests tests/slow_tests.txt lists (measured: tests/slow_list.py),
+    besides those marked in their file."""
+    listed = pathlib.Path(__file__).with_name("slow_tests.txt")
+    slow = set(listed.read_text().split()) if listed.exists() else set()
+    for item in items:
+        if item.nodeid.split("[")[0] in slow:
+            item.add_marker(pytest.mark.slow)

@@ -9,6 +9,7 @@ must: exits, signals, segfault-class sizes, stdout on a full device);
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -38,12 +39,22 @@ class Probe:
     process: bool = False                 # needs a fresh process (exits, signals, crashes, fds)
     checks: tuple[str, ...] = ()          # json | analysis | file:NAME | no_ellipsis | once:TEXT | stdout:TEXT
     files: tuple[tuple[str, bytes], ...] = ()   # written into {tmp} first
-    signal: str | None = None             # sent once the model signals it is blocked (PROBE_MARKER)
+    signal: str | None = None             # sent once the model signals it is blocked (PROBE_MARKER), or at signal_at
     stdout_to: str | None = None          # a path (e.g. /dev/full) or "closed pipe"
     compiles: bool = False                # reaches a compile (slower)
     exits: tuple[int, ...] = ()           # other acceptable exit codes (a signal's two spellings)
-    wait_for: str = "marker"              # signal when: "marker" (the model is blocked) | "xla_tempfile" (XLA wrote one)
+    wait_for: str = "marker"              # signal when: "marker" (the model is blocked) | "xla_tempfile" (XLA wrote
+                                          # one) | "compile_child" (a compile child process runs) | "compile_dir"
+                                          # (the compile's dump folder exists: XLA is compiling)
     bench_only: bool = False              # too slow for the test suite (a real GPU compile)
+    # -- "Answers that cannot be forged or lost" (tests/probe_trust.py builds these) --------------
+    setup: str | None = None              # a name in SETUPS: prepares {tmp} (a tampered cache, a server ...)
+    signal_at: float | None = None        # send the signal this many seconds after the start (a random point)
+    signal_fraction: float | None = None  # ... or at this share of an unsignalled run's duration (measured once)
+    signals: int = 1                      # how many times (repeated signals), `signal_every` apart
+    signal_every: float = 0.2
+    parallel: int = 1                     # run the command this many times at once (concurrent writers)
+    cls: str = ""                         # the probe's class in the published table
 
 
 def _cal(entry: object) -> tuple[tuple[str, bytes], ...]:
@@ -229,12 +240,14 @@ PROBES: list[Probe] = [
     Probe("SIGHUP while tracing", ("analyze", str(H / "blocks.py"), *CPU), 129, "stopped by SIGHUP",
           process=True, signal="SIGHUP", exits=(-1,)),
     Probe("SIGTERM in C code holding the GIL", ("analyze", str(H / "blocks.py"), *CPU), 137,
-          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9,),
-          env=(("PROBE_BLOCK", "c"),)),
+          "stopped by SIGTERM while building and tracing the step; jaxmem had not stopped 2 s later (it did not "
+          "return to Python", process=True, signal="SIGTERM", exits=(-9,), env=(("PROBE_BLOCK", "c"),)),
+    # the compile runs in a child stopped after buffer assignment (jaxmem.compiler.early_stop): jaxmem
+    # itself waits in Python, so it stops at once, and the child dies with it
     Probe("SIGTERM during a real compile (gpt2, h100)", ("analyze", str(ROOT / "models" / "gpt2.py"), "--arg",
-                                                        "preset=gpt2", "--gpu", "h100", "--no-cache"), 137,
-          "stopped by SIGTERM during a compile", process=True, signal="SIGTERM", exits=(-9, 143, -15),
-          wait_for="xla_tempfile", bench_only=True, compiles=True),
+                                                        "preset=gpt2", "--gpu", "h100", "--no-cache"), 143,
+          "stopped by SIGTERM while compiling the step (XLA, in a child process)", process=True, signal="SIGTERM",
+          wait_for="compile_dir", bench_only=True, compiles=True),
     # ------------------------------------------------------------ output off a terminal is not cut
     Probe("piped tables are not cut at 80 columns", ("analyze", MLP, "--gpu", "h100", "--top", "3"), 0, None,
           checks=("no_ellipsis",), compiles=True),
@@ -251,6 +264,8 @@ class Outcome:
     seconds: float
     problems: list[str]          # what the probe's promise found wrong (empty: kept)
     after_signal: float | None = None   # seconds from the signal to the exit
+    alive: list[str] = dataclasses.field(default_factory=list)   # processes of the run alive 1 s after it ended
+    signalled: bool = False      # a signal reached the run while it was running
 
 
 def _fill(text: str, tmp: str) -> str:
@@ -266,8 +281,12 @@ def _prepare(p: Probe, tmp: str) -> tuple[list[str], dict[str, str]]:
 def judge(p: Probe, out: Outcome, tmp: str) -> list[str]:
     """Everything the probe's promise finds wrong with an outcome."""
     bad = []
-    if out.exit != p.exit and out.exit not in p.exits:
+    if p.signal and (p.signal_at is not None or p.signal_fraction is not None):
+        bad += _judge_random_signal(p, out)
+    elif out.exit != p.exit and out.exit not in p.exits:
         bad.append(f"exit {out.exit}, expected {p.exit}")
+    if out.alive:
+        bad.append(f"{len(out.alive)} process(es) alive 1 s after the run: {out.alive}")
     if out.traceback:
         bad.append("traceback")
     if p.message and p.message not in out.stderr:
@@ -297,7 +316,35 @@ def judge(p: Probe, out: Outcome, tmp: str) -> list[str]:
             data = dict(p.files)[arg]
             if pathlib.Path(tmp, arg).read_bytes() != data:
                 bad.append(f"{arg} was changed")
+        elif kind == "no_text" and arg in out.stdout + out.stderr:
+            bad.append(f"printed {arg!r}")
+        elif kind in ("same_as", "cache_sound"):
+            import probe_trust
+
+            try:
+                bad += probe_trust.check(kind, arg, p, out, tmp)
+            except Exception as e:  # noqa: BLE001 - a check that cannot run is the probe's failure, not the runner's
+                bad.append(f"{kind}:{arg} could not be checked: {type(e).__name__}: {e}")
     return bad
+
+
+def _judge_random_signal(p: Probe, out: Outcome) -> list[str]:
+    """A signal at a random point: the run ends as the signal -- 128 + N (jaxmem's own exit, with
+    its message), -N (the signal's default action, before jaxmem's handler or after it), or
+    SIGKILL from the clean-up helper when jaxmem was stuck in C (137, saying so) -- never 0 or 3.
+    A run that had finished before the signal was sent must simply be a normal one."""
+    n = int(getattr(signal, p.signal))
+    if not out.signalled:
+        return [] if out.exit in (0, 3) else [f"finished before the signal with exit {out.exit}"]
+    if out.exit in (0, 3):
+        return [f"exit {out.exit} (a verdict) after {p.signal}"]
+    if out.exit == 128 + n:
+        return [] if f"stopped by {p.signal}" in out.stderr else [f"exit {out.exit} without 'stopped by {p.signal}'"]
+    if out.exit == -n:
+        return []
+    if out.exit in (137, -9):
+        return [] if "had not stopped" in out.stderr else ["SIGKILL without the helper's message"]
+    return [f"exit {out.exit} after {p.signal} (expected {128 + n})"]
 
 
 def _leftovers(scratch: str) -> list[str]:
@@ -311,6 +358,7 @@ def run_in_process(p: Probe, tmp: str, scratch: str) -> Outcome:
     from jaxmem import cli
 
     args, env = _prepare(p, tmp)
+    teardown = _setup(p, tmp, env, args)
     saved = tempfile.tempdir
     tempfile.tempdir = scratch
     t0 = time.perf_counter()
@@ -318,6 +366,8 @@ def run_in_process(p: Probe, tmp: str, scratch: str) -> Outcome:
         r = CliRunner().invoke(cli.main, args, env=env)
     finally:
         tempfile.tempdir = saved
+        if teardown is not None:
+            teardown()
     seconds = time.perf_counter() - t0
     tb = r.exception is not None and not isinstance(r.exception, SystemExit)
     out = Outcome(r.exit_code, r.stdout, r.stderr, tb or "Traceback (most recent call last)" in r.output,
@@ -326,47 +376,182 @@ def run_in_process(p: Probe, tmp: str, scratch: str) -> Outcome:
     return out
 
 
+def _setup(p: Probe, tmp: str, env: dict, args: list[str]) -> object:
+    """Run the probe's setup (tests/probe_trust.py): it may change `env` (PROBE_PORT fills "{port}"
+    in the arguments and the environment); returns a teardown or None."""
+    if p.setup is None:
+        return None
+    import probe_trust
+
+    teardown = probe_trust.SETUPS[p.setup](p, tmp, env)
+    port = env.get("PROBE_PORT")
+    if port:
+        args[:] = [a.replace("{port}", port) for a in args]
+        for k, v in list(env.items()):
+            if "{port}" in v:
+                env[k] = v.replace("{port}", port)
+    return teardown
+
+
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state) of every process."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            rest = st[st.rindex(")") + 2:].split()
+            out[int(d)] = (int(rest[1]), rest[0])
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    table = _proc_table()
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return "?"
+
+
+class _Watch:
+    """Every process the runs start (their descendants, polled), to find the ones alive after."""
+
+    def __init__(self, procs):
+        import threading
+
+        self.procs, self.seen, self._stop = procs, {}, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(0.1)
+
+    def poll(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                for d in _descendants(proc.pid):
+                    self.seen.setdefault(d, _cmdline(d))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def alive(self) -> list[str]:
+        table = _proc_table()
+        return [f"{pid} {cmd}" for pid, cmd in self.seen.items() if pid in table and table[pid][1] not in "ZX"]
+
+
 def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) -> Outcome:
-    """`python -m jaxmem.cli ARGS` with TMPDIR=scratch; a signal probe signals once the model is blocked."""
+    """`python -m jaxmem.cli ARGS` with TMPDIR=scratch; a signal probe signals once the model is
+    blocked (or at `signal_at`). Every process the run started must be gone 1 s after it ended."""
     args, env = _prepare(p, tmp)
     marker = os.path.join(tmp, "blocked")
     env = {**os.environ, **env, "TMPDIR": scratch, "PROBE_MARKER": marker}
+    teardown = _setup(p, tmp, env, args)
     if p.stdout_to == "closed pipe":  # its reader already gone, as in `jaxmem ... | head -0`
         read_end, stdout = os.pipe()
         os.close(read_end)
     else:
         stdout = open(p.stdout_to, "wb") if p.stdout_to else subprocess.PIPE
+    signal_at = p.signal_at
+    if p.signal_fraction is not None:
+        import probe_trust
+
+        signal_at = p.signal_fraction * probe_trust.baseline_seconds(tuple(args), env)
     t0 = time.perf_counter()
+    t_signal, signalled, extra = None, False, []
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
-                                env=env, cwd=ROOT)
+        procs = [subprocess.Popen([sys.executable, "-m", "jaxmem.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
+                                  env=env, cwd=ROOT) for _ in range(p.parallel)]
+        proc = procs[0]
+        watch = _Watch(procs)
         if p.signal:
             def ready():
+                if signal_at is not None:
+                    return time.perf_counter() - t0 >= signal_at
                 if p.wait_for == "xla_tempfile":
                     return bool(glob.glob(os.path.join(scratch, "jaxmem-run-*", "tempfile-*")))
+                if p.wait_for == "compile_child":   # a worker's XLA compile child is running
+                    return any("jaxmem.compiler.early_stop" in _cmdline(d) for d in _descendants(proc.pid))
+                if p.wait_for == "compile_dir":     # the compile's dump folder exists: XLA is compiling
+                    return bool(glob.glob(os.path.join(scratch, "jaxmem-run-*", "jaxmem-*")))
                 return os.path.exists(marker)
 
             while not ready() and proc.poll() is None and time.perf_counter() - t0 < timeout:
-                time.sleep(0.05)
-            time.sleep(0.2)
-            proc.send_signal(getattr(signal, p.signal))
-            t_signal = time.perf_counter()
+                time.sleep(0.02)
+            if signal_at is None:
+                time.sleep(0.2)
+            for i in range(p.signals):
+                watch.poll()
+                if proc.poll() is not None:
+                    break
+                proc.send_signal(getattr(signal, p.signal))
+                signalled = True
+                if t_signal is None:
+                    t_signal = time.perf_counter()
+                if i + 1 < p.signals:
+                    time.sleep(p.signal_every)
         try:
             o, e = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             o, e = proc.communicate()
+        for other in procs[1:]:
+            try:
+                extra.append(other.communicate(timeout=timeout) + (other.returncode,))
+            except subprocess.TimeoutExpired:
+                other.kill()
+                extra.append(other.communicate() + (other.returncode,))
     finally:
         if p.stdout_to == "closed pipe":
             os.close(stdout)
         elif p.stdout_to:
             stdout.close()
-    seconds = time.perf_counter() - t0
-    after_signal = time.perf_counter() - t_signal if p.signal else None
-    time.sleep(0.3)  # a crash's clean-up is the helper process's, which may finish just after
+    t_end = time.perf_counter()
+    seconds = t_end - t0
+    after_signal = t_end - t_signal if t_signal is not None else None
+    watch.stop()
+    # a crash's clean-up is the helper process's, which may finish just after; and everything
+    # the run started (workers, compile children) must be gone within a second
+    time.sleep(max(0.0, 1.0 - (time.perf_counter() - t_end)))
+    alive = watch.alive()
+    for pid in [int(a.split()[0]) for a in alive]:  # leave nothing behind for the next probe
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if teardown is not None:
+        teardown()
     o = (o or b"").decode(errors="replace")
     e = e.decode(errors="replace")
     out = Outcome(proc.returncode, o, e, "Traceback (most recent call last)" in o + e, _leftovers(scratch), seconds, [],
-                  after_signal)
+                  after_signal, alive, signalled)
     out.problems = judge(p, out, tmp)
+    for i, (o2, e2, code) in enumerate(extra, start=2):   # the concurrent runs keep the same promise
+        o2, e2 = (o2 or b"").decode(errors="replace"), e2.decode(errors="replace")
+        other = Outcome(code, o2, e2, "Traceback (most recent call last)" in o2 + e2, [], seconds, [])
+        out.problems += [f"run {i}: {x}" for x in judge(p, other, tmp)]
     return out
+
+
+# "Answers that cannot be forged or lost": a tampered shared cache, signals at random points, killed
+# sweeps, the environment (tests/probe_trust.py; it imports this module's Probe).
+from probe_trust import TRUST_PROBES  # noqa: E402
+
+PROBES += TRUST_PROBES

@@ -65,3 +65,227 @@ def test_an_unreadable_entry_is_a_miss(cache_dir):
     assert cache.load("0" * 64) is None
     cache.store("1" * 64, {"x": 1})
     assert cache.load("1" * 64) == {"x": 1}
+
+
+# -- an entry answers only for its own key, undamaged; anything else is a miss, never an error -----
+
+import gzip  # noqa: E402
+import hashlib  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+
+from jaxmem.compiler.compiled import Artifacts, CompiledStats  # noqa: E402
+
+K1, K2 = "1" * 64, "2" * 64
+
+
+def _artifacts(temp: int) -> dict:
+    stats = CompiledStats(argument=10, output=20, alias=5, temp=temp, generated_code=0, peak=0, host_temp=0,
+                          lower_s=0.5, compile_s=1.5, notes=("n",))
+    return Artifacts(stats=stats, cost={"flops": 2.0}, hlo_text="HloModule m", dump=b"\x00\x01dump").to_json()
+
+
+def _load(k):
+    return cache.load(k, parse=Artifacts.from_json)
+
+
+def _entry(k):
+    return cache._path(k)
+
+
+def _rewrite(k, edit):
+    """Decompress entry k, apply edit(header_bytes, body_bytes) -> bytes, recompress (as a person
+    with an editor and gzip would)."""
+    data = gzip.decompress(_entry(k).read_bytes())
+    head, _, body = data.partition(b"\n")
+    _entry(k).write_bytes(gzip.compress(edit(head, body)))
+
+
+@pytest.fixture
+def two_entries(cache_dir):
+    cache.store(K1, _artifacts(1000))
+    cache.store(K2, _artifacts(999_999))
+    assert _load(K1).stats.temp == 1000 and _load(K2).stats.temp == 999_999
+    return cache_dir
+
+
+def test_swapped_entries_are_misses_not_each_others_answers(two_entries):
+    a, b = _entry(K1).read_bytes(), _entry(K2).read_bytes()
+    _entry(K1).write_bytes(b)
+    _entry(K2).write_bytes(a)
+    assert _load(K1) is None and _load(K2) is None
+    # and the bad entries are gone: the fresh compile's store puts good ones there
+    assert not _entry(K1).exists() and not _entry(K2).exists()
+
+
+def test_an_entry_copied_under_another_key_is_a_miss(two_entries):
+    _entry(K1).write_bytes(_entry(K2).read_bytes())
+    assert _load(K1) is None and _load(K2).stats.temp == 999_999
+
+
+def test_edited_numbers_are_a_miss_even_with_a_recomputed_sha256(two_entries):
+    _rewrite(K1, lambda h, b: h + b"\n" + b.replace(b'"temp":1000', b'"temp":1001'))
+    assert _load(K1) is None
+    # a forger who recomputes a plain SHA-256 over header and payload does not know the secret
+    cache.store(K1, _artifacts(1000))
+
+    def forge(h, b):
+        b = b.replace(b'"temp":1000', b'"temp":5')
+        header = json.loads(h)
+        header["size"] = len(b)
+        header["digest"] = hashlib.sha256(json.dumps({k: v for k, v in header.items() if k != "digest"},
+                                                     sort_keys=True).encode() + b"\n" + b).hexdigest()
+        return json.dumps(header).encode() + b"\n" + b
+
+    _rewrite(K1, forge)
+    assert _load(K1) is None
+
+
+def test_every_flipped_byte_is_a_miss_never_an_error(two_entries):
+    good = _entry(K1).read_bytes()
+    for i in range(len(good)):
+        damaged = bytearray(good)
+        damaged[i] ^= 0x20
+        _entry(K1).write_bytes(bytes(damaged))
+        out = _load(K1)
+        # gzip's header has bytes no reader checks (flags, OS): the entry may still be whole
+        assert out is None or out == Artifacts.from_json(_artifacts(1000)), i
+    for cut in (0, 1, 10, len(good) // 2, len(good) - 1):
+        _entry(K1).write_bytes(good[:cut])
+        assert _load(K1) is None, cut
+
+
+def test_a_payload_of_the_wrong_shape_is_a_miss(cache_dir):
+    for bad in ({"x": 1}, {**_artifacts(1), "stats": {**_artifacts(1)["stats"], "temp": "lots"}},
+                {**_artifacts(1), "stats": {**_artifacts(1)["stats"], "temp": -1}},
+                {**_artifacts(1), "dump": "not base64!"}, {**_artifacts(1), "hlo_text": None},
+                {**_artifacts(1), "stats": {**_artifacts(1)["stats"], "extra": 1}}):
+        cache.store(K1, bad)   # signed by this cache: only its shape is wrong
+        assert cache.load(K1) == bad and _load(K1) is None
+        assert not _entry(K1).exists()
+
+
+def test_entries_of_another_version_are_misses(two_entries, monkeypatch):
+    real = cache._versions()
+    monkeypatch.setattr(cache, "_versions", lambda: {**real, "jax": "0.0.1"})
+    assert _load(K1) is None
+
+
+def test_the_key_names_the_versions():
+    import types
+
+    import jax
+
+    lowered = jax.jit(lambda x: x + 1).lower(1.0)
+    built = types.SimpleNamespace(mesh=None)
+    before = cache.keys(lowered, built, {}, explain=True)
+    real = cache._versions
+
+    try:
+        cache._versions = lambda: {**real(), "jaxmem": "9.9"}
+        assert cache.keys(lowered, built, {}, explain=True) != before
+    finally:
+        cache._versions = real
+
+
+def _no_hang(seconds=5):
+    def fail(*_):
+        raise AssertionError("hung")
+    signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+
+
+def test_a_fifo_a_directory_or_a_symlink_is_a_miss_and_never_hangs(two_entries):
+    os.unlink(_entry(K1))
+    os.mkfifo(_entry(K1))
+    _no_hang()
+    try:
+        assert _load(K1) is None
+        assert not _entry(K1).exists()          # removed: the next store puts an entry there
+        (_entry(K1) / "inside").mkdir(parents=True)
+        assert _load(K1) is None and (_entry(K1) / "inside").is_dir()   # a directory's contents are not ours
+        cache.store(K1, _artifacts(1000))       # cannot replace a directory: skipped, not an error
+        os.rmdir(_entry(K1) / "inside")
+        assert _load(K1) is None and not _entry(K1).exists()          # an empty one is removed
+        os.symlink(_entry(K2), _entry(K1))
+        assert _load(K1) is None
+    finally:
+        signal.alarm(0)
+
+
+def test_without_its_secret_no_entry_answers(two_entries):
+    (two_entries / "secret").write_bytes(b"x" * cache.SECRET_BYTES)
+    assert _load(K2) is None
+    cache.store(K2, _artifacts(7))              # stored under the secret now in place
+    assert _load(K2).stats.temp == 7
+
+
+def test_concurrent_writers_never_show_a_partial_entry(cache_dir):
+    payloads = [{**_artifacts(t), "hlo_text": "x" * 200_000 + str(t)} for t in range(4)]
+    expected = [Artifacts.from_json(p) for p in payloads]
+    stop, seen, bad = threading.Event(), [], []
+
+    def write(p):
+        while not stop.is_set():
+            cache.store(K1, p)
+
+    def read():
+        while not stop.is_set():
+            out = _load(K1)
+            if out is not None:
+                (seen if out in expected else bad).append(out)
+
+    threads = [threading.Thread(target=write, args=(p,)) for p in payloads] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    threading.Event().wait(3)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert seen and not bad
+    assert [n for n in os.listdir(cache_dir / "compiles") if n.startswith(".tmp-")] == []
+
+
+def test_cache_info_and_clear(two_entries, tmp_path):
+    (two_entries / "compiles" / ".tmp-123-abc").write_bytes(b"partial")
+    (two_entries / "compiles" / "notes.txt").write_text("mine")
+    d = cache.info()
+    assert (d["path"], d["entries"], d["partial_writes"], d["other"]) == (str(two_entries), 2, 1, 1)
+    assert d["bytes"] == sum(p.stat().st_size for p in (two_entries / "compiles").iterdir() if p.name != "notes.txt")
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    r = CliRunner().invoke(cli.main, ["cache"])
+    assert r.exit_code == 0 and f"{two_entries}: 2 entries" in r.stdout
+    r = CliRunner().invoke(cli.main, ["cache", "--clear", "--json"])
+    d = json.loads(r.stdout)
+    assert r.exit_code == 0 and (d["removed"], d["entries"], d["partial_writes"]) == (3, 0, 0)
+    assert (two_entries / "compiles" / "notes.txt").read_text() == "mine"
+
+
+def test_a_damaged_entry_is_recompiled_to_the_same_answer_and_replaced(cache_dir):
+    opts = AnalyzeOptions(gpu="h100", mesh="data=2", layout="fsdp", model_args=(("width", 48),))
+    fresh = analyze_file(MLP, opts)
+    (entry,) = cache_dir.rglob("*.json.gz")
+    entry.write_bytes(entry.read_bytes()[:-7])
+    again = analyze_file(MLP, opts)
+    assert again.timings["cache_hit"] == 0.0 and _json(again) == _json(fresh)
+    assert analyze_file(MLP, opts).timings["cache_hit"] == 1.0     # the fresh compile replaced it
+    # --no-cache refreshes an entry too
+    entry.write_bytes(b"garbage")
+    nocache = analyze_file(MLP, AnalyzeOptions(**{**opts.__dict__, "cache": False}))
+    assert _json(nocache) == _json(fresh) and analyze_file(MLP, opts).timings["cache_hit"] == 1.0
+
+
+def test_swapped_entries_of_two_steps_give_each_its_own_answer(cache_dir):
+    a = AnalyzeOptions(gpu="h100", mesh="data=2", layout="fsdp", model_args=(("width", 40),))
+    b = AnalyzeOptions(**{**a.__dict__, "layout": "dp"})
+    ra, rb = analyze_file(MLP, a), analyze_file(MLP, b)
+    assert ra.per_device_peak_bytes != rb.per_device_peak_bytes
+    ea, eb = sorted(cache_dir.rglob("*.json.gz"), key=lambda p: p.stat().st_mtime_ns)
+    da, db = ea.read_bytes(), eb.read_bytes()
+    ea.write_bytes(db)
+    eb.write_bytes(da)
+    assert _json(analyze_file(MLP, a)) == _json(ra) and _json(analyze_file(MLP, b)) == _json(rb)

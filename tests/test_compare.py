@@ -65,3 +65,94 @@ def test_saved_rows_are_checked(tmp_path):
     assert r.exit_code == 2 and "FILE.json" in r.output
     r = CliRunner().invoke(main, ["compare"])
     assert r.exit_code == 2 and "--from" in r.output
+
+
+# -- compare --from re-judges every saved verdict from the bytes ---------------------------------
+
+MLP = "tests/fixtures/mlp_small.py"
+
+
+@pytest.fixture(scope="module")
+def saved_rows():
+    """One fitting h100 row, as `compare --json` writes it."""
+    opts = AnalyzeOptions(gpu="h100", mesh="data=2", layout="fsdp", model_args=(("width", 32),), explain=False)
+    r = analyze_file(MLP, opts)
+    assert r.fits is True
+    return json.loads(json.dumps(compare.to_json([compare.Cell({"layout": "fsdp"}, r)])))
+
+
+def _from(tmp_path, rows):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows, indent=2) + "\n")
+    return CliRunner().invoke(main, ["compare", "--from", str(path), "--json"])
+
+
+def test_an_unedited_file_rerenders_as_saved_and_says_it_was_rejudged(tmp_path, saved_rows):
+    r = _from(tmp_path, saved_rows)
+    assert r.exit_code == 0 and json.loads(r.stdout) == saved_rows
+    assert "fits and headroom re-judged from each row's saved bytes" in r.stderr
+    assert "the file said" not in r.stderr
+
+
+def test_absurd_bytes_edited_consistently_do_not_fit(tmp_path, saved_rows):
+    """The peak (and its breakdown), fits, headroom, usable and card size all edited to agree:
+    the card's size comes from the catalogue, so the verdict follows from the bytes."""
+    rows = json.loads(json.dumps(saved_rows))
+    rep = rows[0]["report"]
+    extra = 10 ** 15
+    rep["breakdown"]["activations_and_temporaries"] += extra
+    rep["per_device_peak_bytes"] += extra
+    rep["target"]["memory_bytes"] = rep["target"]["usable_bytes"] = 2 * 10 ** 15
+    rep["headroom_bytes"] = rep["target"]["usable_bytes"] - rep["per_device_peak_bytes"]
+    rep["fits"] = True
+    rows[0].update(per_device_peak_bytes=rep["per_device_peak_bytes"], fits=True, headroom_bytes=rep["headroom_bytes"])
+    r = _from(tmp_path, rows)
+    out = json.loads(r.stdout)[0]
+    from jaxmem.compiler.targets import CATALOGUE
+
+    assert rep["target"]["usable_note"].startswith("JAX default: 75% of the card")
+    usable = int(CATALOGUE["h100"].memory_bytes * 0.75)
+    assert r.exit_code == 3 and out["fits"] is False
+    assert out["report"]["target"]["usable_bytes"] == usable == saved_rows[0]["report"]["target"]["usable_bytes"]
+    assert out["headroom_bytes"] == usable - rep["per_device_peak_bytes"]
+    assert "row layout=fsdp: the file said fits" in r.stderr and "says does not fit" in r.stderr
+
+
+def test_a_flipped_verdict_alone_is_rejudged(tmp_path, saved_rows):
+    rows = json.loads(json.dumps(saved_rows))
+    rows[0]["report"]["target"]["usable_bytes"] = 1000
+    rows[0]["report"]["fits"] = False
+    rows[0]["report"]["headroom_bytes"] = 1000 - rows[0]["report"]["per_device_peak_bytes"]
+    r = _from(tmp_path, rows)
+    assert r.exit_code == 0 and json.loads(r.stdout) == saved_rows   # back to what its bytes say
+
+
+def test_bytes_that_are_not_bytes_are_refused(tmp_path, saved_rows):
+    for edit in (lambda rep: rep.update(per_device_peak_bytes=-5, breakdown={"params": -5}),
+                 lambda rep: rep["runtime"].update(out_of_pool_bytes="lots"),
+                 lambda rep: rep["target"].update(gpu="v100"),
+                 lambda rep: rep["target"].update(usable_note="--mem-fraction 7")):
+        rows = json.loads(json.dumps(saved_rows))
+        edit(rows[0]["report"])
+        r = _from(tmp_path, rows)
+        assert r.exit_code == 2 and "--from" in r.stderr and "Traceback" not in r.output, r.output
+
+
+def test_a_search_whose_probes_do_not_support_its_answer_is_an_error_row(tmp_path, saved_rows):
+    rows = json.loads(json.dumps(saved_rows))
+    rep = rows[0]["report"]
+    usable, peak = rep["target"]["usable_bytes"], rep["per_device_peak_bytes"]
+    fits_at = {"value": 8, "peak_bytes": peak, "usable_bytes": usable, "fits": True, "cached": False, "error": None}
+    fails_at = {**fits_at, "value": 16, "peak_bytes": 10 * usable, "fits": False}
+    search = {"kind": "batch", "arg": None, "answer": 8, "granule": 8, "capped": False, "margin": 0.05,
+              "fits_at": fits_at, "fails_at": fails_at, "probes": [fits_at, fails_at], "compiles": 2}
+    ok = [{**rows[0], "search": search}, {**rows[0], "choice": {"layout": "dp"}, "search": search}]
+    r = _from(tmp_path, ok)
+    assert r.exit_code == 0 and [x["status"] for x in json.loads(r.stdout)] == ["ok", "ok"]
+    # the second row's failing probe edited to "fits" with a larger usable than its GPU has
+    edited = {**fails_at, "usable_bytes": 100 * usable, "fits": True}
+    bad = {**search, "answer": 16, "fits_at": edited, "fails_at": None, "probes": [fits_at, edited]}
+    r = _from(tmp_path, [ok[0], {**ok[1], "search": bad}])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and [x["status"] for x in out] == ["ok", "user_error"]
+    assert "do not support its answer" in out[1]["error"] and "row layout=dp" in r.stderr

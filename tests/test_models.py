@@ -9,7 +9,9 @@ from ``jax.eval_shape`` / ``nnx.eval_shape``, nothing is allocated.
 from __future__ import annotations
 
 import functools
+import json
 import re
+import sys
 from pathlib import Path
 
 import jax
@@ -26,7 +28,7 @@ from conftest import build_step
 from jaxmem.program.workload import load_workload
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
-LINEN = ["mlp", "resnet", "gpt2", "llama"]
+LINEN = ["mlp", "resnet", "gpt2", "llama", "moe"]
 NNX = ["vit", "mlp_nnx"]
 WITH_REMAT = LINEN + NNX  # every file checkpoints its layers when asked
 
@@ -286,9 +288,9 @@ def test_cudnn_attention_compiles_to_cudnn_fused_attention_on_a_deviceless_h100(
     assert "bkgts" not in hlo and "bhts" not in hlo   # the written-out score einsums are gone
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "moe"])
 def test_cudnn_attention_with_fp32_compute_is_refused_with_the_fix(name):
-    with pytest.raises(UserError, match=r"attention=cudnn needs bf16 or fp16 compute.*float32.*--precision bf16"):
+    with pytest.raises(UserError, match=rf"{name}: attention=cudnn needs bf16 or fp16 compute.*float32.*--precision bf16"):
         _h100_program(name, "fp32", attention="cudnn")
 
 
@@ -327,3 +329,160 @@ def test_llama_remat_save_keeps_the_named_activations():
         load("llama", preset="tiny", remat="full", remat_save="qkv")
     with pytest.raises(UserError, match="give --remat"):
         load("llama", preset="tiny", remat="none", remat_save="mlpwo")
+
+
+# -- long-context llama, MoE (moe.py) ----------------------------------------------------
+
+
+def test_llama_8b_32k_is_the_8b_at_32k_tokens_with_cudnn_attention():
+    import dataclasses
+
+    wl = load("llama", preset="8b-32k")
+    assert wl.batch["tokens"].shape == (8, 32768)
+    # each load imports the file afresh (another Config class): compare the fields
+    assert dataclasses.asdict(wl.model.config) == dict(dataclasses.asdict(load("llama", preset="8b").model.config),
+                                                       seq_len=32768, attention="cudnn")
+
+
+def _moe_params(**model_args):
+    """The moe file's abstract params (boxed with their logical names) and the file's module."""
+    wl = load("moe", **model_args)
+    key = jax.random.key(0)
+    variables = jax.eval_shape(lambda b: wl.model.init({"params": key}, b, method=lambda m, bb: wl.loss(m, bb)),
+                               wl.batch)
+    return variables["params"], sys.modules[type(wl.model).__module__]
+
+
+@pytest.mark.parametrize(("gpu", "mesh"), [("h100", "data=2"), ("cpu", "data=1")])
+def test_moe_tiny_analyzes(gpu, mesh):
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    args = ["analyze", str(MODELS / "moe.py"), "--arg", "preset=tiny", "--gpu", gpu, "--mesh", mesh, "--json",
+            "--no-explain"]
+    r = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["model"] == "moe-tiny" and d["target"]["gpu"] == gpu and d["mesh"] == {"data": int(mesh[5:])}
+    assert d["fits"] is (True if gpu == "h100" else None)  # the host has no fixed device memory to fit in
+    n = n_params_abstract(load("moe", preset="tiny"))
+    assert d["param_count"] == n
+    assert d["breakdown"]["params"] == 4 * n // int(mesh[5:])  # fp32, every leaf (experts too) split over the data axis
+
+
+def test_moe_expert_kernels_carry_the_exp_logical_name_first():
+    params, _ = _moe_params(preset="tiny")
+    boxes = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, meta.Partitioned))
+    assert boxes and all(isinstance(b, meta.Partitioned) for b in boxes), "every parameter needs logical names"
+    moe = params["layers"]["moe"]
+    # (layers, ...) is nn.scan's stacking; each layer's kernel is (n_experts=4, ...)
+    assert moe["gate_proj"]["kernel"].names == ("layers", "exp", "embed", "mlp")
+    assert moe["up_proj"]["kernel"].names == ("layers", "exp", "embed", "mlp")
+    assert moe["down_proj"]["kernel"].names == ("layers", "exp", "mlp", "embed")
+    assert moe["gate_proj"]["kernel"].value.shape == (2, 4, 64, 128)
+    assert moe["down_proj"]["kernel"].value.shape == (2, 4, 128, 64)
+    assert moe["router"]["kernel"].names == ("layers", "embed", None)
+    # what jaxmem reads (jaxmem/program/state.py): nn.get_partition_spec of the boxed tree
+    import flax.linen as nn
+
+    spec = nn.get_partition_spec(params)["layers"]["moe"]["gate_proj"]["kernel"]
+    assert tuple(spec) == ("layers", "exp", "embed", "mlp")
+
+
+# Mistral AI's announcements: "Mixtral of experts" (mistral.ai/news/mixtral-of-experts, Dec 2023): 46.7B total
+# parameters, 12.9B used per token; "Cheaper, Better, Faster, Stronger" (mistral.ai/news/mixtral-8x22b, Apr
+# 2024): 39B active out of 141B. Asserted to the rounding of the published figure (half its last digit).
+MIXTRAL_PARAMS = {
+    "mixtral-8x7b": (46.7e9, 12.9e9, 0.05e9),
+    "mixtral-8x22b": (141e9, 39e9, 0.5e9),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(MIXTRAL_PARAMS))
+def test_mixtral_total_and_active_parameters_match_the_published_counts(preset):
+    total, active, half_digit = MIXTRAL_PARAMS[preset]
+    params, _ = _moe_params(preset=preset)
+    params = meta.unbox(params)
+    n = sum(x.size for x in jax.tree.leaves(params))
+    experts = sum(params["layers"]["moe"][k]["kernel"].size for k in ("gate_proj", "up_proj", "down_proj"))
+    assert abs(n - total) <= half_digit, n
+    assert abs(n - experts * (8 - 2) / 8 - active) <= half_digit  # top-2 of 8: a token uses 2/8 of the experts
+
+
+def _reference_route(top_idx, gates, n_experts, capacity):
+    """Dispatch and combine by a loop: every token's first choice before any second choice, each
+    expert filled in token order up to capacity."""
+    g, s, k = top_idx.shape
+    dispatch = np.zeros((g, s, n_experts, capacity), np.float32)
+    combine = np.zeros_like(dispatch)
+    for gi in range(g):
+        filled = [0] * n_experts
+        for ki in range(k):
+            for si in range(s):
+                e = top_idx[gi, si, ki]
+                if filled[e] < capacity:
+                    dispatch[gi, si, e, filled[e]] = 1
+                    combine[gi, si, e, filled[e]] = gates[gi, si, ki]
+                filled[e] += 1
+    return dispatch, combine
+
+
+def test_moe_routing_places_first_choices_first_and_drops_beyond_capacity():
+    import dataclasses
+
+    _, moe = _moe_params(preset="tiny")
+    logits = jax.random.normal(jax.random.key(1), (3, 16, 4))  # 3 groups of 16 tokens, 4 experts
+    capacity = 5  # 32 choices into 4 x 5 slots: some must be dropped
+    dispatch, combine, aux = moe.route(logits, 2, capacity, jnp.float32)
+    top_logits, top_idx = jax.lax.top_k(logits, 2)
+    want_dispatch, want_combine = _reference_route(np.asarray(top_idx), np.asarray(jax.nn.softmax(top_logits)), 4,
+                                                   capacity)
+    np.testing.assert_array_equal(np.asarray(dispatch), want_dispatch)
+    np.testing.assert_array_equal(np.asarray(combine), want_combine)
+    assert 0 < want_dispatch.sum() < 3 * 16 * 2  # the case drops some choices and keeps others
+    # Switch's loss: n_experts * sum_e (share of assignments to e) * (mean router probability of e)
+    share = np.asarray(jax.nn.one_hot(top_idx, 4)).mean(axis=(0, 1, 2))
+    prob = np.asarray(jax.nn.softmax(logits)).mean(axis=(0, 1))
+    assert float(aux) == pytest.approx(4 * np.sum(share * prob), rel=1e-6)  # fp32 sums in another order
+    # capacity = ceil(group_size * top_k * capacity_factor / n_experts), at most the group
+    cfg = load("moe", preset="mixtral-8x7b").model.config
+    assert moe.expert_capacity(cfg, 4096) == 1280
+    assert moe.expert_capacity(cfg, 16) == 5  # ceil(5.0): no rounding up of an exact quotient
+    assert moe.expert_capacity(dataclasses.replace(cfg, capacity_factor=8.0), 2) == 2  # 4, capped at the group
+
+
+def test_moe_loss_is_cross_entropy_plus_the_weighted_aux_loss():
+    wl = load("moe", preset="tiny")
+    batch = random_batch(wl.batch)
+    cfg = wl.model.config
+    assert cfg.aux_loss_coef == 0.01
+
+    class Model:  # the loss's view of the model: a call giving (logits, aux), and its config
+        config = cfg
+
+        def __call__(self, tokens, train):
+            return jnp.asarray(np.random.default_rng(0).standard_normal((4, 32, 256)), jnp.float32), jnp.float32(1.25)
+
+    logits, aux = Model()(batch["tokens"], True)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]).mean()
+    assert wl.loss(Model(), batch) == ce + 0.01 * aux
+
+    # The real model's aux loss: positive, and a function of the router (so the loss trains it).
+    def aux_and_grad(tokens):
+        params = wl.model.init({"params": jax.random.key(0)}, tokens)["params"]
+        return jax.value_and_grad(lambda p: wl.model.apply({"params": p}, tokens)[1])(params)
+
+    fast = {"xla_backend_optimization_level": 0}  # as run_tiny_step: half the CPU compile, the same program
+    aux, grads = jax.jit(aux_and_grad).lower(batch["tokens"]).compile(compiler_options=fast)(batch["tokens"])
+    assert aux > 0
+    assert np.any(np.asarray(meta.unbox(grads)["layers"]["moe"]["router"]["kernel"]) != 0)
+
+
+def test_moe_arguments_are_checked():
+    with pytest.raises(UserError, match="moe: seq_len=32 is not a multiple of group_size=5"):
+        load("moe", preset="tiny", group_size=5)
+    with pytest.raises(UserError, match="capacity_factor=0 must be positive"):
+        load("moe", preset="tiny", capacity_factor=0)
+    wl = load("moe", preset="tiny", seq_len=64, group_size=16, capacity_factor=2.0)
+    assert wl.batch["tokens"].shape == (4, 64) and wl.model.config.capacity_factor == 2.0

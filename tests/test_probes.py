@@ -30,6 +30,15 @@ def test_at_least_60_probes_and_unique_names():
     assert len({p.id for p in pc.PROBES}) == len(pc.PROBES)
 
 
+def test_at_least_150_probes_published_with_every_trust_class_tested():
+    """benchmarks/probes.py publishes them all; the suite runs some of each class (the rest are slow)."""
+    assert len(pc.PROBES) >= 150
+    classes = {"tampered cache", "signals", "killed sweeps", "environment"}
+    assert {p.cls for p in TESTED} >= classes
+    for c in classes:
+        assert sum(p.cls == c for p in TESTED) >= 4, c
+
+
 def test_no_explain_does_not_call_temporaries_gradients(tmp_path):
     """--no-explain cannot split XLA's temp: it stays activations_and_temporaries, with a note (not 0 B of them)."""
     p = pc.Probe("no-explain", ("analyze", pc.MLP, "--gpu", "h100", "--no-explain", "--json"), 0, None)

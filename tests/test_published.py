@@ -29,6 +29,10 @@ def test_every_recipe_is_well_formed(pub):
         assert r.outcome in ("ran", "oom"), r.key
         assert 0 < r.mem_fraction <= 1 and r.mem_fraction_source, r.key
         assert r.attention in ("xla", "cudnn"), r.key
+        # cuDNN's fused attention has no fp32 kernel: a flash row computes in bf16 (models/llama.py refuses otherwise)
+        if r.attention == "cudnn":
+            assert r.model_takes_attention, r.key
+            assert r.precision in ("bf16", "bf16-pure") or ("numerics", "maxtext") in r.args, r.key
         assert r.published and all(isinstance(v, str) and v for v in r.published.values()), r.key
         # a documented run has a step time to compare with, and says where it comes from
         assert (r.step_s is not None) == (r.outcome == "ran") and (r.step_s is None or r.step_how), r.key
@@ -65,7 +69,7 @@ def _run(fits, peak, step):
             "headroom": 60 * 2**30 - peak, "usable_note": "--mem-fraction 0.9", "breakdown": {}, "xla": {},
             "param_count": 1, "warnings": [{"kind": "gradients_not_split", "message": ""}],
             "step_time": {"available": True, "estimate_s": step, "compute_s": step, "memory_s": 0.1,
-                          "communication_s": 0.0}}
+                          "communication_s": 0.0, "flops": 500e12, "peak_flops": 1000e12}}
 
 
 def test_the_renderer_on_a_tiny_fake_result(pub):
@@ -73,9 +77,11 @@ def test_the_renderer_on_a_tiny_fake_result(pub):
     import dataclasses
 
     results = [
-        {"recipe": dataclasses.asdict(ran), "attention_run": "xla", "flags_applied": ["--xla_a=1"],
+        {"recipe": dataclasses.asdict(ran), "attention_run": "cudnn", "flags_applied": ["--xla_a=1"],
          "flags_dropped": [{"flag": "--xla_dump_to=/x", "why": "writes HLO dumps"}], "command": "jaxmem analyze x",
-         "with_flags": _run(True, 30 * 2**30, ran.step_s * 3), "without_flags": _run(True, 29 * 2**30, 1.0)},
+         "with_flags": _run(True, 30 * 2**30, ran.step_s * 3), "without_flags": _run(True, 29 * 2**30, 1.0),
+         "other_attention": {"attention": "xla", "command": "jaxmem analyze x --arg attention=xla",
+                             "run": _run(False, 70 * 2**30, 4.0)}},
         {"recipe": {**dataclasses.asdict(oom), "why": "a reason"}, "attention_run": "xla", "flags_applied": [],
          "flags_dropped": [], "command": "jaxmem analyze y", "with_flags": _run(True, 50 * 2**30, 2.0)},
         {"recipe": dataclasses.asdict(ran), "attention_run": "cudnn", "flags_applied": [], "flags_dropped": [],
@@ -85,7 +91,34 @@ def test_the_renderer_on_a_tiny_fake_result(pub):
     assert "Not a GPU measurement" in md
     rows = [line for line in md.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert "fits (agrees)" in rows[0] and "(outside 0.5-1.5)" in rows[0] and "29.00 GiB, fits" in rows[0]
-    assert "fits (DISAGREES)" in rows[1] and "(no flags)" in rows[1]
+    assert rows[0].endswith("| xla: 70.00 GiB, does not fit, 4.000 |")   # the other kernel's column
+    assert "- **With attention=xla** (`jaxmem analyze x --arg attention=xla`): peak 70.00 GiB, does not fit" in md
+    # the published time at XLA's FLOP count: _run's flops / the recipe's step time, against its peak
+    rate = 500 / ran.step_s   # TFLOP/s
+    assert (f"- **Published time at XLA's FLOP count**: 500.0 TFLOP per device (XLA's count, loops x trip count) "
+            f"in {ran.step_s:g} s: {rate:.0f} TFLOP/s, {rate / 10:.0f}% of the 1000 TFLOP/s") in md
+    assert "fits (DISAGREES)" in rows[1] and "(no flags)" in rows[1] and rows[1].endswith("| — |")
     assert "- **Why they differ**: a reason" in md
     assert "error (exit 1)" in md and "`--xla_dump_to=/x` (writes HLO dumps)" in md
     assert "Verdicts: 1 of 3 agree" in md
+    assert "- With the other attention kernel (last column): 0 of 1 of those rows' verdicts agree with the record; " \
+           "row 1 disagrees." in md
+
+
+def test_rerender_takes_the_recipes_why_and_refuses_a_changed_command(pub):
+    import copy
+    import dataclasses
+
+    r = pub.RECIPES[0]
+    flags, _ = pub.applicable_flags(r.xla_flags, known=lambda fs: [])
+    res = {"recipe": {**dataclasses.asdict(r), "why": "old text"}, "attention_run": r.attention,
+           "command": pub.command_line(pub.analyze_argv(r, r.attention), flags)}
+    pub_flags = pub.applicable_flags
+    try:
+        pub.applicable_flags = lambda flags: pub_flags(flags, known=lambda fs: [])
+        out = pub.rerender({"header": {}, "results": [copy.deepcopy(res)]})
+        assert out["results"][0]["recipe"]["why"] == r.why
+        with pytest.raises(SystemExit, match="command changed"):
+            pub.rerender({"header": {}, "results": [{**res, "command": res["command"] + " --batch 1"}]})
+    finally:
+        pub.applicable_flags = pub_flags

@@ -1,6 +1,6 @@
 """The on-disk compile cache: never the same compile twice.
 
-An entry is the :class:`~jaxmem.compiler.compiled.Artifacts` of one compile, stored as gzipped
+An entry is the :class:`~jaxmem.compiler.artifacts.Artifacts` of one compile, stored as gzipped
 JSON under a key made of everything that decides them:
 
 * the lowered program (StableHLO text with its op names -- what the explanation attributes
@@ -17,8 +17,27 @@ JSON under a key made of everything that decides them:
 
 Post-processing (categories, explanation, runtime overhead, fits) is re-done from the Artifacts
 on every run, so a cached answer equals a fresh one. Where: ``$JAXMEM_CACHE`` if set, else
-``$XDG_CACHE_HOME/jaxmem`` (default ``~/.cache/jaxmem``). Writes are atomic (a worker may die,
-and several write at once). Nothing is evicted: delete the directory to clear it.
+``$XDG_CACHE_HOME/jaxmem`` (default ``~/.cache/jaxmem``). Nothing is evicted: ``jaxmem cache``
+says where it is and how big; ``jaxmem cache --clear`` empties it.
+
+An entry never answers for anything but its own key, and a damaged one is a miss, never an error
+(a research group may point ``JAXMEM_CACHE`` at one shared folder, and jaxmem is a gate):
+
+* each entry holds a header naming its key, the format and the versions, and an HMAC-SHA256 of
+  that header and of the whole payload under this cache's secret (``<cache>/secret``, 32 random
+  bytes written once, readable as the entries are). An entry whose key, versions or digest does
+  not match, that cannot be read, decompressed or parsed, whose payload is not a well-formed
+  Artifacts, or that is not a regular file (a FIFO, a symlink, a directory: opened with
+  O_NONBLOCK | O_NOFOLLOW and checked with fstat before reading) is a miss; the fresh compile
+  then replaces it.
+* This catches accidental damage (a flipped byte, a truncated copy), entries swapped or copied
+  under another key, entries from another cache, and naive edits of the numbers -- including
+  one that recomputes a plain SHA-256. It does NOT stop a deliberate forger who can read the
+  secret: whoever can write the folder can usually read it too. Keep a cache you must trust
+  writable only by people you trust.
+* Writes go to a unique temporary name in the same folder, are flushed to disk, and are renamed
+  over the entry: a reader on a shared filesystem sees the old entry or the new one, never part
+  of one; concurrent writers of one key each write a whole, equal entry.
 """
 
 from __future__ import annotations
@@ -26,21 +45,29 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import hmac
 import json
 import os
 import re
-import tempfile
+import secrets
+import stat
+import zlib
 from pathlib import Path
+from typing import Any
 
-FORMAT = 1   # bump when Artifacts' JSON changes
+from jaxmem import env
+
+FORMAT = 2   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC)
+MAGIC = "jaxmem-compile-cache"
+# The most an entry may hold: a buffer-assignment dump of a large model is tens of MB; a file far
+# larger than any entry is not read into memory (it is a miss).
+MAX_ENTRY_BYTES = 1 << 30
+SECRET_BYTES = 32
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json\.gz")
 
 
 def cache_dir() -> Path:
-    override = os.environ.get("JAXMEM_CACHE")
-    if override:
-        return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "jaxmem"
+    return env.cache_dir()
 
 
 def _versions() -> dict[str, str]:
@@ -116,7 +143,7 @@ def keys(lowered, built, options: dict, *, explain: bool, until: str = "executab
     The lowered program is serialized and hashed once for both. `until`: how far XLA ran
     ("executable", or "buffer_assignment" for jaxmem.compiler.early_stop, whose HLO text lacks the
     module-config attributes of the header line): a cached answer equals a fresh one of its kind."""
-    from jaxmem.compiler.compiled import CompiledStats
+    from jaxmem.compiler.artifacts import CompiledStats
 
     material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())},
@@ -131,13 +158,179 @@ def _path(k: str) -> Path:
     return cache_dir() / "compiles" / f"{k}.json.gz"
 
 
-def load(k: str) -> dict | None:
-    """The stored Artifacts JSON for key `k`, or None (missing or unreadable: a miss)."""
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` if it is a regular file (not a link) of at most `limit` bytes, else None.
+    O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with gzip.open(_path(k), "rt", encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, EOFError, ValueError):
+        fd = os.open(path, flags)
+    except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` under a unique temporary name beside `path`, flush it to disk, rename it over
+    `path`. Raises OSError; the temporary file never survives a failure."""
+    tmp = path.parent / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
+    # 0o666 less the umask, as any file the user writes: a group's shared cache stays shared
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _secret(*, create: bool) -> bytes | None:
+    """This cache's HMAC key; with `create`, made on first use (the first of concurrent writers wins:
+    os.link never replaces). None where there is none and cannot be one."""
+    path = cache_dir() / "secret"
+    data = _read_regular(path, SECRET_BYTES)
+    if data is not None and len(data) == SECRET_BYTES:
+        return data
+    if not create:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    # replace only what is plainly damaged: a readable file of the wrong size, a FIFO, a link; a
+    # secret this user may not read is another user's to keep
+    if st is not None and not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode)
+                               or (stat.S_ISREG(st.st_mode) and st.st_size != SECRET_BYTES
+                                   and os.access(path, os.R_OK))):
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            os.write(fd, secrets.token_bytes(SECRET_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            if st is not None:   # damaged: replaced (its entries were misses anyway)
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)      # never replaces: of concurrent first writers, the first wins
+        except FileExistsError:
+            pass
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    except OSError:
+        return None
+    data = _read_regular(path, SECRET_BYTES)
+    return data if data is not None and len(data) == SECRET_BYTES else None
+
+
+def _digest(secret: bytes, header: dict, payload: bytes) -> str:
+    head = json.dumps({k: v for k, v in header.items() if k != "digest"}, sort_keys=True).encode()
+    return hmac.new(secret, head + b"\n" + payload, hashlib.sha256).hexdigest()
+
+
+def _decompress(raw: bytes) -> bytes | None:
+    """One whole gzip member of at most MAX_ENTRY_BYTES, else None (truncated, damaged, a bomb)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw, MAX_ENTRY_BYTES + 1)
+    except zlib.error:
+        return None
+    if len(out) > MAX_ENTRY_BYTES or not d.eof or d.unused_data:
+        return None
+    return out
+
+
+def _discard(path: Path, raw_size: int | None) -> None:
+    """Remove an entry found bad, so that it costs one check, not one per run. Best effort: a FIFO,
+    a link, a regular file of the size read, an empty directory (never a directory's contents); a
+    writer that renamed a good entry over it meanwhile loses at most one compile."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)
+        elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode) or (
+                stat.S_ISREG(st.st_mode) and (raw_size is None or st.st_size == raw_size)):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def load(k: str, *, parse=None):
+    """The stored Artifacts JSON for key `k` (or `parse` of it), or None: a miss when there is none,
+    and when the entry is not this key's own, undamaged entry (see the module's docstring), or
+    `parse` raises on it (Artifacts.from_json: a payload of the wrong shape). A bad entry is
+    removed; the fresh compile's store puts a good one there."""
+    path = _path(k)
+    raw = _read_regular(path, MAX_ENTRY_BYTES)
+    if raw is None:
+        if os.path.lexists(path):
+            _discard(path, None)
+        return None
+    out = _verified(k, raw)
+    if out is not None and parse is not None:
+        try:
+            out = parse(out)
+        except Exception:  # noqa: BLE001 - whatever a malformed payload raises, it is a miss
+            out = None
+    if out is None:
+        _discard(path, len(raw))
+    return out
+
+
+def _verified(k: str, raw: bytes) -> dict | None:
+    data = _decompress(raw)
+    if data is None:
+        return None
+    head, sep, body = data.partition(b"\n")
+    if not sep:
+        return None
+    try:
+        header = json.loads(head)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(header, dict) or header.get("magic") != MAGIC or header.get("format") != FORMAT \
+            or header.get("key") != k or header.get("size") != len(body) or not isinstance(header.get("digest"), str):
+        return None
+    if header.get("versions") != _versions():   # keyed already; checked again in case it was copied in
+        return None
+    secret = _secret(create=False)
+    if secret is None or not hmac.compare_digest(_digest(secret, header, body), header["digest"]):
+        return None
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def store(k: str, payload: dict) -> None:
@@ -145,13 +338,63 @@ def store(k: str, payload: dict) -> None:
     path = _path(k)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json.gz")
-        try:
-            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, mtime=0) as f:
-                f.write(json.dumps(payload).encode("utf-8"))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        secret = _secret(create=True)
+        if secret is None:
+            return
+        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        header = {"magic": MAGIC, "format": FORMAT, "key": k, "versions": _versions(), "size": len(body)}
+        header["digest"] = _digest(secret, header, body)
+        data = gzip.compress(json.dumps(header, sort_keys=True).encode() + b"\n" + body, compresslevel=3, mtime=0)
+        _write_atomic(path, data)
     except OSError:
         pass
+
+
+# -- `jaxmem cache`: where, how much, and clearing ------------------------------------------------
+
+def info() -> dict:
+    """Where the cache is and what it holds: entries (regular files named as entries), their bytes,
+    partial writes (temporary files a killed writer left), and anything else found there."""
+    folder = cache_dir() / "compiles"
+    out: dict[str, Any] = {"path": str(cache_dir()), "entries": 0, "bytes": 0, "partial_writes": 0, "other": 0,
+           "secret": os.path.isfile(cache_dir() / "secret")}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return out
+    for n in names:
+        try:
+            st = os.lstat(folder / n)
+        except OSError:
+            continue
+        if _ENTRY.fullmatch(n) and stat.S_ISREG(st.st_mode):
+            out["entries"] += 1
+            out["bytes"] += st.st_size
+        elif n.startswith(".tmp-") and stat.S_ISREG(st.st_mode):
+            out["partial_writes"] += 1
+            out["bytes"] += st.st_size
+        else:
+            out["other"] += 1
+    return out
+
+
+def clear() -> dict:
+    """Remove every entry and partial write (and anything else named as an entry that is not a
+    directory); leaves other files alone: JAXMEM_CACHE may point anywhere. Returns info() after,
+    with how many files were removed."""
+    folder = cache_dir() / "compiles"
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        names = []
+    for n in names:
+        if not (_ENTRY.fullmatch(n) or n.startswith(".tmp-")):
+            continue
+        try:
+            if not stat.S_ISDIR(os.lstat(folder / n).st_mode):
+                os.unlink(folder / n)
+                removed += 1
+        except OSError:
+            pass
+    return {**info(), "removed": removed}

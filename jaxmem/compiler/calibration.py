@@ -75,7 +75,8 @@ def validate_entry(path, kind: str, raw) -> Entry:
         values[key] = v
     source = raw.get("source")
     if not isinstance(source, str) or not source.strip():
-        raise _bad(path, f"entry {kind!r}: source must be a non-empty string saying how it was measured, got {source!r}")
+        raise _bad(path, f"entry {kind!r}: source must be a non-empty string saying how it was measured, "
+                         f"got {source!r}")
     measured_at = raw.get("measured_at")
     if measured_at is not None and not isinstance(measured_at, str):
         raise _bad(path, f"entry {kind!r}: measured_at must be a date string or null, got {measured_at!r}")

@@ -11,34 +11,9 @@ import time
 
 import jax
 
+from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.errors import UserError, describe
 from jaxmem.program.step import BuiltStep
-
-
-@dataclasses.dataclass(frozen=True)
-class CompiledStats:
-    """XLA's per-device memory numbers for one compiled program (bytes)."""
-
-    argument: int
-    output: int
-    alias: int
-    temp: int
-    generated_code: int
-    peak: int            # XLA's own peak_memory_in_bytes (0 when the backend gives none)
-    host_temp: int
-    lower_s: float
-    compile_s: float
-    notes: tuple[str, ...] = ()   # how the compile deviated from the default pipeline
-    # pinned host memory (--offload): XLA's host_* numbers
-    host_argument: int = 0
-    host_output: int = 0
-    host_alias: int = 0
-
-    @property
-    def lower_bound(self) -> int:
-        """XLA's device-memory lower bound: code + args + outputs - aliased + temp."""
-        return self.generated_code + self.argument + self.output - self.alias + self.temp
-
 
 # XLA:CPU's YNNPACK fusions (dots, reductions) allocate their intermediates at run time, outside
 # XLA's buffer assignment: `jaxmem verify` measured +16 MiB per device for one attention-score
@@ -73,7 +48,7 @@ def lower(built: BuiltStep):
             lowered = jitted.lower(*built.args)
     except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
         raise UserError(_explain_trace_error(e)) from None
     return lowered, time.perf_counter() - t0
 
@@ -84,11 +59,34 @@ def _base_options(built: BuiltStep) -> dict:
     return {}
 
 
+@contextlib.contextmanager
+def no_persistent_cache():
+    """JAX's persistent compilation cache off (JAX_COMPILATION_CACHE_DIR, jax_compilation_cache_dir):
+    an executable it returns was not compiled by this run, so XLA wrote no buffer assignment to
+    explain (a second `--gpu cpu` run failed on it), and the compile-only capture saw no compile.
+    jaxmem has its own cache, keyed by what decides the answer."""
+    from jax._src import compilation_cache as jax_cc
+    from jax._src import config as jax_config
+
+    state = getattr(jax_config, "enable_compilation_cache", None)
+    if state is None or not jax_cc.is_persistent_cache_enabled():
+        yield
+        return
+    # jax decides once per process whether the cache is used (compilation_cache.is_cache_used):
+    # that decision is reset under the switch, and again after, for the caller's own compiles
+    with state(False):
+        jax_cc.reset_cache()
+        try:
+            yield
+        finally:
+            jax_cc.reset_cache()
+
+
 def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
     t1 = time.perf_counter()
     notes: list[str] = []
     try:
-        with _xla_log(notes):
+        with _xla_log(notes), no_persistent_cache():
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
@@ -101,7 +99,7 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
 
             shutil.rmtree(dump_dir, ignore_errors=True)
             os.makedirs(dump_dir, exist_ok=True)
-        with _xla_log(notes):
+        with _xla_log(notes), no_persistent_cache():
             compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
@@ -130,7 +128,8 @@ def _raise_compile_error(msg: str) -> None:
 
     rule = rule_failure(msg)
     if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
-        raise UserError(f"a custom partitioning rule of the model failed while XLA partitioned the step: {rule}") from None
+        raise UserError("a custom partitioning rule of the model failed while XLA partitioned the step: "
+                        f"{rule}") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
         from jaxmem.errors import cap
 
@@ -149,42 +148,6 @@ FAST_GPU_OPTIONS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Artifacts:
-    """Everything an analysis reads from one compile, and nothing live: it is cached on disk and
-    re-processed identically, so a cached answer equals a fresh one.
-
-    stats: XLA's memory numbers. cost: ``compiled.cost_analysis()`` (flops, bytes accessed, ...;
-    empty where the backend gives none, as for deviceless GPU compiles). hlo_text: the optimized,
-    scheduled HLO (``compiled.as_text()``): collectives and replica groups are read from it.
-    dump: the serialized after-optimizations HloProto holding the buffer assignment (explain only).
-    """
-
-    stats: CompiledStats
-    cost: dict
-    hlo_text: str
-    dump: bytes | None = None
-    cached: bool = False     # read from the disk cache (not part of the answer: not serialized)
-    # the dump already decoded (jaxmem.xla.hlo.decode_hlo_proto), when this run had to; not serialized
-    assignment: object = dataclasses.field(default=None, compare=False, repr=False)
-
-    def to_json(self) -> dict:
-        import base64
-
-        return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes)}, "cost": self.cost,
-                "hlo_text": self.hlo_text,
-                "dump": None if self.dump is None else base64.b64encode(self.dump).decode("ascii")}
-
-    @classmethod
-    def from_json(cls, d: dict, *, cached: bool = False) -> "Artifacts":
-        import base64
-
-        st = dict(d["stats"])
-        st["notes"] = tuple(st.get("notes", ()))
-        return cls(stats=CompiledStats(**st), cost=dict(d.get("cost") or {}), hlo_text=d["hlo_text"],
-                   dump=None if d.get("dump") is None else base64.b64decode(d["dump"]), cached=cached)
-
-
 def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
     """The compiler options compile_step uses for `built` (without the dump options)."""
     options = _base_options(built)
@@ -199,33 +162,37 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     """Lower and compile `built` for its target: the Artifacts an analysis needs.
 
     explain: also capture XLA's buffer assignment (a dump of the optimized module).
-    cache: answer from (and store into) the on-disk compile cache (jaxmem.compiler.cache), keyed
-    by the lowered program, the target, the compile options and the versions. Lowering always
-    runs (it is the key); the compile is what a hit saves.
+    cache: answer from the on-disk compile cache (jaxmem.compiler.cache), keyed by the lowered
+    program, the target, the compile options and the versions. Lowering always runs (it is the
+    key); the compile is what a hit saves. Either way the fresh compile is stored: --no-cache
+    replaces the entry it would have read (a way to refresh one).
     fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
     child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
     there and stops after buffer assignment (every number is read from XLA's dump). The child is
     closed on return, used or not.
     """
+    from jaxmem import scratch
     from jaxmem.compiler import cache as cache_mod
 
     try:
-        lowered, lower_s = lower(built)
+        with scratch.phase("lowering the step"):
+            lowered, lower_s = lower(built)
         options = compile_options(built, fast=fast)
         until = "buffer_assignment" if child is not None else "executable"
-        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until) if cache else []
+        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
         if cache:
             for k in keys:
-                hit = cache_mod.load(k)
-                if hit is not None:
-                    art = Artifacts.from_json(hit, cached=True)
+                # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
+                art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
+                if art is not None:
                     # this run's costs: it lowered, and compiled nothing
                     return dataclasses.replace(art, dump=art.dump if explain else None,
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
         if child is not None:
-            art = _compile_early(child, lowered, options, lower_s)
-            if cache:   # the dump is always there: stored so that it answers with and without explain
-                cache_mod.store(keys[0], art.to_json())
+            with scratch.phase("compiling the step (XLA, in a child process)"):
+                art = _compile_early(child, lowered, options, lower_s)
+            # the dump is always there: stored so that it answers with and without explain
+            cache_mod.store(keys[0], art.to_json())
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:
@@ -237,7 +204,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             from jaxmem.xla import dump
 
             full = {**dump.compile_options(dump_dir), **options}
-        compiled, stats = _compile(lowered, full, dump_dir, lower_s)
+        with scratch.phase("compiling the step (XLA)"):
+            compiled, stats = _compile(lowered, full, dump_dir, lower_s)
         raw = None
         if dump_dir is not None:
             from jaxmem.xla import dump
@@ -253,8 +221,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
         cost = cost[0] if cost else None
     cost = {str(k): float(v) for k, v in (cost or {}).items()}
     art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw)
-    if cache:
-        cache_mod.store(keys[-1], art.to_json())
+    cache_mod.store(keys[-1], art.to_json())
     return art
 
 
@@ -268,14 +235,16 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     notes: list[str] = []
     try:
         try:
-            raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
+            with no_persistent_cache():
+                raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
         except early_stop.CompileFailed as e:
             if "output tile sizes" not in str(e):
                 raise
             notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
             retry = early_stop.Child(*child.args)
-            raw, log = early_stop.compile_until_buffer_assignment(
-                retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
+            with no_persistent_cache():
+                raw, log = early_stop.compile_until_buffer_assignment(
+                    retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
     except early_stop.CompileFailed as e:
         _raise_compile_error(str(e))
         raise RuntimeError(str(e)) from None

@@ -104,23 +104,30 @@ class Child:
 
     def __init__(self, target_config: str, topology: str, *, now: bool = True):
         self.args = (target_config, topology)
-        self._proc = None
+        self._proc: subprocess.Popen[bytes] | None = None
         if now:
             self._spawn()
 
     def _spawn(self) -> None:
         target_config, topology = self.args
-        self._log = tempfile.TemporaryFile(mode="w+b")
+        self._log = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 -- the child's stderr, read while it lives
         # the child imports this jaxmem, wherever it was imported from (an install, a checkout)
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxmem.compiler.early_stop", target_config, topology],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path})
+            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path,
+                 "JAXMEM_COMPILE_PARENT": str(os.getpid())})
+
+    @property
+    def _child(self) -> subprocess.Popen[bytes]:
+        """The child process, once spawned (by __init__ or compile)."""
+        assert self._proc is not None, "the child is spawned first"
+        return self._proc
 
     @classmethod
-    def start(cls, target, *, now: bool = True) -> "Child":
+    def start(cls, target, *, now: bool = True) -> Child:
         """A child for `target`. now: start it at once (its jax import then overlaps the caller's
         tracing, which pays when a core is idle); else when the compile is sent, so that a cache
         hit costs nothing (sweep workers: every core is busy anyway)."""
@@ -135,7 +142,7 @@ class Child:
         if self._proc is None:
             self._spawn()
         try:
-            _send(self._proc.stdin, request)
+            _send(self._child.stdin, request)
         except (BrokenPipeError, OSError):
             pass  # the child is gone: its exit status says why, below
         try:
@@ -143,7 +150,7 @@ class Child:
                 data = _finished_dump(dump_dir)
                 if data is not None:
                     return data, self._stop()
-                if self._proc.poll() is not None:
+                if self._child.poll() is not None:
                     data = _finished_dump(dump_dir, writer_done=True)
                     if data is not None:  # the whole compile finished between two looks
                         return data, self._stop()
@@ -156,20 +163,22 @@ class Child:
         """Wait up to one poll interval for a message from the child; answer a partitioning
         callback (jaxmem.compiler.partitioners), raise XLA's error. The child asks one question at
         a time and waits for its answer, so nothing is left unread in the stream's buffer."""
-        ready, _, _ = select.select([self._proc.stdout], [], [], _POLL_S)
+        stdout = self._child.stdout
+        assert stdout is not None  # a pipe (see _spawn)
+        ready, _, _ = select.select([stdout], [], [], _POLL_S)
         if not ready:
             return
         try:
-            message = _receive(self._proc.stdout)
+            message = _receive(stdout)
         except EOFError:   # the child is exiting: its status says why, on the next look
-            self._proc.wait(timeout=30)
+            self._child.wait(timeout=30)
             return
         if "error" in message:
             raise CompileFailed(message["error"])
         from jaxmem.compiler import partitioners
 
         try:
-            _send(self._proc.stdin, partitioners.serve(message))
+            _send(self._child.stdin, partitioners.serve(message))
         except (BrokenPipeError, OSError):
             pass
 
@@ -180,12 +189,12 @@ class Child:
 
     def _failure(self) -> str:
         try:
-            message = _receive(self._proc.stdout) if self._proc.stdout else None
+            message = _receive(self._child.stdout) if self._child.stdout else None
         except (EOFError, OSError, pickle.UnpicklingError):
             message = None
         if isinstance(message, dict) and "error" in message:
             return message["error"]
-        code = self._proc.returncode
+        code = self._child.returncode
         self._log.seek(0)
         tail = self._log.read().decode(errors="replace").strip().splitlines()[-3:]
         how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
@@ -201,7 +210,7 @@ class Child:
             self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        for f in (self._proc.stdin, self._proc.stdout):
+        for f in filter(None, (self._proc.stdin, self._proc.stdout)):
             try:
                 f.close()
             except (OSError, AttributeError):
@@ -261,8 +270,10 @@ def _die_with_parent() -> None:
         import signal
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # not Linux: the stdin watch below still ends us
+    except Exception:  # noqa: BLE001 -- not Linux: the stdin watch below still ends us
         pass
+    if os.environ.get("JAXMEM_COMPILE_PARENT", str(os.getppid())) != str(os.getppid()):
+        os._exit(0)   # the parent died before PR_SET_PDEATHSIG took effect
 
 
 def _child_main(target_config: str, topology: str) -> None:
@@ -297,14 +308,15 @@ def _child_main(target_config: str, topology: str) -> None:
     from jaxmem.compiler import partitioners
 
     partitioners.forward_to(lambda message: _send(stdout, message), replies)
-    by_id = {d.id: d for d in topo.devices}
+    # (type: ignore: jaxlib ships its _jax extension without stubs, so mypy cannot see Device's attributes)
+    by_id = {d.id: d for d in topo.devices}  # type: ignore[attr-defined]
     try:
         with mlir.make_ir_context():
             module = ir.Module.parse(request["module"])
-        topo.devices[0].client.compile(
+        topo.devices[0].client.compile(  # type: ignore[attr-defined]
             module, executable_devices=xc.DeviceList(tuple(by_id[i] for i in request["device_ids"])),
             compile_options=xc.CompileOptions.ParseFromString(request["options"]))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- any compile failure is sent to the parent, which raises it
         _send(stdout, {"error": f"{type(e).__name__}: {str(e).strip()[:4000]}"})
         os._exit(1)
     os._exit(0)

@@ -52,6 +52,7 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.xla import hlo_text
@@ -60,8 +61,9 @@ from jaxmem.xla.collectives import Collective, collectives
 RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs, each dot at the card's "
         "peak dense rate for its operand types (bf16/fp16, tf32 for fp32 at default precision, fp32 at highest, "
         "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, "
-        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the group's NICs per host) bandwidth, host = copies to/from "
-        "pinned host memory at PCIe bandwidth; none overlapped with compute; loops counted by their trip counts")
+        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the "
+        "group's NICs per host) bandwidth, host = copies to/from pinned host memory at PCIe bandwidth; none "
+        "overlapped with compute; loops counted by their trip counts")
 LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
               "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
 
@@ -90,7 +92,7 @@ def _xla_cost(text: str) -> dict[str, float]:
     """XLA's HloCostAnalysis of an HLO module given as text (the analysis is backend-neutral
     for FLOPs and bytes; the CPU client only provides its shape-size function)."""
     from jax._src.lib import _jax
-    from jaxlib import _hlo
+    from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
 
     module = _hlo.hlo_module_from_text(text)
     cost = _jax.hlo_module_cost_analysis(_cpu_client(), module)
@@ -135,7 +137,7 @@ def program_cost(module: hlo_text.Module) -> ProgramCost:
 
     whole = {r: _xla_cost(module.submodule_text(r)) for r in dict.fromkeys(roots)}
     mult = module.multiplicity
-    total = defaultdict(float)
+    total: defaultdict[str, float] = defaultdict(float)
     for root, cost in whole.items():
         own = {k: v - sum(whole[b][k] for b in inner.get(root, ())) for k, v in cost.items()}
         for k, v in own.items():
@@ -157,7 +159,7 @@ _ALGORITHMS = (("dot_any_f8_any_f8", "fp8"), ("dot_bf16_bf16", "bf16"), ("dot_f1
 _INT8 = ("s8", "u8", "s4", "u4")
 
 
-def dot_kind(dtypes: list[str], precision: list[str] = (), algorithm: str | None = None) -> tuple[str, int]:
+def dot_kind(dtypes: list[str], precision: Sequence[str] = (), algorithm: str | None = None) -> tuple[str, int]:
     """(kind, passes): the rate a dot with operands of `dtypes` runs at, and how many times.
 
     The kinds: bf16, fp16, tf32, fp32 (CUDA cores), fp8, int8, other (f64 and wide integers: no
@@ -261,7 +263,7 @@ def _custom_call_flops(module: hlo_text.Module, ins: hlo_text.Instruction) -> fl
     cfg = ins.backend_config
     shapes = _operand_shapes(module, ins)
     arrays = [s for s in shapes if isinstance(s, hlo_text.Array)]
-    if target.startswith("__cublas$") and "gemm" in target.lower() or target == "__cublas$lt$matmul":
+    if (target.startswith("__cublas$") and "gemm" in target.lower()) or target == "__cublas$lt$matmul":
         dn = cfg.get("gemm_backend_config", {}).get("dot_dimension_numbers")
         if dn is None or len(arrays) < 2:
             return 0.0
@@ -412,7 +414,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         cost = program_cost(module)
         colls = collectives(module, mesh_axes)
         host_bytes = host_transfer_bytes(module)
-    except Exception as e:  # an unreadable program gets no number rather than a wrong one, or a crash
+    except Exception as e:  # noqa: BLE001 -- an unreadable program gets no number rather than a wrong one, or a crash
         return {"label": "estimate", "available": False,
                 "reason": f"could not cost the compiled program ({type(e).__name__}: {str(e)[:200]})"}
     n_devices = math.prod(s for _, s in mesh_axes) or 1

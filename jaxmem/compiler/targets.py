@@ -109,52 +109,52 @@ PERFORMANCE: dict[str, Performance] = {
     "a100-80g": Performance(
         312e12, 156e12, 19.5e12, 2.039e12, 300e9, 25e9, "NVLink 3", "HDR InfiniBand 200 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
-          "NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS (624 sparse), TF32 156 (312 sparse), "
-          "FP32 19.5 TFLOPS, 2,039 GB/s HBM2e, NVLink 600 GB/s (bidirectional)"),
-         ("inter_host_bandwidth", "NVIDIA DGX A100 user guide: 8 x ConnectX-6 200 Gb/s HDR InfiniBand for compute, "
-          "one per GPU (25 GB/s each way)"),
+          ("NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM: BF16 312 TFLOPS (624 sparse), TF32 156 (312 sparse), "
+          "FP32 19.5 TFLOPS, 2,039 GB/s HBM2e, NVLink 600 GB/s (bidirectional)")),
+         ("inter_host_bandwidth", ("NVIDIA DGX A100 user guide: 8 x ConnectX-6 200 Gb/s HDR InfiniBand for compute, "
+          "one per GPU (25 GB/s each way)")),
          ("host_bandwidth", "NVIDIA A100 datasheet: PCIe Gen4 64 GB/s (bidirectional), 32 GB/s each way"),
          ("int8_ops", "NVIDIA A100 datasheet: INT8 Tensor Core 624 TOPS dense (1,248 sparse); Ampere has no FP8")),
         host_bandwidth=32e9, int8_ops=624e12),
     "h100": Performance(
         989.4e12, 494.7e12, 66.9e12, 3.35e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
-          "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
-          "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 3.35 TB/s HBM3, NVLink 900 GB/s (bidirectional)"),
+          ("NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
+           "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 3.35 TB/s HBM3, NVLink 900 GB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("H100")),
          ("host_bandwidth", "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
-         ("fp8_flops, int8_ops", "NVIDIA H100 datasheet, H100 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
-          "(1,979 dense)")),
+         ("fp8_flops, int8_ops", ("NVIDIA H100 datasheet, H100 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
+          "(1,979 dense)"))),
         host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12),
     "h200": Performance(
         989.4e12, 494.7e12, 66.9e12, 4.8e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
-          "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
-          "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4.8 TB/s HBM3e, NVLink 900 GB/s (bidirectional)"),
+          ("NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity (989.4 dense), "
+           "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4.8 TB/s HBM3e, NVLink 900 GB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("H200")),
          ("host_bandwidth", "NVIDIA H200 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
-         ("fp8_flops, int8_ops", "NVIDIA H200 datasheet, H200 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
-          "(1,979 dense)")),
+         ("fp8_flops, int8_ops", ("NVIDIA H200 datasheet, H200 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
+          "(1,979 dense)"))),
         host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12),
     "b200": Performance(
         2.25e15, 1.1e15, 75e12, 7.7e12, 900e9, 50e9, "NVLink 5", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
-          "NVIDIA HGX B200 specifications (per GPU): FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), TF32 2.2 "
-          "PFLOPS with sparsity (1.1 dense), FP32 75 TFLOPS, 7.7 TB/s HBM3e, NVLink 5 1.8 TB/s (bidirectional)"),
+          ("NVIDIA HGX B200 specifications (per GPU): FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense), TF32 2.2 "
+           "PFLOPS with sparsity (1.1 dense), FP32 75 TFLOPS, 7.7 TB/s HBM3e, NVLink 5 1.8 TB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("B200")),
          ("host_bandwidth", "NVIDIA HGX B200 specifications: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
-         ("fp8_flops, int8_ops", "NVIDIA HGX B200 specifications (per GPU): FP8 9 PFLOPS and INT8 9 POPS with "
-          "sparsity (4.5 dense)")),
+         ("fp8_flops, int8_ops", ("NVIDIA HGX B200 specifications (per GPU): FP8 9 PFLOPS and INT8 9 POPS with "
+          "sparsity (4.5 dense)"))),
         host_bandwidth=64e9, fp8_flops=4.5e15, int8_ops=4.5e15),
     "rtx-a6000": Performance(
         154.8e12, 77.4e12, 38.7e12, 768e9, 32e9, 25e9, "PCIe 4.0 x16", "200 Gb/s per GPU (assumed)",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth",
-          "NVIDIA RTX A6000 datasheet / Ampere GA102 whitepaper: BF16 tensor with FP32 accumulate 154.8 TFLOPS "
-          "(309.7 sparse), TF32 tensor 77.4 (154.8 sparse), FP32 38.7 TFLOPS, 768 GB/s GDDR6"),
-         ("intra_host_bandwidth", "PCIe 4.0 x16: 64 GB/s bidirectional (32 GB/s each way); the A6000's NVLink "
-          "bridge joins pairs of cards only, so an 8-GPU host talks over PCIe"),
-         ("inter_host_bandwidth", "no NVIDIA reference system for RTX A6000 hosts: assumed one 200 Gb/s NIC per "
-          "GPU, as in DGX A100"),
+          ("NVIDIA RTX A6000 datasheet / Ampere GA102 whitepaper: BF16 tensor with FP32 accumulate 154.8 TFLOPS "
+          "(309.7 sparse), TF32 tensor 77.4 (154.8 sparse), FP32 38.7 TFLOPS, 768 GB/s GDDR6")),
+         ("intra_host_bandwidth", ("PCIe 4.0 x16: 64 GB/s bidirectional (32 GB/s each way); the A6000's NVLink "
+          "bridge joins pairs of cards only, so an 8-GPU host talks over PCIe")),
+         ("inter_host_bandwidth", ("no NVIDIA reference system for RTX A6000 hosts: assumed one 200 Gb/s NIC per "
+          "GPU, as in DGX A100")),
          ("host_bandwidth", "NVIDIA RTX A6000 datasheet: PCIe Gen4 x16, 32 GB/s each way"),
          ("int8_ops", "Ampere GA102 whitepaper, RTX A6000: INT8 tensor 309.7 TOPS dense (619.4 sparse); no FP8")),
         host_bandwidth=32e9, int8_ops=309.7e12),
@@ -240,7 +240,8 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
     if key == "local":
         devs = jax.devices("gpu") if local_gpu_count() else []
         if not devs:
-            raise UserError("--gpu local: no GPU is attached to this machine. Pick a catalogue GPU (jaxmem gpus) or --gpu cpu.")
+            raise UserError("--gpu local: no GPU is attached to this machine. Pick a catalogue GPU (jaxmem gpus) "
+                            "or --gpu cpu.")
         if len(devs) < n_devices:
             raise UserError(f"--gpu local: the mesh needs {n_devices} devices but {len(devs)} GPUs are attached")
         stats = devs[0].memory_stats() or {}
@@ -252,7 +253,7 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
 
     try:
         topo = topologies.get_topology_desc(platform="cuda", target_config=spec.target_config(), topology=topo_str)
-    except Exception as e:  # the plugin missing is an install problem, not a bug
+    except Exception as e:  # noqa: BLE001 -- the plugin missing is an install problem, not a bug
         from jaxmem import env
 
         if env.jax_started_without_switch():  # installed, but refused when jax started: say so, not "install"

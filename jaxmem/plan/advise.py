@@ -40,10 +40,11 @@ import dataclasses
 import itertools
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import meshes
 from jaxmem.program import layouts
 
@@ -156,8 +157,8 @@ class Advice:
     @property
     def closest(self) -> Candidate | None:
         """The compiled candidate with the smallest peak above what is usable (when none fits)."""
-        done = [c for c in self.candidates if c.report is not None and c.report.headroom_bytes is not None]
-        return max(done, key=lambda c: c.headroom, default=None)
+        done = [(c.headroom, c) for c in self.candidates if c.headroom is not None]
+        return max(done, key=lambda hc: hc[0])[1] if done else None
 
     def relative(self, c: Candidate) -> float | None:
         base, mine = self.original.step_s, c.step_s
@@ -170,8 +171,9 @@ class Advice:
 
     def to_json(self) -> dict[str, Any]:
         def row(c: Candidate) -> dict[str, Any]:
-            return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label, "command": c.command(self.path),
-                    "status": c.status, "error": c.error, "fits": c.fits if c.report is not None else None,
+            return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label,
+                    "command": c.command(self.path), "status": c.status, "error": c.error,
+                    "fits": c.fits if c.report is not None else None,
                     "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
                     "step_time_estimate_s": c.step_s, "relative_step_time": self.relative(c),
                     "devices": getattr(c.report.target, "devices", None) if c.report is not None else None,
@@ -395,7 +397,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
             return []
         outs = run([(_key(ch), opts) for ch, opts in items])
         result = []
-        for (ch, opts), (rep, err, status, hit) in zip(items, outs):
+        for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
             compiles += 1
             cached += hit
             result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
@@ -420,10 +422,10 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = []
-    for ch in singles:
-        opts = _apply(base, (ch,))
+    for single in singles:
+        opts = _apply(base, (single,))
         if opts is not None:
-            probe_items.append(((ch,), opts))
+            probe_items.append(((single,), opts))
     probes = compile_all(probe_items, 1)
     done = {_opts_key(c.options) for c in [original, *probes]}
 
@@ -445,7 +447,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         predicted = {ch: peak for _, peak, ch in scored}
         queue = _interleave([ch for _, _, ch in scored])
         for _ in range(2):
-            batch = []
+            batch: list[tuple[tuple, AnalyzeOptions]] = []
             while queue and len(batch) < combinations:
                 ch = queue.pop(0)
                 opts = _apply(base, ch)

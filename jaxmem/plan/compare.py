@@ -15,18 +15,21 @@ import io
 import itertools
 import json
 import math
-from typing import Callable
+import re
+from collections.abc import Callable
+from typing import Any
 
-from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import meshes
 from jaxmem.plan import search as search_mod
 from jaxmem.plan import sweep
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
-AXES = {"layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
-        "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str}
+AXES: dict[str, Callable[[str], Any]] = {
+    "layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
+    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str}
 BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
 SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
 DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
@@ -76,7 +79,7 @@ class Rows(list):
         return display.html("rows", self)
 
 
-def grid(spec: dict[str, str | None]) -> list[dict[str, object]]:
+def grid(spec: dict[str, str | None]) -> list[dict[str, Any]]:  # AnalyzeOptions field -> value
     """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination."""
     axes = []
     for name, text in spec.items():
@@ -123,18 +126,21 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
     if find is not None:
         cells = _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row)
     else:
-        cells = [None] * len(rows)
+        slots: list[Cell | None] = [None] * len(rows)
         jobs = [sweep.Job(label(choice), path, opts) for choice, opts in rows]
         where = {id(j): i for i, j in enumerate(jobs)}
 
         def done(out: sweep.Outcome) -> None:
             i = where[id(out.job)]
-            cells[i] = Cell(rows[i][0], out.report, out.error, out.status)
+            cell = slots[i] = Cell(rows[i][0], out.report, out.error, out.status)
             if on_row is not None:
-                on_row(cells[i])
+                on_row(cell)
 
         sweep.run_jobs(jobs, n_jobs=n_jobs, executor=executor, ray_address=ray_address, progress=progress,
                        on_result=done)
+        cells = [c for c in slots if c is not None]
+        if len(cells) != len(slots):
+            raise RuntimeError("the worker pool lost track of a row")
     if all(c.report is None for c in cells):
         raise UserError(cells[0].error)
     return cells
@@ -188,6 +194,7 @@ class _RowSearch:
                                             first=(0, 3, 15))
         else:
             self.granule = 0
+            assert opts.batch is not None  # (_check: --find-devices needs --batch)
             per = opts.batch // (opts.accum * meshes.other_batch(opts.mesh))
             self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
             self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
@@ -206,6 +213,7 @@ class _RowSearch:
         if self.find.kind == "batch":
             return dataclasses.replace(self.opts, batch=v)
         if self.find.kind == "seq":
+            assert self.find.arg is not None  # (_check: --find-seq names the argument)
             return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
         return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v))
 
@@ -221,6 +229,7 @@ class _RowSearch:
             return
         if out.status == "ok":
             r = out.report
+            assert r is not None  # (an "ok" outcome carries its report)
             if r.target.usable_bytes is None:
                 self.error = ("user_error", f"--find-{self.find.kind} needs a GPU target with fixed memory")
                 return
@@ -280,8 +289,11 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
         for s in searches:
             pump(s)
         bar.update(running=", ".join(j.key for j in pool.running()))
+        from jaxmem import scratch
+
         while any(c is None for c in cells):
-            out = pool.next()
+            with scratch.phase("waiting for the search's worker processes"):
+                out = pool.next()
             if out is None:
                 raise RuntimeError("the worker pool lost track of a probe")
             s, k = owner.pop(id(out.job))
@@ -292,7 +304,7 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
     finally:
         bar.close()
         pool.close()
-    return cells
+    return [c for c in cells if c is not None]  # (all of them: the loop ran until none was None)
 
 
 def probe_count(s: search_mod.SearchResult) -> str:
@@ -316,7 +328,7 @@ def row_line(c: Cell) -> str:
     s = c.search
     if s is not None:
         what = {"batch": "max batch", "seq": f"max {s.arg}", "devices": "min data size"}[s.kind]
-        answer = "none" if s.answer in (None, 0) and s.kind != "devices" or s.answer is None else (
+        answer = "none" if (s.answer in (None, 0) and s.kind != "devices") or s.answer is None else (
             f">= {s.answer}" if s.capped else str(s.answer))
         line += f"; {what} {answer} ({probe_count(s)})"
     return line
@@ -354,7 +366,9 @@ def from_json(rows: list) -> list[Cell]:
     return cells
 
 
-def load(path: str) -> list[Cell]:
+def load(path: str, on_note: Callable[[str], None] | None = None) -> list[Cell]:
+    """Saved rows, re-judged (:func:`rejudge`): a verdict is never taken from the file as given.
+    `on_note` gets the lines that say so, and every row whose saved verdict its bytes contradict."""
     try:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
@@ -363,11 +377,133 @@ def load(path: str) -> list[Cell]:
     except ValueError as e:
         raise UserError(f"--from {path}: not JSON ({e})") from None
     try:
-        return from_json(d)
+        cells, notes = rejudge(from_json(d))
     except UserError as e:
         raise UserError(f"--from {path}: {e}") from None
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise UserError(f"--from {path}: not a comparison jaxmem can read ({type(e).__name__}: {e})") from None
+    if on_note is not None:
+        on_note(f"--from {path}: fits and headroom re-judged from each row's saved bytes against its GPU "
+                "(the catalogue's memory at the row's memory fraction), not read from the file")
+        for n in notes:
+            on_note(f"  {n}")
+    return cells
+
+
+_FRACTION_NOTE = re.compile(r"(?:--mem-fraction |XLA_CLIENT_MEM_FRACTION=|XLA_PYTHON_CLIENT_MEM_FRACTION=)([^,\s]+)")
+
+
+def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
+    """The (usable bytes, out-of-pool terms fit) the row's allocator settings give on its catalogue
+    GPU: one answer, or two when the note leaves preallocation open (--mem-fraction)."""
+    from jaxmem.compiler import runtime, targets
+
+    total = targets.CATALOGUE[t.gpu].memory_bytes
+    note = t.usable_note or ""
+    if note.startswith("XLA_PYTHON_CLIENT_ALLOCATOR=platform"):
+        usable, _, fits = runtime.pool_budget(total, 1.0, oop, platform=True)
+        return [(usable, fits)]
+    m = _FRACTION_NOTE.match(note)
+    if m:
+        frac = float(m.group(1))
+    elif note.startswith("JAX default: 75% of the card"):
+        frac = 0.75
+    else:
+        raise UserError(f"the memory settings of a {t.gpu} row are not ones jaxmem writes ({note!r}); "
+                        "re-run the comparison")
+    if not (math.isfinite(frac) and 0 < frac <= 1):
+        raise UserError(f"a {t.gpu} row's memory fraction {frac} is not in (0, 1]; re-run the comparison")
+    modes = [True, False] if note.startswith("--mem-fraction") else ["grown on demand" not in note]
+    return [runtime.pool_budget(total, frac, oop, prealloc=p)[::2] for p in modes]
+
+
+def _whole(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise UserError(f"{what} is {x!r}, not a whole number of bytes; re-run the comparison")
+    return x
+
+
+def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
+    from jaxmem.compiler import targets
+    from jaxmem.units import fmt_bytes
+
+    peak = _whole(r.per_device_peak_bytes, f"row {name}: per_device_peak_bytes")
+    for k, v in r.breakdown.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UserError(f"row {name}: breakdown.{k} is {v!r}, not a number of bytes; re-run the comparison")
+    t = r.target
+    if t.gpu == "cpu":
+        memory = usable = fits = headroom = None
+    elif t.gpu in targets.CATALOGUE:
+        oop = _whole((r.runtime or {}).get("out_of_pool_bytes"), f"row {name}: runtime.out_of_pool_bytes")
+        pools = _saved_pools(t, oop)
+        usable, oop_fits = next((p for p in pools if p[0] == t.usable_bytes), pools[0])
+        memory = targets.CATALOGUE[t.gpu].memory_bytes
+        fits, headroom = peak <= usable and oop_fits, usable - peak
+    elif t.gpu.startswith("local:"):
+        # an attached card's size is not in the catalogue: kept, but the verdict still follows from the bytes
+        memory = _whole(t.memory_bytes, f"row {name}: target.memory_bytes")
+        usable = min(_whole(t.usable_bytes, f"row {name}: target.usable_bytes"), memory)
+        fits, headroom = peak <= usable, usable - peak
+    else:
+        raise UserError(f"row {name}: unknown GPU {t.gpu!r}; re-run the comparison")
+    if (fits, headroom, usable, memory) == (r.fits, r.headroom_bytes, t.usable_bytes, t.memory_bytes):
+        return r
+
+    def verdict(f, h, u):
+        return "no verdict (CPU)" if f is None else (
+            f"{'fits' if f else 'does not fit'}, headroom {fmt_bytes(h)} of {fmt_bytes(u)} usable")
+
+    notes.append(f"row {name}: the file said {verdict(r.fits, r.headroom_bytes, t.usable_bytes)}; its peak "
+                 f"{fmt_bytes(peak)} on {t.gpu} says {verdict(fits, headroom, usable)}")
+    return dataclasses.replace(r, fits=fits, headroom_bytes=headroom,
+                               target=dataclasses.replace(t, memory_bytes=memory, usable_bytes=usable))
+
+
+def rejudge(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
+    """Saved rows with every verdict recomputed from their bytes: fits and headroom from the peak
+    (the sum of its breakdown, which Report checks) against the usable memory of the row's GPU
+    -- the catalogue's card size at the row's memory fraction -- and a search's probes against the
+    same. A row whose search answer its own probes no longer support becomes an error row.
+    Returns (cells, one note per row that differed from the file)."""
+    from jaxmem.compiler import targets
+
+    notes: list[str] = []
+    out = []
+    for c in cells:
+        name = label(c.choice)
+        if c.report is None:
+            out.append(c)
+            continue
+        r = _rejudged_report(c.report, name, notes)
+        s = c.search
+        if s is not None and r.target.usable_bytes is not None and r.target.gpu in targets.CATALOGUE:
+            if not (isinstance(s.margin, (int, float)) and 0 <= s.margin < 1):
+                raise UserError(f"row {name}: search margin {s.margin!r} is not in [0, 1); re-run the comparison")
+            # each probe against its own usable bytes (a devices search's runtime differs per mesh),
+            # which the row's settings bound: no probe may have more than the whole pool
+            ceiling = max(u for u, _ in _saved_pools(r.target, 0))
+            wrong: list = [p for p in s.probes if p.peak_bytes is not None and (
+                _whole(p.usable_bytes, f"row {name}: a probe's usable_bytes") > ceiling
+                or p.fits != search_mod.fits_with_margin(_whole(p.peak_bytes, f"row {name}: a probe's peak_bytes"),
+                                                         p.usable_bytes, s.margin))]
+            wrong += [p for p in (s.fits_at, s.fails_at) if p is not None and p not in s.probes]
+            if s.fits_at is not None and not s.fits_at.fits:
+                wrong.append(s.fits_at)
+            if s.fails_at is not None and s.fails_at.fits:
+                wrong.append(s.fails_at)
+            if s.answer != (s.fits_at.value if s.fits_at is not None else (None if s.kind == "devices" else 0)):
+                wrong.append(s.fits_at)
+            if wrong:
+                notes.append(f"row {name}: its search's probes do not support its answer once re-judged; "
+                             "shown as an error row")
+                out.append(Cell(c.choice, None, "the saved search's probes, re-judged against the GPU's usable "
+                                "memory, do not support its answer; re-run the search", "user_error"))
+                continue
+        out.append(dataclasses.replace(c, report=r))
+    if cells and all(c.report is None for c in out):
+        raise UserError(f"no row has an answer: {out[0].error}")
+    return out, notes
 
 
 def to_csv(cells: list[Cell]) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # Fraction of usable memory a fit answer keeps free. 5%: about twice the largest error jaxmem's
 # accuracy benchmark measured against real runs (2.74%; docs/how-it-works.md), so an answer at the
@@ -65,7 +65,7 @@ class SearchResult:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "SearchResult":
+    def from_json(cls, d: dict) -> SearchResult:
         d = dict(d)
         for k in ("fits_at", "fails_at"):
             d[k] = None if d.get(k) is None else Probe(**d[k])
@@ -157,7 +157,8 @@ class Search:
             return None
         # A rise under 0.1% of the budget is no slope to extrapolate (fixed costs dominate small
         # batches; XLA's choices move the peak by that much): grow instead until it rises.
-        if self.points[lo][0] - self.points[known[0]][0] < 0.001 * min(self.budgets):
+        lo_peak, first_peak = self.points[lo][0], self.points[known[0]][0]  # (a fitting compile has a peak)
+        if lo_peak is None or first_peak is None or lo_peak - first_peak < 0.001 * min(self.budgets):
             return None
         use = [known[0], lo]
         if self.degree >= 2 and len(known) >= 3:

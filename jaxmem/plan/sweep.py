@@ -17,14 +17,21 @@ job, as the CLI does before jax starts.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
+import sys
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import wait
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from jaxmem.errors import UserError
+
+if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
+    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.report import Report
 
 STATUSES = ("ok", "user_error", "failed")
 
@@ -34,13 +41,13 @@ class Job:
     key: str            # the caller's name for it (a row, a probe)
     path: str           # the model file; or (executor "inline" only: it does not pickle) a Workload or a
                         # function returning one, as the Python API takes them
-    options: "AnalyzeOptions"  # noqa: F821 (jaxmem.pipeline.AnalyzeOptions; imported lazily: no jax here)
+    options: AnalyzeOptions
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     job: Job
-    report: "Report | None"  # noqa: F821
+    report: Report | None
     error: str | None
     status: str          # one of STATUSES
     seconds: float = 0.0  # wall time of the job in its worker
@@ -74,7 +81,7 @@ def run_one(job: Job) -> Outcome:
         return Outcome(job, report, None, "ok", time.perf_counter() - t0)
     except UserError as e:
         return Outcome(job, None, str(e), "user_error", time.perf_counter() - t0)
-    except Exception as e:  # an XLA error is this row's failure, not the sweep's
+    except Exception as e:  # noqa: BLE001 -- an XLA error is this row's failure, not the sweep's
         first = (str(e).strip().splitlines() or [""])[0][:500]
         return Outcome(job, None, f"{type(e).__name__}: {first}", "failed", time.perf_counter() - t0)
 
@@ -118,7 +125,25 @@ def _death(exitcode: int | None, stderr_tail: str) -> str:
     return f"{msg}; its last words: {stderr_tail}" if stderr_tail else msg
 
 
-_WORKER = "import sys; from jaxmem.plan.sweep import _worker_main; _worker_main(int(sys.argv[1]), int(sys.argv[2]))"
+# First of all, the worker dies with its parent, however the parent dies (SIGKILL included):
+# PR_SET_PDEATHSIG on Linux, then a check that the parent did not die before that took effect.
+# The job pipe's EOF would end an idle worker too, but not one in the middle of a compile.
+_WORKER = ("import sys\n"
+           "from jaxmem.plan.sweep import _die_with_parent, _worker_main\n"
+           "_die_with_parent(int(sys.argv[3]))\n"
+           "_worker_main(int(sys.argv[1]), int(sys.argv[2]))")
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:   # the parent is already gone
+        os._exit(0)
 
 
 class _Worker:
@@ -134,8 +159,8 @@ class _Worker:
 
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w)],
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the worker's stderr, closed in close()
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w), str(os.getpid())],
                                      pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, start_new_session=True)
         os.close(job_r)
@@ -158,7 +183,7 @@ class _Worker:
             self.proc.kill()
         try:
             self.proc.wait(timeout=10)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- not gone in 10 s (TimeoutExpired), or any other failure: killed
             self.proc.kill()
             self.proc.wait()
         for c in (self.jobs, self.results):
@@ -212,7 +237,7 @@ class LocalPool:
             for conn in ready:
                 w, job, t0 = self._busy.pop(conn)
                 try:
-                    out = conn.recv()
+                    out = w.results.recv()  # (conn itself)
                 except (EOFError, OSError):  # the worker died holding this job
                     out = None
                 if out is not None:
@@ -221,7 +246,7 @@ class LocalPool:
                 else:
                     try:
                         code = w.proc.wait(timeout=10)
-                    except Exception:
+                    except Exception:  # noqa: BLE001 -- no exit status to report: the death is still reported
                         code = None
                     out = Outcome(job, None, _death(code, w.stderr_tail()), "failed", time.perf_counter() - t0)
                     w.close(kill=True)
@@ -271,29 +296,62 @@ def _ray_run(job: Job) -> Outcome:  # runs on a Ray worker
         _forget()
 
 
+def _bounded(fn, seconds: float, what: str) -> None:
+    """fn() (ray.init on an address) in a thread, given up after `seconds`: ray.init retries a
+    cluster that does not answer for minutes. Its errors are the user's (the cluster they named)."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - carried to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="ray-init")
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise UserError(f"{what}: the Ray cluster did not accept the connection within {seconds:g} s; check that it "
+                        "runs the same Ray version (`ray status` on the head), or fix the address.")
+    e = box.get("error")
+    if isinstance(e, (ConnectionError, TimeoutError, RuntimeError, ValueError)):
+        raise UserError(f"{what}: cannot connect to the Ray cluster ({type(e).__name__}: "
+                        f"{(str(e).strip().splitlines() or [''])[0][:300]})") from None
+    if e is not None:
+        raise e
+
+
 class RayPool:
     """The same interface over Ray tasks: on an existing cluster (`address`, or RAY_ADDRESS),
     else on a local Ray started for the sweep with `n_workers` CPUs. Each task is one job; a
     worker that dies is the job's failed Outcome (Ray does not retry it: max_retries=0)."""
 
     def __init__(self, n_workers: int | None, address: str | None, env: dict[str, str]):
+        # quiet: Ray's C++ client would print a line a second around jaxmem's one message while it
+        # retries a cluster that does not answer (read when ray is imported)
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
             import ray
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'jaxmem[ray]'") from None
         self._ray = ray
+        option = "--ray-address" if address else "RAY_ADDRESS"
         address = address or os.environ.get("RAY_ADDRESS") or None
         runtime_env = {"env_vars": env}
         self._owns = not ray.is_initialized()
         if self._owns:
-            try:
-                if address:
-                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,
-                             runtime_env=runtime_env, configure_logging=False)
-            except ConnectionError as e:
-                raise UserError(f"--ray-address {address}: cannot connect to the Ray cluster ({e})") from None
+            if address:
+                from jaxmem import env as env_mod
+
+                env_mod.check_ray_address(address, option)   # malformed or unreachable: minutes in ray.init
+                _bounded(lambda: ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
+                                          logging_level=logging.ERROR),
+                         env_mod.RAY_INIT_S, f"{option} {address!r}")
+            else:
+                ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,
+                         runtime_env=runtime_env, configure_logging=False)
         # one CPU per task: a compile is single-threaded enough, and the cluster's CPUs bound the parallelism
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_run)
         self._refs: dict = {}
@@ -321,7 +379,7 @@ class RayPool:
         job, t0 = self._refs.pop(ref)
         try:
             return dataclasses.replace(self._ray.get(ref), job=job)
-        except Exception as e:  # WorkerCrashedError, RayTaskError, ...
+        except Exception as e:  # noqa: BLE001 -- WorkerCrashedError, RayTaskError, ...
             first = (str(e).strip().splitlines() or [""])[0][:300]
             return Outcome(job, None, f"the Ray worker failed: {type(e).__name__}: {first}", "failed",
                            time.perf_counter() - t0)
@@ -366,8 +424,8 @@ class Progress:
         self._p = None
         if enabled and sys.stderr.isatty():
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._p = RichProgress(TextColumn(f"{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                    TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
@@ -377,7 +435,7 @@ class Progress:
 
     def update(self, *, advance: int = 0, running: str | None = None) -> None:
         if self._p is not None:
-            self._p.update(self._task, advance=advance, **({"description": running} if running is not None else {}))
+            self._p.update(self._task, advance=advance, description=running)  # None: the description stays
 
     def close(self) -> None:
         if self._p is not None:
@@ -408,12 +466,15 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     positions: dict[int, deque[int]] = {}
     for i, j in enumerate(jobs):
         positions.setdefault(id(j), deque()).append(i)
+    from jaxmem import scratch
+
     try:
         for j in jobs:
             pool.submit(j)
         bar.update(running=", ".join(_label(j) for j in pool.running()))
         while len(results) < len(jobs):
-            out = pool.next()
+            with scratch.phase("waiting for the sweep's worker processes"):
+                out = pool.next()
             if out is None:
                 raise RuntimeError("the pool lost track of a job")
             results[positions[id(out.job)].popleft()] = out

@@ -14,9 +14,9 @@ import hashlib
 import json
 import re
 
+from jaxmem import display
 from jaxmem.present import html
 from jaxmem.present.html import e
-from jaxmem import display
 from jaxmem.units import fmt_bytes, fmt_seconds
 
 CURVE_SIZE = (860, 250)   # the curve's viewBox in a cell: lower than the page's 1000 x 340

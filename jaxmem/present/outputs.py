@@ -4,7 +4,8 @@ result is printed, so that a failed write never loses it (exit 2 naming the opti
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jaxmem.errors import UserError
 

@@ -77,16 +77,16 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
             bx.text(left + w / 2, 0, k, ha="center", va="center", fontsize=8.5, color="white", fontweight="bold")
         left += w
     usable = r.target.usable_bytes
-    on_scale = usable is not None and usable <= 1.6 * peak  # else the bar would shrink to nothing
-    if on_scale:
-        bx.axvline(usable / scale, color="#1f2328", linewidth=1.5)
-        bx.text(usable / scale, 0.45, f" usable {fmt_bytes(usable)}", fontsize=8.5, va="bottom", ha="left")
+    on_scale = usable if usable is not None and usable <= 1.6 * peak else None  # else the bar would shrink to nothing
+    if on_scale is not None:
+        bx.axvline(on_scale / scale, color="#1f2328", linewidth=1.5)
+        bx.text(on_scale / scale, 0.45, f" usable {fmt_bytes(on_scale)}", fontsize=8.5, va="bottom", ha="left")
     elif usable is not None:
         bx.text(1.0, 0.62, f"usable {fmt_bytes(usable)} (off scale) →", transform=bx.get_yaxis_transform(),
                 fontsize=8.5, va="bottom", ha="right")
     bx.set_yticks([])
     bx.set_ylim(-0.5, 0.8)
-    bx.set_xlim(0, max(peak, usable if on_scale else 0) / scale * 1.02)
+    bx.set_xlim(0, max(peak, on_scale or 0) / scale * 1.02)
     bx.set_xlabel(f"per-device peak breakdown ({unit})")
     for s in ("top", "right", "left"):
         bx.spines[s].set_visible(False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -75,8 +75,8 @@ def runtime_lines(r) -> list[str]:
     rt = r.runtime or {}
     if not rt.get("terms"):
         return [f"runtime_overhead: {r.runtime_overhead_source}"]
-    lines = [f"runtime per device: {fmt_bytes(rt['in_pool_bytes'])} in JAX's pool (runtime_overhead), "
-             f"{fmt_bytes(rt['out_of_pool_bytes'])} outside it (sources: --json, runtime.terms)"]
+    lines = [(f"runtime per device: {fmt_bytes(rt['in_pool_bytes'])} in JAX's pool (runtime_overhead), "
+              f"{fmt_bytes(rt['out_of_pool_bytes'])} outside it (sources: --json, runtime.terms)")]
     for t in rt["terms"]:
         where = "in pool" if t["in_pool"] else "outside"
         lines.append(f"  {where:<7} {t['name']:<18} {fmt_bytes(t['bytes']):>10}  {t.get('status', '')}: {t['detail']}")
@@ -111,15 +111,15 @@ def step_time_lines(st: dict) -> list[str]:
             + (f" + host transfers {fmt_seconds(st['host_transfer_s'])} ({si(st['host_transfer_bytes'], 'B')} "
                "over PCIe)" if st.get("host_transfer_s") else "")
             + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped",
-            f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} accessed per device per step "
-            f"(XLA's cost analysis, loops x trip count) at peak {_peaks(st)} "
-            f"and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}"]
+            (f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} accessed per device per step "
+             f"(XLA's cost analysis, loops x trip count) at peak {_peaks(st)} "
+             f"and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}")]
 
 
 def finetune_lines(r: Report) -> list[str]:
     """What trains and what is frozen (params' bytes split), and what lives in pinned host memory."""
     out = []
-    if r.frozen_param_count:
+    if r.frozen_param_count and r.trainable_param_count is not None:  # (set together)
         o = r.options
         how = []
         if o.get("lora_rank"):
@@ -171,7 +171,8 @@ def render(r: Report, console: Console | None = None) -> None:
     console.print(table)
 
     if t.usable_bytes is not None:
-        verdict = Text(" FITS ", style="bold black on green") if r.fits else Text(" DOES NOT FIT ", style="bold white on red")
+        verdict = (Text(" FITS ", style="bold black on green") if r.fits
+                   else Text(" DOES NOT FIT ", style="bold white on red"))
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         if not r.fits:
@@ -191,11 +192,13 @@ def render(r: Report, console: Console | None = None) -> None:
     if r.top_buffers:
         tb = Table(title=f"largest buffers live at the peak (of {fmt_bytes(sum(r.peak_categories.values()))})",
                    title_justify="left")
+        just: JustifyMethod
         for col, just in (("bytes", "right"), ("shape", "left"), ("category", "left"), ("module", "left"),
                           ("instruction", "left")):
             tb.add_column(col, justify=just)
         for b in r.top_buffers:
-            tb.add_row(fmt_bytes(b.size), f"{b.dtype}{b.shape}", b.category, escape(b.module_path or "-"), b.instruction)
+            tb.add_row(fmt_bytes(b.size), f"{b.dtype}{b.shape}", b.category, escape(b.module_path or "-"),
+                       b.instruction)
         console.print(tb)
     if r.peak_categories:
         console.print("live at the peak by category: " + ", ".join(
@@ -213,7 +216,8 @@ def render(r: Report, console: Console | None = None) -> None:
         console.print(tm)
     tim = r.timings
     console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "
-                  f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, flax {r.versions.get('flax')}[/dim]")
+                  f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, "
+                  f"flax {r.versions.get('flax')}[/dim]")
 
 
 def _found(cell) -> str:
@@ -248,7 +252,8 @@ def _proof(cell) -> str:
     if s.capped:
         parts.append("the search stopped at its limit")
     budget = next((p.usable_bytes for p in s.probes if p.usable_bytes), None)
-    margin = f" (budget {fmt_bytes(int(budget * (1 - s.margin)))}: usable less a {s.margin:.0%} margin)" if budget else ""
+    margin = (f" (budget {fmt_bytes(int(budget * (1 - s.margin)))}: usable less a {s.margin:.0%} margin)"
+              if budget else "")
     from jaxmem.plan.compare import probe_count
 
     return ", ".join(parts) + margin + f"; {probe_count(s)}"
@@ -315,6 +320,7 @@ def render_advice(a, console: Console | None = None) -> None:
     if fitting:
         table = Table(title="changes that fit: on the GPUs as given first, fastest estimated step first",
                       title_justify="left")
+        just: JustifyMethod
         for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
                           ("step (est.)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
             table.add_column(col, justify=just)

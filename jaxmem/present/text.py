@@ -45,6 +45,13 @@ def calibration_lines(cal) -> list[str]:
     return lines
 
 
+def cache_lines(d: dict, *, cleared: bool) -> list[str]:
+    """`jaxmem cache`: where the compile cache is and what it holds (d: jaxmem.compiler.cache.info/clear)."""
+    lines = [f"removed {d['removed']} file(s) from {d['path']}"] if cleared else []
+    partial = f", {d['partial_writes']} partial write(s) left by killed writers" if d["partial_writes"] else ""
+    return [*lines, f"{d['path']}: {d['entries']} entries, {fmt_bytes(d['bytes'])}{partial}"]
+
+
 def print_gpus(rows: list[dict]) -> None:
     """`jaxmem gpus`: the catalogue as a table (rows: jaxmem.compiler.targets.catalogue_rows)."""
     from rich.table import Table

@@ -65,7 +65,8 @@ def page(result) -> str:
     if mon and mon.get("available"):
         stats = "".join(
             f"<tr><td>{e(title)}</td>" + "".join(
-                f"<td>{(mon['metrics'][key][k] * scale):.1f} {e(unit)}</td>" if mon["metrics"].get(key) else "<td>n/a</td>"
+                f"<td>{(mon['metrics'][key][k] * scale):.1f} {e(unit)}</td>" if mon["metrics"].get(key)
+                else "<td>n/a</td>"
                 for k in ("min", "median", "max")) + "</tr>"
             for key, title, unit, scale in _CHARTS)
         trace = result.measurement.get("monitor_trace") or []
@@ -80,7 +81,8 @@ def page(result) -> str:
     else:
         monitor = "<p>Measured on the CPU: no GPU to monitor.</p>"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>jaxmem verify: {e(r.model)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1000px}}table{{border-collapse:collapse;margin:1em 0}}
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1000px}}
+table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}td:first-child,td:last-child{{text-align:left}}
 .warn{{color:#b00}}.charts svg{{margin:4px;border:1px solid #eee}}</style></head><body>
 <h1>jaxmem verify: {e(r.model)}</h1>

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import BASE_DTYPES, OFFLOADS, FineTune  # noqa: F401  (FineTune: public here too)
+from jaxmem.program.options import BASE_DTYPES, OFFLOADS, FineTune
 from jaxmem.program.tree import is_float, path_str
 
 QUANTIZED_OPS = ("dot_general", "einsum")   # the ops whose weights --base-dtype quantizes (not convs)
@@ -165,9 +165,10 @@ def _provider_class():
         def conv_general_dilated(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                                  dimension_numbers=None, feature_group_count=1, batch_group_count=1, precision=None,
                                  preferred_element_type=None, out_sharding=None):
-            conv = dict(lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, feature_group_count=feature_group_count,
-                        batch_group_count=batch_group_count, precision=precision,
-                        preferred_element_type=preferred_element_type)
+            conv = {"lhs_dilation": lhs_dilation, "rhs_dilation": rhs_dilation,
+                    "feature_group_count": feature_group_count,
+                        "batch_group_count": batch_group_count, "precision": precision,
+                        "preferred_element_type": preferred_element_type}
             found = lora_rule(self, "conv_general_dilated", rhs)
             res = qwix_ptq.PtqProvider.conv_general_dilated(
                 self, lhs, rhs, window_strides, padding, dimension_numbers=dimension_numbers,
@@ -268,7 +269,8 @@ def split(params, ft: FineTune):
     trainable = jax.tree.map(lambda m, x: x if m else None, mask, params)
     frozen = jax.tree.map(lambda m, x: None if m else x, mask, params)
     n_train = len(jax.tree.leaves(trainable))
-    if ft.lora_rank and not any(ADAPTER.search(path_str(p)) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]):
+    paths = [path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    if ft.lora_rank and not any(ADAPTER.search(p) for p in paths):
         where = f" (--lora-targets {ft.lora_targets!r}, searched in module paths like 'layers/attn/q_proj')" \
             if ft.lora_targets else ""
         raise UserError(f"--lora {ft.lora_rank}: no dense/einsum/conv weight took an adapter{where}")

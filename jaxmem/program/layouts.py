@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import LAYOUTS  # noqa: F401  (public here too)
+from jaxmem.program.options import LAYOUTS
 
 # role -> the axis names that take it, the canonical one first
 ROLES: dict[str, tuple[str, ...]] = {

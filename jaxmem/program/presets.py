@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from jaxmem.errors import UserError
-from jaxmem.program.workload import REMAT_POLICIES
+from jaxmem.program.options import REMAT_POLICIES
 
-C = TypeVar("C")
+C = TypeVar("C", bound="DataclassInstance")
 
 
 def choose_preset(family: str, presets: Mapping[str, C], preset: str, overrides: dict[str, Any],

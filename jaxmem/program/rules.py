@@ -30,7 +30,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from jaxmem.errors import UserError
 from jaxmem.program.layouts import (
@@ -76,7 +76,7 @@ class RuleSet:
 _FREE = object()   # a spec entry no rule has assigned yet
 
 
-def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | None | bool:
+def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | Literal[False] | None:
     """A rule's axes on `mesh`: present axes of size > 1 (aliases to the mesh's axis of that role),
     None for a rule that keeps the dim whole, False when every axis it names is absent."""
     if axes is None or not axes:
@@ -96,25 +96,26 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
     tensor axis is split over it before jaxmem's names, a name mapped to anything else is not."""
     tensor = mesh.model_axis
     mentioned = {logical for logical, _ in workload_rules}
-    tp_names = [logical for logical, axis in workload_rules
-                if axis is not None and (axis == tensor or ROLE_OF.get(axis) == "tensor")]
-    tp_names += [n for n in TENSOR_NAMES if n not in mentioned]
-    tp_names = tuple(tp_names) if layout in ("tp", "fsdp_tp") else ()
+    named = [logical for logical, axis in workload_rules
+             if axis is not None and (axis == tensor or ROLE_OF.get(axis) == "tensor")]
+    named += [n for n in TENSOR_NAMES if n not in mentioned]
+    tp_names: tuple[str, ...] = tuple(named) if layout in ("tp", "fsdp_tp") and tensor else ()
     state = mesh.state_axes if layout in ("fsdp", "fsdp_tp") else ()
     builtin: list[tuple[str, tuple[str, ...] | None]] = [(n, mesh.with_role("expert")) for n in EXPERT_NAMES]
-    builtin += [(n, (tensor,)) for n in tp_names]
+    builtin += [(n, (tensor,)) for n in tp_names if tensor]
     builtin += [(n, state) for n in FSDP_NAMES if state]
     params: list[tuple[str, tuple[str, ...] | None]] = []
     for r in user:
         axes = _resolve(r.axes, mesh)
         if axes is not False:
             params.append((r.name, axes))
-    for name, axes in builtin:
-        axes = tuple(a for a in axes if a and mesh.axis_size(a) > 1) or False
-        if axes is not False:
-            params.append((name, axes))
+    for name, wanted in builtin:
+        present = tuple(a for a in wanted or () if a and mesh.axis_size(a) > 1)
+        if present:
+            params.append((name, present))
     params.append(("layers", None))   # the scan axis: one layer's slice per iteration, never split
-    fallback = []   # a group of size 1 splits nothing: no fallback (and no issue) for it
+    # a group of size 1 splits nothing: no fallback (and no issue) for it
+    fallback: list[tuple[tuple[str, ...], bool]] = []
     if tp_names and tensor and mesh.axis_size(tensor) > 1:
         fallback.append(((tensor,), True))
     if state and mesh.axis_size(state) > 1:
@@ -155,7 +156,9 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
     spec: list[Any] = [_FREE] * len(shape)
     nbytes = math.prod(shape) * itemsize
     names = tuple(names) if names is not None and len(names) == len(shape) else None
-    used = lambda: set(used_axes([s for s in spec if s is not _FREE]))
+    def used() -> set[str]:
+        return set(used_axes([s for s in spec if s is not _FREE]))
+
     failed = []
     if names:
         for name, axes in rules.params:
@@ -190,7 +193,8 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
             late.append(ShardingIssue(path, shape, "+".join(axes), f"no dimension of {shape} is divisible by {size}",
                                       left - left // size))
     for i, name, axes, size in failed:
-        if used() & set(axes) or axes in reported or any(n == name and s is not _FREE for n, s in zip(names, spec)):
+        named_taken = any(n == name and s is not _FREE for n, s in zip(names or (), spec, strict=False))
+        if used() & set(axes) or axes in reported or named_taken:
             continue
         reported.add(axes)
         issues.append(ShardingIssue(path, shape, "+".join(axes), f"dim {i} ({name}={shape[i]}) not divisible by "

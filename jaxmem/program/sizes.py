@@ -47,7 +47,8 @@ def check_leaves(leaves, *, x64: bool) -> None:
         shape = tuple(int(d) for d in leaf.shape)
         nbytes = math.prod(shape) * int(leaf.itemsize)
         if nbytes > INT64_MAX:
-            raise UserError(f"{leaf.path} {leaf.dtype}{list(shape)} is {nbytes:.3e} bytes, beyond what XLA's 64-bit byte "
+            raise UserError(f"{leaf.path} {leaf.dtype}{list(shape)} is {nbytes:.3e} bytes, beyond what XLA's 64-bit "
+                            "byte "
                             f"counts can express (2^63 - 1); {_fix(leaf.category)}.")
         if not x64 and shape and max(shape) > INT32_MAX:
             raise UserError(f"{leaf.path} {leaf.dtype}{list(shape)} has a dimension of {max(shape):,}, beyond int32 "

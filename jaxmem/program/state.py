@@ -11,7 +11,8 @@ the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -141,11 +142,13 @@ def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
     rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
+    loss = wl.loss
+    assert loss is not None   # a workload without its own step has a loss (Workload.validate)
     try:
-        boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
+        boxed = jax.eval_shape(lambda r, b: model.init(r, b, method=lambda m, bb: loss(m, bb)), rngs, batch)
     except UserError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
         raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
@@ -166,15 +169,15 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
             model = finetune.wrap_nnx(make, ft, wl.loss, batch)
         except UserError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
             raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
     elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:
                 model = nnx.eval_shape(make)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
                 raise UserError(f"building the NNX model failed: {describe(e)}") from None
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
 
     def names_of(v):
         meta = v.get_metadata() if hasattr(v, "get_metadata") else {}

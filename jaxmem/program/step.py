@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
-from jaxmem.program import finetune, layouts, rules as rules_mod, sharding, sizes, state, user_specs
+from jaxmem.program import finetune, layouts, sharding, sizes, state, tree, user_specs
+from jaxmem.program import rules as rules_mod
 from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, PRECISIONS, StepOptions, is_nnx  # noqa: F401
 from jaxmem.program.workload import Workload
@@ -81,14 +83,15 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         raise UserError("--accum must be at least 1")
     finetune.check(opts.finetune, custom_step=wl.is_custom_step, precision=opts.precision, donate=opts.donate)
     if wl.is_custom_step and (opts.precision != "fp32" or opts.optimizer or opts.accum != 1):
-        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own `step`")
+        raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own "
+                        "`step`")
     batch = state.override_batch(wl.batch, opts.batch_size)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
     for path, x in flat if batch_specs is None else ():
         layouts.batch_spec(tuple(x.shape), mesh_spec, state.path_str(path))
-    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype), x.dtype.itemsize)
-                        for p, x in flat], x64=bool(jax.config.jax_enable_x64))
+    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype),
+                                   x.dtype.itemsize) for p, x in flat], x64=tree.x64())
     if opts.accum > 1 and flat:
         n = flat[0][1].shape[0]
         if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):
@@ -131,6 +134,8 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     gradients nor optimizer state.
     """
     tx = st.tx
+    user_loss = wl.loss
+    assert user_loss is not None   # a workload without its own step has a loss (Workload.validate)
     offload = st.opt_memory == "pinned_host"
     seq = layouts.seq_len([tuple(x.shape) for x in jax.tree.leaves(st.batch)])
     act_ctx = functools.partial(sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq,
@@ -155,8 +160,8 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             # to mutate (RNG counters, BatchStats) variables across trace levels.
             model = nnx.merge(st.model, cast_compute(st.params(trainable, frozen)), mut, copy=True)
             with act_ctx(model):
-                loss = wl.loss(model, cast_batch(b))
-            _, _, new_mut = nnx.split(model, nnx.Param, ...)
+                loss = user_loss(model, cast_batch(b))
+            _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
             return jnp.asarray(loss, jnp.float32), new_mut
     else:
         collections = list(st.mutable)
@@ -166,7 +171,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
                                   rngs={c: jax.random.fold_in(key, i) for i, c in enumerate(wl.rng_collections)},
                                   mutable=collections)
             with act_ctx(None):
-                loss = wl.loss(bound, cast_batch(b))
+                loss = user_loss(bound, cast_batch(b))
             _, new_vars = bound.unbind()
             new_mut = {c: new_vars[c] for c in collections if c in new_vars}
             return jnp.asarray(loss, jnp.float32), new_mut
@@ -239,8 +244,11 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
     a_state = sharding.shard_tree(abstract, category, state_spec, mesh, mesh_spec, leaves)
     a_batch = sharding.shard_tree(batch, "batch", batch_spec, mesh, mesh_spec, leaves)
 
+    own = wl.step
+    assert own is not None   # the escape hatch: the workload gives its step
+
     def step(state, batch):
-        return wl.step(state, batch)
+        return own(state, batch)
 
     donated = wl.donate and opts.donate
     notes = [] if donated else ["state not donated (Workload(donate=False) or --no-donate)"]

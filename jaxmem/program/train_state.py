@@ -13,7 +13,7 @@ compare against in the accuracy benchmark.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from jaxmem.program.finetune import QUANT_SCALE
 from jaxmem.program.sharding import LeafInfo

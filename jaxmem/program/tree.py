@@ -13,3 +13,8 @@ def path_str(path) -> str:
 
 def is_float(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
+
+
+def x64() -> bool:
+    """Whether jax runs with 64-bit types (jax_enable_x64): it widens what XLA can index."""
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]  # jax sets its flags at run time

@@ -37,7 +37,7 @@ def resolve(tree, specs, mesh: MeshSpec, what: str) -> list[tuple]:
     if _paths(tree) != _paths(specs, _is_spec):
         raise UserError(f"Workload {what}_specs does not match `{what}`: {_difference(tree, specs, what)}")
     out = []
-    for (path, x), spec in zip(leaves, flat_specs):
+    for (path, x), spec in zip(leaves, flat_specs, strict=True):
         out.append(_check_leaf(f"{what}/{path_str(path)}" if path else what, tuple(x.shape),
                                () if spec is None else tuple(spec), mesh, what))
     return out

@@ -21,11 +21,11 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jaxmem.errors import UserError, describe
-
 from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
 
 
@@ -87,7 +87,8 @@ class Workload:
 
     def validate(self, source: str) -> None:
         if self.batch is None:
-            raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of jax.ShapeDtypeStruct.")
+            raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
+                            "jax.ShapeDtypeStruct.")
         if self.is_custom_step:
             if self.state is None:
                 raise UserError(f"{source}: a Workload with `step=` also needs `state=` (the abstract train state).")
@@ -112,9 +113,10 @@ class Workload:
                     raise UserError(f"{source}: {where} is a {type(leaf).__name__} ({leaf!r:.40}), not an array; every "
                                     f"leaf of `{name}` must be a jax.ShapeDtypeStruct (or an array).")
                 if any(not isinstance(d, int) or d < 0 for d in shape):
-                    raise UserError(f"{source}: {where} has shape {tuple(shape)}; dimensions must be non-negative integers.")
+                    raise UserError(f"{source}: {where} has shape {tuple(shape)}; dimensions must be non-negative "
+                                    "integers.")
 
-    def checked(self, source: str) -> "Workload":
+    def checked(self, source: str) -> Workload:
         """This workload with the user's callables checked where they return: the loss must give a
         scalar, a custom step `(new_state, anything)` (errors that name the culprit, not jax's)."""
         if getattr(self.loss, "_jaxmem_checked", False) or getattr(self.step, "_jaxmem_checked", False):
@@ -122,18 +124,21 @@ class Workload:
         self._check_arrays(source)
         if self.is_custom_step:
             step = self.step
+            assert step is not None   # is_custom_step
 
             def checked_step(state, batch):
                 out = step(state, batch)
                 if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                    got = f"an array of shape {tuple(out.shape)}" if hasattr(out, "shape") else f"a {type(out).__name__}"
-                    raise UserError(f"{source}: step(state, batch) returned {got}; it must return (new_state, anything), "
-                                    "e.g. `return new_state, loss`.")
+                    got = (f"an array of shape {tuple(out.shape)}" if hasattr(out, "shape")
+                           else f"a {type(out).__name__}")
+                    raise UserError(f"{source}: step(state, batch) returned {got}; it must return "
+                                    "(new_state, anything), e.g. `return new_state, loss`.")
                 return out
 
-            checked_step._jaxmem_checked = True
+            checked_step.__dict__["_jaxmem_checked"] = True
             return dataclasses.replace(self, step=checked_step)
         loss = self.loss
+        assert loss is not None   # validated: a workload without its own step has a loss
 
         def checked_loss(*args, **kwargs):
             out = loss(*args, **kwargs)
@@ -143,11 +148,11 @@ class Workload:
                                 "`loss=lambda model, batch: your_loss(model, batch)[0]`.")
             shape = getattr(out, "shape", ())
             if tuple(shape) != ():
-                raise UserError(f"{source}: loss(model, batch) returned an array of shape {tuple(shape)}; it must return "
-                                "a scalar: reduce it over the batch (e.g. `.mean()`).")
+                raise UserError(f"{source}: loss(model, batch) returned an array of shape {tuple(shape)}; it must "
+                                "return a scalar: reduce it over the batch (e.g. `.mean()`).")
             return out
 
-        checked_loss._jaxmem_checked = True
+        checked_loss.__dict__["_jaxmem_checked"] = True
         return dataclasses.replace(self, loss=checked_loss)
 
 
@@ -301,13 +306,14 @@ def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Worklo
         spec.loader.exec_module(module)
     except UserError:
         raise
-    except Exception as e:  # the user's file failed to import: say where
+    except Exception as e:  # noqa: BLE001 -- the user's file failed to import, however: say where
         raise UserError(f"{path}: failed to import: {_user_frame(e, path)}") from None
     finally:
         sys.path.pop(0)
     fn = getattr(module, "workload", None)
     if not callable(fn):
-        raise UserError(f"{path}: defines no `workload()` function. Add `def workload(): return jaxmem.Workload(model=..., batch=..., loss=...)`.")
+        raise UserError(f"{path}: defines no `workload()` function. Add `def workload(): return "
+                        "jaxmem.Workload(model=..., batch=..., loss=...)`.")
     wl = call_workload(fn, path, remat, model_args)
     if wl.name is None:
         wl = dataclasses.replace(wl, name=path.stem)
@@ -342,7 +348,7 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         wl = fn(**kwargs)
     except UserError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- the user's workload() can raise anything: quoted
         raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}{_arg_hint(e, model_args)}") from None
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")

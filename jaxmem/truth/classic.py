@@ -98,7 +98,7 @@ def transformer_dims(wl, batch_leaves) -> TransformerDims | None:
     cfg = model_config(wl)
     if cfg is None:
         return None
-    L, a, h = _field(cfg, _LAYERS), _field(cfg, _HEADS), _field(cfg, _HIDDEN)
+    L, a, h = _field(cfg, _LAYERS), _field(cfg, _HEADS), _field(cfg, _HIDDEN)  # noqa: N806 -- the paper's L
     if not (L and a and h):
         return None
     v = _field(cfg, _VOCAB) or 0
@@ -115,12 +115,14 @@ def transformer_dims(wl, batch_leaves) -> TransformerDims | None:
 
 def korthikanti_bytes(d: TransformerDims, b: int, t: int, precision: str, remat: str) -> int:
     """Korthikanti et al. activation memory per device: b = per-device batch, t = tensor parallel."""
-    s, h, a, L, v = d.seq, d.hidden, d.heads, d.layers, d.vocab
+    s, h, a, L, v = d.seq, d.hidden, d.heads, d.layers, d.vocab  # noqa: N806 -- the paper's symbols
     scale = 2 if precision == "fp32" else 1  # the formula counts 2-byte activations
+    per_layer: float
     if remat in ("full", "nothing_saveable"):
         per_layer = 2 * s * b * h * scale
     else:
-        # 16-bit part (34sbh + 5as^2b less the masks) and 1-byte dropout masks (2sbh + as^2b), split by t as in the paper
+        # 16-bit part (34sbh + 5as^2b less the masks) and 1-byte dropout masks (2sbh + as^2b), split by t as in
+        # the paper
         sixteen = s * b * h * (8 + 24 / t) + 4 * a * s * s * b / t
         masks = s * b * h * 2 + a * s * s * b / t
         per_layer = sixteen * scale + masks

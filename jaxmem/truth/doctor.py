@@ -113,7 +113,7 @@ def check_gpus(require_gpu: bool = False) -> Check:
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         n = pynvml.nvmlDeviceGetCount()
-        gpus = []
+        gpus: list[dict[str, Any]] = []
         for i in range(n):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
@@ -190,9 +190,11 @@ def _fmt_version(v: int | None, kind: str = "cuda_runtime") -> str | None:
 
 def check_versions(gpu_present: bool) -> Check:
     versions = {"jax": _dist("jax"), "jaxlib": _dist("jaxlib")}
-    plugin_dists = {d: _dist(d) for d in ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")}
+    plugin_dists = {d: _dist(d)
+                    for d in ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt")}
     versions.update({k: v for k, v in plugin_dists.items() if v})
-    mismatched = {k: v for k, v in versions.items() if v and v != versions["jaxlib"] and k != "jax"}
+    mismatched: dict[str, str | None] = {k: v for k, v in versions.items()
+                                         if v and v != versions["jaxlib"] and k != "jax"}
     if versions["jax"] != versions["jaxlib"]:
         mismatched["jax"] = versions["jax"]
     versions["nccl"] = _dist("nvidia-nccl-cu12") or _dist("nvidia-nccl-cu13")
@@ -203,7 +205,8 @@ def check_versions(gpu_present: bool) -> Check:
                      f"differ: {', '.join(f'{k} {v}' for k, v in mismatched.items())}", INSTALL, details)
     if plugin is None or cv is None:
         return Check("versions", "fail" if gpu_present else "warn",
-                     f"jax {versions['jax']} has no CUDA plugin installed: no GPU backend, and no deviceless GPU compile",
+                     f"jax {versions['jax']} has no CUDA plugin installed: no GPU backend, and no deviceless "
+                     "GPU compile",
                      "pip install 'jax[cuda12]==0.10.2' (Linux)", details)
     components = {}
     for name, get, built in (("cuda_runtime", "cuda_runtime_get_version", "cuda_runtime_build_version"),
@@ -211,7 +214,7 @@ def check_versions(gpu_present: bool) -> Check:
                              ("cublas", "cublas_get_version", "cublas_build_version"),
                              ("cufft", "cufft_get_version", "cufft_build_version"),
                              ("cusparse", "cusparse_get_version", "cusparse_build_version")):
-        entry = {}
+        entry: dict[str, Any] = {}  # versions (int or None) and an "error" line
         for key, fn in (("installed", get), ("jaxlib_built_with", built)):
             try:
                 entry[key] = int(getattr(cv, fn)())
@@ -234,7 +237,8 @@ def check_versions(gpu_present: bool) -> Check:
         plugin_error = str(e).strip()
     details["plugin_check"] = {"error": plugin_error, "debug": buf.getvalue().strip()}
     shown = ", ".join(f"{k} {_fmt_version(v['installed'], k)} (jaxlib built with "
-                      f"{_fmt_version(v['jaxlib_built_with'], k)})" for k, v in components.items() if v.get("installed"))
+                      f"{_fmt_version(v['jaxlib_built_with'], k)})"
+                      for k, v in components.items() if v.get("installed"))
     if plugin_error and not driver_cuda:
         # cuInit needs a driver: the plugin cannot finish its check here; the versions are still shown.
         status = "fail" if gpu_present else "skip"
@@ -247,8 +251,8 @@ def check_versions(gpu_present: bool) -> Check:
                      line for line in plugin_error.splitlines() if line.strip() and not line.startswith("-"))[:900],
                      INSTALL + "; and unset LD_LIBRARY_PATH entries that point at another CUDA", details)
     runtime_v = components["cuda_runtime"].get("installed") or 0
-    summary = f"jax/jaxlib/plugin {versions['jaxlib']}; {shown}; NCCL {versions['nccl']}; driver supports CUDA " \
-              f"{_fmt_version(driver_cuda, 'driver')}"
+    summary = (f"jax/jaxlib/plugin {versions['jaxlib']}; {shown}; NCCL {versions['nccl']}; driver supports CUDA "
+               f"{_fmt_version(driver_cuda, 'driver')}")
     if driver_cuda and runtime_v and driver_cuda < runtime_v:
         return Check("versions", "warn", summary + f": older than the CUDA runtime {_fmt_version(runtime_v)} -- runs "
                      "under CUDA's minor-version compatibility, but XLA then compiles PTX serially (slower compiles)",
@@ -262,9 +266,9 @@ def check_versions(gpu_present: bool) -> Check:
 def smoke_child() -> dict:
     """In a fresh process: a tiny Flax model and batch on the default device, one jitted forward and
     backward; where everything lives. Printed as one JSON line."""
+    import flax.linen as nn
     import jax
     import jax.numpy as jnp
-    import flax.linen as nn
 
     backend = jax.default_backend()
     dev = jax.devices()[0]
@@ -280,7 +284,8 @@ def smoke_child() -> dict:
 
     @jax.jit
     def loss_and_grad(p, batch):
-        return jax.value_and_grad(lambda q: jnp.mean(model.apply(q, batch) ** 2))(p)
+        # (type: ignore: flax types apply() for mutable= too, which returns (output, state))
+        return jax.value_and_grad(lambda q: jnp.mean(model.apply(q, batch) ** 2))(p)  # type: ignore[operator]
 
     loss, grads = loss_and_grad(params, x)
     jax.block_until_ready(grads)
@@ -369,7 +374,10 @@ def check_memory_settings(gpus: list[dict], env=None) -> Check:
     prealloc = env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
     alloc = env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
     total = gpus[0]["memory_total_bytes"] if gpus else None
-    gib = (lambda b: f"{b / 2**30:.1f} GiB")
+
+    def gib(b: float) -> str:
+        return f"{b / 2**30:.1f} GiB"
+
     card = f" of {gpus[0]['name']} ({gib(total)})" if total else ""
     if alloc == "platform":
         meaning = ("XLA_PYTHON_CLIENT_ALLOCATOR=platform: no pool; every buffer is cudaMalloc'd and freed at once -- "
@@ -433,9 +441,9 @@ def check_calibration(gpus: list[dict]) -> Check:
 
 def check_deviceless() -> Check:
     """One tiny deviceless compile per catalogue GPU (the compile cache off: it must really compile)."""
-    from jaxmem.pipeline import AnalyzeOptions, analyze_workload
     from jaxmem.compiler import targets
     from jaxmem.errors import UserError
+    from jaxmem.pipeline import AnalyzeOptions, analyze_workload
     from jaxmem.truth.measure import calibration_workload
 
     done, failed = {}, {}

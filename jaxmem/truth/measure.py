@@ -231,7 +231,7 @@ def random_args(built, seed: int = 0):
         return np.zeros(1 << 20, dt)
 
     arrays = []
-    for i, (sds, cat) in enumerate(zip(leaves, cats)):
+    for i, (sds, cat) in enumerate(zip(leaves, cats, strict=True)):
         if jax.dtypes.issubdtype(sds.dtype, jax.dtypes.prng_key):  # typed keys (NNX rng streams)
             key = jax.random.key(seed + i, impl=getattr(sds.dtype, "_impl", None))
             keys = jax.random.split(key, max(math.prod(sds.shape), 1)).reshape(sds.shape)
@@ -241,7 +241,7 @@ def random_args(built, seed: int = 0):
         offset = int(rng.integers(0, pool.size))
 
         def shard(index, shape=sds.shape, pool=pool, offset=offset):
-            shard_shape = tuple(len(range(*s.indices(d))) for s, d in zip(index, shape))
+            shard_shape = tuple(len(range(*s.indices(d))) for s, d in zip(index, shape, strict=True))
             return np.resize(np.roll(pool, offset), shard_shape)
 
         arrays.append(jax.make_array_from_callback(sds.shape, sds.sharding, shard))
@@ -423,12 +423,12 @@ def measure_gpu(case: Case) -> dict:
     process = monitor.process_used_bytes(nvml_ids)
     out_of_pool, how = None, None
     if process is not None:
-        out_of_pool = [max(u - p, 0) for u, p in zip(process, pools)]
+        out_of_pool = [max(u - p, 0) for u, p in zip(process, pools, strict=True)]
         how = "NVML per-process memory minus the pool"
     else:
         used_after = monitor.device_used_bytes(nvml_ids)
         if used_before and used_after:
-            out_of_pool = [max(a - b - p, 0) for a, b, p in zip(used_after, used_before, pools)]
+            out_of_pool = [max(a - b - p, 0) for a, b, p in zip(used_after, used_before, pools, strict=True)]
             how = "NVML device memory used after minus before, minus the pool"
     return {
         "backend": "gpu",

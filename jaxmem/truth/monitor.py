@@ -17,6 +17,7 @@ import os
 import statistics
 import threading
 import time
+from typing import Any
 
 # Clock-event reasons that mean the card slowed down for power or heat (NVML's
 # nvmlClocksEventReason* bits); idle, application clocks and sync boost are not throttling.
@@ -126,7 +127,7 @@ class Monitor:
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pynvml = None
+        self._pynvml: Any = None  # the pynvml module (untyped), once NVML started
         self._handles: list = []
         self._t0 = 0.0
 
@@ -164,16 +165,16 @@ class Monitor:
     def sample(self) -> None:
         p = self._pynvml
         t = round(time.perf_counter() - self._t0, 4)
-        for index, h in zip(self.indices, self._handles):
+        for index, h in zip(self.indices, self._handles, strict=True):
             s = {"t": t, "gpu": index}
             # each read on its own: a card without power readings still reports the rest
-            for key, read in (("utilization_pct", lambda: p.nvmlDeviceGetUtilizationRates(h).gpu),
-                              ("memory_used_bytes", lambda: p.nvmlDeviceGetMemoryInfo(h).used),
-                              ("power_w", lambda: p.nvmlDeviceGetPowerUsage(h) / 1000.0),
-                              ("temperature_c", lambda: p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU)),
-                              ("clock_event_reasons", lambda: _clock_reasons(p)(h))):
+            for key, read in (("utilization_pct", lambda h: p.nvmlDeviceGetUtilizationRates(h).gpu),
+                              ("memory_used_bytes", lambda h: p.nvmlDeviceGetMemoryInfo(h).used),
+                              ("power_w", lambda h: p.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                              ("temperature_c", lambda h: p.nvmlDeviceGetTemperature(h, p.NVML_TEMPERATURE_GPU)),
+                              ("clock_event_reasons", lambda h: _clock_reasons(p)(h))):
                 try:
-                    s[key] = read()
+                    s[key] = read(h)
                 except p.NVMLError:
                     s[key] = None
             self.samples.append(s)
@@ -232,8 +233,9 @@ def monitor_lines(summary: dict | None) -> list[str]:
     return [
         f"GPU while the step ran (NVML, {summary['samples']} samples over {summary['window_s']:.2f} s"
         + (f", {steps} steps" if steps else "") + ", min / median / max):",
-        f"  utilization {trio('utilization_pct', lambda v: f'{v:.0f}%')}; "
-        f"memory used {trio('memory_used_bytes', lambda v: f'{v / 2**30:.2f} GiB')}",
-        f"  power {trio('power_w', lambda v: f'{v:.0f} W')}; temperature {trio('temperature_c', lambda v: f'{v:.0f} C')}"
+        (f"  utilization {trio('utilization_pct', lambda v: f'{v:.0f}%')}; "
+         f"memory used {trio('memory_used_bytes', lambda v: f'{v / 2**30:.2f} GiB')}"),
+        f"  power {trio('power_w', lambda v: f'{v:.0f} W')}; "
+        f"temperature {trio('temperature_c', lambda v: f'{v:.0f} C')}"
         + ("; throttled: " + ", ".join(summary["throttle_reasons"]) if summary.get("throttled") else "; no throttling"),
     ]

@@ -186,13 +186,14 @@ def _abstract(wl, batch):
                         trace.append((stack[-1] if stack else None, output_bytes(out)))
                     return out
 
-                cls.__call__ = wrapped
+                cls.__call__ = wrapped  # type: ignore[method-assign]  # patched for the trace, restored below
             try:
                 loss = wl.loss(model, b)
             finally:
                 for cls, orig in saved.items():
-                    cls.__call__ = orig
-            _, params, rest = nnx.split(model, nnx.Param, ...)
+                    cls.__call__ = orig  # type: ignore[method-assign]
+            # (type: ignore: split returns one state per filter, two here; its type says any number)
+            _, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
             return loss, params, rest
 
         _, params, rest = jax.eval_shape(run, batch)
@@ -256,9 +257,9 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
              batch_size: int | None = None, overhead_bytes: int = 0, softmax_bytes: int = 4,
              zero_stage: int | None = None) -> SimulatorEstimate:
     """The simulator's per-device estimate for the step jaxmem analyzes with these options."""
-    from jaxmem.program.step import OPTIMIZERS
-
     import optax
+
+    from jaxmem.program.step import OPTIMIZERS
 
     spec = layouts.parse_mesh(mesh)
     d = spec.data_size                       # the devices the batch splits over

@@ -20,10 +20,10 @@ import platform
 import statistics
 from typing import Any
 
-from jaxmem.truth import measure
 from jaxmem.compiler import calibration
 from jaxmem.errors import UserError
 from jaxmem.program.workload import StepChoice
+from jaxmem.truth import measure
 
 # Host memory a CPU measurement needs besides the step itself: the Python process,
 # jax and the compiled program (about 0.5 GB measured here), with room to spare.

@@ -22,6 +22,7 @@ import numpy as np
 
 from jaxmem.xla.categories import CATEGORIES, categorize
 
+
 @dataclass(frozen=True)
 class Buffer:
     """One logical buffer of XLA's buffer assignment (an HloValue: one instruction output, or

@@ -53,7 +53,8 @@ def categorize(buffer: Buffer, param_categories: Sequence[str], *,
         return "outputs"
     if buffer.collective:
         return "collectives"
-    if assignment is not None and assignment.backward_start is not None and buffer.start >= 0:
+    if (assignment is not None and assignment.backward_start is not None and assignment.backward_end is not None
+            and buffer.start >= 0):  # (backward_span sets both or neither)
         forward = "jvp(" in buffer.op_name and not buffer.is_backward
         # by shape alone: under mixed precision the backward pass accumulates bf16 gradients
         # of fp32 parameters

@@ -59,7 +59,7 @@ class Collective:
         return self.bytes * self.count_in_loop
 
 
-def collectives(hlo_text_or_module, mesh_axes: Sequence[tuple[str, int]]) -> list[Collective]:
+def collectives(hlo_text_or_module: str | hlo_text.Module, mesh_axes: Sequence[tuple[str, int]]) -> list[Collective]:
     """Every collective of the optimized HLO (``compiled.as_text()``), in program text order.
 
     `mesh_axes`: the mesh the program was compiled for, as ``(name, size)`` pairs in mesh
@@ -161,4 +161,4 @@ def _axes(groups, names: tuple[str, ...], shape: tuple[int, ...]) -> tuple[str, 
             continue
         coords = np.array(np.unravel_index(ids, shape))  # (axes, members)
         spanned |= (coords != coords[:, :1]).any(axis=1)
-    return tuple(name for name, s in zip(names, spanned) if s)
+    return tuple(name for name, s in zip(names, spanned, strict=True) if s)

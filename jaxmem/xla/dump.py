@@ -8,6 +8,7 @@ import re
 from jaxmem.xla.buffers import BufferAssignment
 from jaxmem.xla.hlo import decode_hlo_proto
 
+
 def compile_options(dump_dir: str | os.PathLike) -> dict:
     """The ``compiler_options`` that make XLA write the optimized module with its buffer
     assignment (``*after_optimizations.hlo.pb``) into ``dump_dir``, and as little else as it can.

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
+from jaxmem.report import BufferRow, ModuleRow, ReportWarning
 from jaxmem.xla.buffers import BufferAssignment
 from jaxmem.xla.categories import CATEGORIES
 from jaxmem.xla.opnames import primitive
 from jaxmem.xla.timeline import downsample, downsampled_index
-from jaxmem.report import BufferRow, ModuleRow, ReportWarning
 
 TIMELINE_POINTS = 2000  # the curve is downsampled (max per bucket) so the HTML stays small
 STATE = ("params", "optimizer_state", "batch", "other_state")

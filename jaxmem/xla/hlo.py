@@ -18,7 +18,8 @@ from jaxmem.xla.categories import is_float
 _HLO_PROTO = frozenset({1, 3})                 # hlo_module, buffer_assignment
 _MODULE = frozenset({1, 3, 6})                 # name, computations, entry_computation_id
 _COMPUTATION = frozenset({1, 2, 5, 6})         # name, instructions, id, root_id
-_INSTRUCTION = frozenset({1, 2, 3, 7, 35, 36, 38})  # name, opcode, shape, metadata, id, operand_ids, called_computation_ids
+_INSTRUCTION = frozenset({1, 2, 3, 7, 35, 36, 38})  # name, opcode, shape, metadata, id, operand_ids,
+                                                    # called_computation_ids
 _SHAPE = frozenset({2, 3, 4})                  # element_type, dimensions, tuple_shapes
 _METADATA = frozenset({2})                     # op_name
 _ASSIGNMENT = frozenset({1, 3, 4})             # logical_buffers, buffer_allocations, heap_simulator_traces
@@ -130,10 +131,10 @@ def _instructions(buf: bytes, module: dict, needed: set[int]) -> dict[int, tuple
         for cid in comps:
             read(cid)
     for iid, cid in calls:           # async-start/-done: what they wrap (a collective?)
-        comp = comps.get(cid)
-        if comp is None or 6 not in comp:
+        called = comps.get(cid)
+        if called is None or 6 not in called:
             continue
-        root = wire.integer(comp[6])
+        root = wire.integer(called[6])
         read(root >> 32)
         if root not in out:
             read(cid)

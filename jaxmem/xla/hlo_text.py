@@ -51,7 +51,7 @@ class Array:
 def parse_shape(text: str):
     """An HLO shape: an :class:`Array` or a (nested) tuple of them."""
     text = _COMMENT.sub("", text).strip()
-    shape, rest = _parse_shape(text, 0)
+    shape, _ = _parse_shape(text, 0)
     return shape
 
 
@@ -59,7 +59,8 @@ def _parse_shape(text: str, i: int):
     while i < len(text) and text[i] == " ":
         i += 1
     if text.startswith("(", i):
-        items, i = [], i + 1
+        items: list = []
+        i += 1
         while True:
             while i < len(text) and text[i] in " ,":
                 i += 1
@@ -179,7 +180,12 @@ class Module:
                 for attr, callee in ins.called:
                     if callee not in self.computations:
                         continue
-                    n = (trip or 1) if attr == "body" else ((trip or 1) + 1 if attr == "condition" and ins.opcode == "while" else 1)
+                    if attr == "body":
+                        n = trip or 1
+                    elif attr == "condition" and ins.opcode == "while":
+                        n = (trip or 1) + 1
+                    else:
+                        n = 1
                     calls[comp.name].append((callee, n))
         order: list[str] = []
         seen: set[str] = set()
@@ -275,7 +281,7 @@ def _parse_instruction(line: str, computation: str) -> Instruction | None:
     # The shape: a balanced tuple "( ... )" or one array token.
     if rest.startswith("("):
         depth, j = 0, 0
-        for j, ch in enumerate(rest):
+        for j, ch in enumerate(rest):  # noqa: B007 -- j: where the loop stopped, read after it
             depth += ch == "("
             depth -= ch == ")"
             if depth == 0:

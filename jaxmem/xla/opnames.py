@@ -69,7 +69,7 @@ def module_path(op_name: str) -> str:
             return ""
         split = [p.split("/") for p in paths]
         common = []
-        for parts in zip(*split):
+        for parts in zip(*split, strict=False):  # up to the shortest path
             if len(set(parts)) != 1:
                 break
             common.append(parts[0])

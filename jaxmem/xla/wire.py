@@ -18,6 +18,7 @@ def fields(buf: bytes, pos: int, end: int, want: frozenset[int]) -> dict[int, li
     this function carries the whole decode.
     """
     out: dict[int, list] = {}
+    val: int | tuple[int, int]  # varint, fixed64/32: the value; length-delimited: the payload's span
     while pos < end:
         b = buf[pos]
         pos += 1
