@@ -23,7 +23,7 @@ def implied_bytes(wl) -> int:
     total = 0
     for tree, specs in ((wl.state, wl.state_specs), (wl.batch, wl.batch_specs)):
         flat_specs = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: x is None or isinstance(x, P))[0]
-        for x, spec in zip(jax.tree.leaves(tree), flat_specs):
+        for x, spec in zip(jax.tree.leaves(tree), flat_specs, strict=True):
             names = [a for e in (spec or ()) if e is not None for a in ((e,) if isinstance(e, str) else e)]
             total += math.prod(x.shape) * x.dtype.itemsize // math.prod(MESH[a] for a in names)
     return total

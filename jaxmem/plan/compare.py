@@ -21,9 +21,8 @@ from typing import Any
 
 from jaxmem.errors import UserError
 from jaxmem.pipeline import AnalyzeOptions
-from jaxmem.plan import meshes
+from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
-from jaxmem.plan import sweep
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
@@ -150,7 +149,7 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     """User errors that need no compile, before any worker starts."""
     from jaxmem.program import layouts, rules
 
-    mesh = layouts.parse_mesh(opts.mesh)
+    layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
     if opts.rules:
         rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
     if find is None:
