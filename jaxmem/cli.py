@@ -121,9 +121,9 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--find-seq", "find_seq", metavar="ARG", default=None, help="Find, per row, the largest value of the "
               "workload argument ARG (e.g. seq_len) that fits, in steps of --granule.")
 @click.option("--find-devices", is_flag=True, help="Find, per row, the smallest data-parallel size (the mesh's first "
-              "data axis) that fits the global --batch.")
+              "axis that splits the batch: data, fsdp or expert) that fits the global --batch.")
 @click.option("--granule", type=WholeNumber(1, "the granule"), default=None,
-              help="--find-seq: the step between the values tried (default 1; e.g. 128).")
+              help="--find-seq: the step between the values tried (default 1, or the context axis; e.g. 128).")
 @click.option("--margin", type=float, default=None, help="Share of usable memory every fit answer keeps free "
               "(default 0.05: about twice the largest error measured against real runs).")
 @click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
@@ -260,16 +260,19 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
               help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
-@click.option("--changes", "change_kinds", default="layout,precision,remat,accum,devices,offload,lora",
-              show_default=True, help="The kinds of change to try, comma-separated.")
+@click.option("--changes", "change_kinds", show_default=True,
+              default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert",
+              help="The kinds of change to try, comma-separated.")
 def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
 
     Compiles the changes users make -- more state sharding (dp -> fsdp -> fsdp_tp), bf16
     compute, remat from the least recompute to full, gradient accumulation keeping the global
-    batch, twice the devices -- and their combinations predicted to fit; prints the ones that
-    fit, ranked by estimated step time (ties by headroom), each with its peak, headroom, step
-    time relative to the step as given, and the `jaxmem analyze` command that reproduces it.
+    batch, twice the devices; HSDP, context or expert parallelism on the same GPUs where the step
+    as given calls for them -- and their combinations predicted to fit; prints the ones that fit,
+    those on the GPUs as given first, each ranked by estimated step time (ties by headroom), with
+    its peak, headroom, step time relative to the step as given, GPU-seconds per step, and the
+    `jaxmem analyze` command that reproduces it.
     Fine-tuning changes are tried too: the optimizer state offloaded to host memory, and LoRA /
     QLoRA (rank 16; these train adapters instead of every weight, and say so).
     Exit code: 0 when one fits (or the step fits as given), 3 when none does, 2 on a user error.

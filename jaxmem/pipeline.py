@@ -103,7 +103,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     t_built = time.perf_counter()
     # One compile (or its cached Artifacts); everything below is re-done from them, so a cached
     # answer is processed exactly as a fresh one.
-    art = compiled_mod.compile_step(built, explain=opts.explain, cache=opts.cache, child=child)
+    try:
+        art = compiled_mod.compile_step(built, explain=opts.explain, cache=opts.cache, child=child)
+    except UserError as e:
+        raise _context_hint(e, mesh_spec) from None
     stats = art.stats
     t_compiled = time.perf_counter()
     assignment = art.assignment
@@ -228,6 +231,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         host=host,
         mesh_roles=roles,
         shardings=splits.shardings(built.leaves),
+        sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
+        logical_names=built.logical_names,
         fits=fits,
         headroom_bytes=headroom,
         warnings=tuple(warnings),
@@ -250,6 +255,18 @@ def _finetune_options(opts: AnalyzeOptions) -> dict:
         return {}
     return {"freeze": ft.freeze, "lora_rank": ft.lora_rank, "lora_targets": ft.lora_targets,
             "lora_alpha": ft.lora_alpha, "base_dtype": ft.base_dtype, "offload": ft.offload}
+
+
+def _context_hint(e: UserError, mesh_spec) -> UserError:
+    """A fused attention kernel whose partitioning rule refuses a split sequence (cuDNN's), under a
+    context axis: the error says what to change."""
+    ctx = mesh_spec.context_axis
+    if ctx is None or mesh_spec.axis_size(ctx) < 2 or "sequence dim" not in str(e):
+        return e
+    return UserError(f"{str(e).rstrip('.')}. The {ctx} axis splits the sequence, and this attention kernel's "
+                     "partitioning rule does not take a split sequence: gather the sequence before it in the model "
+                     "(e.g. constrain q, k and v to ('batch', None, 'heads', None)), use an attention written in jnp "
+                     f"(llama: --arg attention=xla), or drop the {ctx} axis")
 
 
 def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:

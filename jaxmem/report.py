@@ -120,6 +120,10 @@ class Report:
     # PartitionSpec (one entry per dim: null, an axis, or a list of axes) and per-device bytes.
     mesh_roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     shardings: tuple[dict[str, Any], ...] = ()
+    # What advise needs to propose context and expert parallelism: the batch's sequence length (dim 1
+    # of its first leaf of rank 2+; None without one) and the logical axis names the parameters carry.
+    sequence_length: int | None = None
+    logical_names: tuple[str, ...] = ()
 
     def __post_init__(self):
         total = sum(self.breakdown.values())
@@ -166,4 +170,5 @@ class Report:
         if "timeline" in d:
             d["timeline"] = tuple(d["timeline"])
         d["shardings"] = tuple(d.get("shardings", ()))
+        d["logical_names"] = tuple(d.get("logical_names", ()))
         return cls(**d)

@@ -1,7 +1,7 @@
 import pytest
 
-from jaxmem.program import layouts, rules
 from jaxmem.errors import UserError
+from jaxmem.program import layouts, rules
 
 
 def test_parse_mesh_orders_axes_and_finds_roles():
@@ -50,14 +50,14 @@ def test_check_layout_needs_the_right_axes():
 
 
 def test_an_fsdp_axis_under_a_layout_that_keeps_the_state_whole_is_refused():
-    with pytest.raises(UserError, match="--layout dp keeps the state unsharded.*use --layout fsdp"):
+    with pytest.raises(UserError, match=r"--layout dp keeps the state unsharded.*use --layout fsdp"):
         layouts.check_layout("dp", layouts.parse_mesh("fsdp=8"))
     with pytest.raises(UserError, match="use --layout fsdp_tp"):
         layouts.check_layout("tp", layouts.parse_mesh("fsdp=4,tensor=2"))
 
 
 def test_stage_is_refused_unless_the_workload_gives_its_step():
-    with pytest.raises(UserError, match="stage axis.*pipelined step"):
+    with pytest.raises(UserError, match=r"stage axis.*pipelined step"):
         layouts.check_layout("fsdp", layouts.parse_mesh("fsdp=4,stage=2"))
     layouts.check_layout("fsdp", layouts.parse_mesh("fsdp=4,stage=2"), custom_step=True)
 
@@ -140,3 +140,8 @@ def test_the_batch_divides_by_the_axes_that_split_it_and_context_splits_the_sequ
     with pytest.raises(UserError, match=r"'tokens' \(4, 30\): its sequence dimension \(dim 1\) 30 is not divisible "
                                         r"by context=4"):
         layouts.batch_spec((4, 30), layouts.parse_mesh("fsdp=4,context=4"), "tokens")
+
+
+def test_an_axis_of_size_one_splits_nothing_and_is_never_written_into_a_spec():
+    assert spec((1024, 4096), ("embed", "mlp"), "fsdp", mesh="data=1")[0] == (None, None)
+    assert spec((1024, 4096), None, "fsdp_tp", mesh="data=1,model=1") == ((None, None), [])

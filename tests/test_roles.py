@@ -79,19 +79,24 @@ def test_expert_weights_per_device_are_total_over_expert_times_the_axes_of_their
     assert by_path["params:layers/moe/router"].shards == 2
 
 
-def _holds_every_expert(row) -> bool:
-    """A buffer shaped like one layer's expert kernel with all 8 experts (d_model 48 or its fsdp half 24, ffn 80)."""
+def _holds_every_expert(row, experts, d_model, ffn) -> bool:
+    """A buffer shaped like one layer's expert kernel with all its experts (d_model whole or halved by fsdp=2)."""
     dims = [int(d) for d in re.findall(r"\d+", row.shape)]
-    return 8 in dims and 80 in dims and (48 in dims or 24 in dims)
+    return experts in dims and ffn in dims and (d_model in dims or d_model // 2 in dims)
 
 
-def test_expert_parallelism_keeps_every_experts_weights_out_of_the_peak():
-    # without an expert axis FSDP gathers a layer's kernels whole, all 8 experts: the check sees them
-    dense = analyze(MOE, mesh="fsdp=8", top=1000)
-    assert [b for b in dense.top_buffers if _holds_every_expert(b) and b.category not in ("params", "optimizer_state")]
-    ep = analyze(MOE, mesh="fsdp=2,expert=4", top=1000)
+@pytest.mark.parametrize("model,args,sizes", [
+    (MOE, {}, (8, 48, 80)),                                     # the fixture: 8 experts, d_model 48, ffn 80
+    (MODELS / "moe.py", {"preset": "tiny"}, (4, 64, 128)),      # the shipped Mixtral-style model's tiny preset
+], ids=["moe_tiny", "moe"])
+def test_expert_parallelism_keeps_every_experts_weights_out_of_the_peak(model, args, sizes):
+    # without an expert axis FSDP gathers a layer's kernels whole, all experts: the check sees them
+    dense = analyze(model, args=args, mesh="fsdp=8", batch=8, top=1000)
+    assert [b for b in dense.top_buffers
+            if _holds_every_expert(b, *sizes) and b.category not in ("params", "optimizer_state")]
+    ep = analyze(model, args=args, mesh="fsdp=2,expert=4", batch=8, top=1000)
     assert len(ep.top_buffers) < 1000   # every buffer live at the peak is listed
-    assert not [b for b in ep.top_buffers if _holds_every_expert(b)]
+    assert not [b for b in ep.top_buffers if _holds_every_expert(b, *sizes)]
     # the tokens travel to their experts over the expert axis
     assert any(c["axes"] == ["expert"] for c in ep.step_time["collectives"])
 
@@ -125,3 +130,19 @@ def test_a_tensor_axis_the_layout_leaves_idle_is_a_warning():
                           "--batch", "16", "--no-explain", "--json").output)
     (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
     assert "model=2 (tensor) splits no weight (--layout fsdp splits none over it" in w["message"]
+
+
+def test_a_fused_attention_that_refuses_a_split_sequence_says_what_to_change():
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--arg", "attention=cudnn", "--precision", "bf16", "--gpu",
+               "h100", "--mesh", "fsdp=2,context=2", "--batch", "2", "--no-explain")
+    assert r.exit_code == 2
+    assert "Sharding on sequence dim is not allowed. The context axis splits the sequence" in r.output
+    assert "--arg attention=xla" in r.output and "Traceback" not in r.output
+
+
+def test_the_shipped_moes_expert_kernels_per_device_are_total_over_expert_times_fsdp():
+    by_path = leaves(MODELS / "moe.py", "fsdp=2,expert=4", model_args={"preset": "tiny"}, batch=8)
+    kernels = [leaf for path, leaf in by_path.items() if path.startswith("params:layers/moe/") and "_proj" in path]
+    assert len(kernels) == 3   # gate, up, down: (layers, exp, ...)
+    for leaf in kernels:
+        assert leaf.spec[1] == "expert" and leaf.device_bytes * 4 * 2 == leaf.global_bytes

@@ -122,3 +122,15 @@ def test_build_step_uses_the_rules(tmp_path):
     leaves = {leaf.path: leaf for leaf in build_step(LLAMA, mesh="data=2,fsdp=4", model_args={"preset": "tiny"},
                                                        batch=16, rules=str(RULES / "zero3_all.json"))[1].leaves}
     assert leaves["params:embed/embedding"].spec == (None, ("data", "fsdp"))   # (vocab, embed); vocab kept whole
+
+
+def test_nnx_sharding_metadata_takes_the_rules_too(tmp_path):
+    path = tmp_path / "mlp_first.json"
+    path.write_text('[["mlp", "fsdp"]]')
+    nnx_model = MODELS.parent / "tests" / "fixtures" / "nnx_experts.py"
+    built = build_step(nnx_model, mesh="fsdp=2,expert=4", rules=str(path))[1]
+    by_rules = {leaf.path: leaf.spec for leaf in built.leaves}
+    assert by_rules["params:wi/value"] == ("expert", None, "fsdp")          # (exp, embed, mlp)
+    assert by_rules["params:dense/kernel/value"] == (None, "fsdp")           # (embed, mlp)
+    layout = {leaf.path: leaf.spec for leaf in build_step(nnx_model, mesh="fsdp=2,expert=4")[1].leaves}
+    assert layout["params:wi/value"] == ("expert", "fsdp", None)

@@ -23,7 +23,7 @@ def implied_bytes(wl) -> int:
     total = 0
     for tree, specs in ((wl.state, wl.state_specs), (wl.batch, wl.batch_specs)):
         flat_specs = jax.tree_util.tree_flatten(specs, is_leaf=lambda x: x is None or isinstance(x, P))[0]
-        for x, spec in zip(jax.tree.leaves(tree), flat_specs):
+        for x, spec in zip(jax.tree.leaves(tree), flat_specs, strict=True):
             names = [a for e in (spec or ()) if e is not None for a in ((e,) if isinstance(e, str) else e)]
             total += math.prod(x.shape) * x.dtype.itemsize // math.prod(MESH[a] for a in names)
     return total
@@ -43,7 +43,8 @@ def test_argument_bytes_equal_the_bytes_the_specs_imply():
 
 @pytest.mark.parametrize("variant,message", [
     ("mismatch", "state_specs does not match `state`: no spec for the leaf state/params/b"),
-    ("unknown_axis", r"state/opt_state/0/trace/w2 \(1024, 512\), dim 0: the mesh has no axis 'model' \(--mesh fsdp=4,tensor=2"),
+    ("unknown_axis",
+     r"state/opt_state/0/trace/w2 \(1024, 512\), dim 0: the mesh has no axis 'model' \(--mesh fsdp=4,tensor=2"),
     ("undivisible", r"state/opt_state/0/trace/w1 \(510, 1024\), dim 0 \(510\) is not divisible by fsdp=4"),
     ("twice", r"state/opt_state/0/trace/w1 \(512, 1024\): its spec P\('fsdp', 'fsdp'\) uses the axis fsdp twice"),
 ])

@@ -12,6 +12,12 @@ The changes users actually make, each a field of the analysis options
 * lora: fine-tune adapters instead of every weight -- LoRA of rank 16 on the default targets, and
   QLoRA (the same on an nf4-quantized base). These change what is trained: their label says so.
   (Freezing needs to know which parameters: it is left to --freeze.)
+* hsdp: FSDP within a host, replicas across hosts (same GPUs), when FSDP's all-gathers and
+  reduce-scatters over the network take longer than the step's compute or memory time;
+* context: a context axis of 2 or 4 taken from the replicas (or fsdp), when activations are most
+  of the peak at a long sequence (>= LONG_SEQUENCE tokens);
+* expert: an expert axis of 2, 4 or 8 likewise, when the model's parameters have an experts
+  dimension (exp, expert, experts) and the mesh no expert axis.
 
 No suggestion without its compiled number. The search compiles in two rounds:
 
@@ -24,7 +30,8 @@ No suggestion without its compiled number. The search compiles in two rounds:
    sizes between the probes interpolated linearly); the ones predicted to fit, fastest
    predicted first, are compiled -- and only their compiled numbers are reported.
 
-Candidates that fit are ranked by their compiled, estimated step time (ties by headroom).
+Candidates that fit are ranked: plans on the GPUs as given before plans that need more, each by its
+compiled, estimated step time (ties by headroom); each also shows its GPU-seconds per step.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 
 from jaxmem.errors import UserError
 from jaxmem.pipeline import AnalyzeOptions, command_line
+from jaxmem.plan import meshes
 from jaxmem.program import layouts
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
@@ -47,6 +55,8 @@ REMAT_RANK = {"none": 0, "everything_saveable": 0, "dots_saveable": 1, "checkpoi
               "full": 3, "nothing_saveable": 3}
 REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
 LORA_RANK = 16
+LONG_SEQUENCE = 1024   # tokens: where context parallelism starts to be what MaxText recipes use
+MESH_CHANGES = ("hsdp", "context", "expert")   # each a mesh on the same GPUs (the value: its text)
 SCHEMA = "jaxmem.advise/1"
 
 
@@ -85,6 +95,11 @@ class Candidate:
         st = (self.report.step_time or {}) if self.report is not None else {}
         return st.get("estimate_s") if st.get("available") else None
 
+    @property
+    def gpu_seconds(self) -> float | None:
+        """GPU-seconds per step: the estimated step time times the GPUs it runs on."""
+        return None if self.step_s is None else self.step_s * getattr(self.report.target, "devices", 0)
+
     def command(self, path: str) -> str:
         return command_line(path, self.options)
 
@@ -97,6 +112,11 @@ def _describe(axis: str, value) -> str:
     if axis == "layout":
         lo, mesh = value
         return f"layout {lo}" + (f" (mesh {mesh})" if "model" in mesh and lo == "fsdp_tp" else "")
+    if axis in MESH_CHANGES:
+        spec = layouts.parse_mesh(value)
+        if axis == "hsdp":
+            return f"HSDP: fsdp within a host, data across hosts (mesh {value})"
+        return f"{axis} parallelism over {spec.axis_size(spec.axis_of(axis))} (mesh {value})"
     if axis == "offload":
         return "optimizer state offloaded to host memory"
     if axis == "lora":
@@ -113,6 +133,8 @@ def _display(axis: str, value):
         return {"layout": lo, "mesh": mesh}
     if axis == "devices":
         return {"mesh": value, "devices": layouts.parse_mesh(value).size}
+    if axis in MESH_CHANGES:
+        return {"mesh": value}
     if axis == "lora":
         return {"lora_rank": value[0], "base_dtype": value[1]}
     return value
@@ -154,6 +176,8 @@ class Advice:
                     "fits": c.fits if c.report is not None else None,
                     "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
                     "step_time_estimate_s": c.step_s, "relative_step_time": self.relative(c),
+                    "devices": getattr(c.report.target, "devices", None) if c.report is not None else None,
+                    "gpu_seconds_per_step": c.gpu_seconds,
                     "step_time": c.report.step_time if c.report is not None else None,
                     "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes}
 
@@ -176,8 +200,9 @@ def _global_batch(report) -> int | None:
     return int(b) if isinstance(b, int) else None
 
 
-def axes(base: AnalyzeOptions, global_batch: int | None) -> dict[str, list]:
-    """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis)."""
+def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[str, list]:
+    """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis).
+    `report` (the original's) decides the mesh changes that answer what dominates it."""
     spec = layouts.parse_mesh(base.mesh)
     out: dict[str, list] = {}
     # layout: more state sharding than the original
@@ -186,11 +211,11 @@ def axes(base: AnalyzeOptions, global_batch: int | None) -> dict[str, list]:
     lay = []
     for lo in ladder[start:]:
         if lo == "fsdp_tp" and spec.model_axis is None:
-            split = _split_model_axis(spec)
+            split = meshes.split_model_axis(base.mesh)
             if split is None:
                 continue
             lay.append(("fsdp_tp", split))
-        else:
+        elif not (lo == "dp" and spec.with_role("fsdp")):
             lay.append((lo, base.mesh))
     out["layout"] = lay
     out["precision"] = ["bf16"] if base.precision == "fp32" else []
@@ -206,50 +231,64 @@ def axes(base: AnalyzeOptions, global_batch: int | None) -> dict[str, list]:
     out["accum"] = acc
     # devices: twice the data-parallel devices, the global batch kept
     dev = []
-    if global_batch and global_batch % (spec.data_size * 2 * base.accum) == 0:
-        dev.append(_scale_data(spec, 2))
+    if global_batch and global_batch % (spec.data_size * 2 * base.accum) == 0 and spec.batch_axes:
+        dev.append(meshes.scale_data(base.mesh, 2))
     out["devices"] = dev
     # fine-tuning: only for a full fine-tune as given
     out["offload"] = ["optimizer"] if base.offload is None else []
     plain = not base.lora_rank and base.freeze is None
     out["lora"] = [(LORA_RANK, None), (LORA_RANK, "nf4")] if plain else []
+    out.update(mesh_changes(base, report))
     return out
 
 
-def _split_model_axis(spec: layouts.MeshSpec) -> str | None:
-    """`data=8` -> `data=4,model=2`: the same devices, a tensor-parallel axis of 2."""
-    axes_ = list(spec.axes)
-    for i, (name, size) in enumerate(axes_):
-        if size % 2 == 0 and size >= 2:
-            axes_[i] = (name, size // 2)
-            if axes_[i][1] == 1 and len(axes_) == 1:
-                return None  # no data axis would be left
-            return ",".join(f"{n}={s}" for n, s in axes_) + ",model=2"
-    return None
-
-
-def _scale_data(spec: layouts.MeshSpec, factor: int) -> str:
-    name = spec.data_axes[0]
-    return ",".join(f"{n}={s * factor if n == name else s}" for n, s in spec.axes)
+def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
+    """HSDP, context and expert parallelism on the same GPUs, each where the original's report says
+    it answers what dominates: FSDP's collectives over the network, activations at a long sequence,
+    a model with experts."""
+    out: dict[str, list[str]] = {"hsdp": [], "context": [], "expert": []}
+    if report is None:
+        return out
+    st = report.step_time or {}
+    if st.get("available") and base.layout in ("fsdp", "fsdp_tp"):
+        net = sum(r["time_s"] for r in st.get("collectives", ())
+                  if r["kind"] in ("all-gather", "reduce-scatter") and r["link"] == "network")
+        if net > max(st.get("compute_s", 0.0), st.get("memory_s", 0.0)):
+            out["hsdp"] = [m for m in [meshes.hsdp(base.mesh, getattr(report.target, "hosts", 1))] if m]
+    seq = getattr(report, "sequence_length", None)   # reports saved before these fields have neither
+    acts = report.breakdown.get("activations_and_temporaries", 0)
+    if seq and seq >= LONG_SEQUENCE and 2 * acts >= report.per_device_peak_bytes:
+        out["context"] = [m for k in (2, 4) if seq % k == 0 for m in [meshes.carve(base.mesh, "context", k)] if m]
+    if set(getattr(report, "logical_names", ())) & {"exp", "expert", "experts"}:
+        out["expert"] = [m for k in (2, 4, 8) for m in [meshes.carve(base.mesh, "expert", k)] if m]
+    return out
 
 
 def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> AnalyzeOptions | None:
-    """The options with `changes`; None when two changes contradict (a model axis and more devices)."""
+    """The options with `changes`; None when two changes contradict (two different meshes)."""
     kw: dict[str, Any] = {}
-    mesh = base.mesh
+    new_meshes = []
     for axis, value in changes:
         if axis == "layout":
             kw["layout"], mesh_l = value
-            mesh = mesh_l
+            if mesh_l != base.mesh:
+                new_meshes.append(mesh_l)
+        elif axis in MESH_CHANGES:
+            new_meshes.append(value)
         elif axis == "devices":
             kw["_devices"] = value
         elif axis == "lora":
             kw["lora_rank"], kw["base_dtype"] = value
         else:
             kw[axis] = value
+    if len(new_meshes) > 1:
+        return None
+    mesh = new_meshes[0] if new_meshes else base.mesh
     if "_devices" in kw:
         factor = layouts.parse_mesh(kw.pop("_devices")).size // layouts.parse_mesh(base.mesh).size
-        mesh = _scale_data(layouts.parse_mesh(mesh), factor)
+        mesh = meshes.scale_data(mesh, factor)
+        if mesh is None:
+            return None
     hosts = base.hosts
     if hosts is not None and mesh != base.mesh:
         n_old, n_new = layouts.parse_mesh(base.mesh).size, layouts.parse_mesh(mesh).size
@@ -334,7 +373,7 @@ def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int 
             for o in outs]
 
 
-CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora")
+CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora", *MESH_CHANGES)
 
 
 def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,
@@ -379,7 +418,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     unknown = sorted(set(changes) - set(CHANGES))
     if unknown:
         raise UserError(f"--changes {','.join(unknown)}: unknown; choose from {','.join(CHANGES)}")
-    ax = {k: v for k, v in axes(base, _global_batch(original.report)).items() if k in changes}
+    ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = []
@@ -420,7 +459,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
             if sum(c.fits for c in probes + extra) >= 3 or not queue:
                 break
 
-    ranked = _rank(probes + extra)
+    ranked = _rank(probes + extra, _devices(original))
     return Advice(path, original, tuple(ranked), compiles, cached, time.perf_counter() - t0, searched=True)
 
 
@@ -452,10 +491,16 @@ def _interleave(queue: list) -> list:
     return out
 
 
-def _rank(cands: list[Candidate]) -> list[Candidate]:
-    """Fitting first, fastest estimated step first (ties: more headroom first); then the rest by peak."""
+def _devices(c: Candidate) -> int:
+    return getattr(c.report.target, "devices", 0)
+
+
+def _rank(cands: list[Candidate], devices: int) -> list[Candidate]:
+    """Fitting first: those on the `devices` GPUs as given before those that need more, each fastest
+    estimated step first (ties: more headroom first); then the rest by peak."""
     fit = sorted((c for c in cands if c.fits),
-                 key=lambda c: (c.step_s if c.step_s is not None else math.inf, -(c.headroom or 0)))
+                 key=lambda c: (_devices(c) > devices, c.step_s if c.step_s is not None else math.inf,
+                                -(c.headroom or 0)))
     rest = sorted((c for c in cands if not c.fits),
                   key=lambda c: (c.report is None, c.peak if c.peak is not None else 0))
     return fit + rest

@@ -21,8 +21,8 @@ from typing import Any
 
 from jaxmem.errors import UserError
 from jaxmem.pipeline import AnalyzeOptions
+from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
-from jaxmem.plan import sweep
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
@@ -149,7 +149,7 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     """User errors that need no compile, before any worker starts."""
     from jaxmem.program import layouts, rules
 
-    mesh = layouts.parse_mesh(opts.mesh)
+    layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
     if opts.rules:
         rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
     if find is None:
@@ -168,24 +168,8 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     if find.kind == "devices":
         if opts.batch is None:
             raise UserError("--find-devices needs --batch N: the global batch the devices must hold")
-        if opts.batch % (opts.accum * _other_data(mesh)):
+        if opts.batch % (opts.accum * meshes.other_batch(opts.mesh)):
             raise UserError(f"--batch {opts.batch} is not a multiple of --accum {opts.accum} x the other data axes")
-
-
-def _other_data(mesh) -> int:
-    """The product of the data axes other than the one a devices search varies."""
-    data = mesh.data_axes
-    return mesh.axis_size(data[1:]) if data else 1
-
-
-def _with_data_size(mesh_text: str, d: int) -> str:
-    from jaxmem.program import layouts
-
-    mesh = layouts.parse_mesh(mesh_text)
-    if not mesh.data_axes:
-        return str(layouts.MeshSpec((("data", d),) + mesh.axes))
-    first = mesh.data_axes[0]
-    return str(layouts.MeshSpec(tuple((n, d if n == first else s) for n, s in mesh.axes)))
 
 
 class _RowSearch:
@@ -201,7 +185,8 @@ class _RowSearch:
             count = max(1, BATCH_LIMIT // self.granule)
             self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 15))
         elif find.kind == "seq":
-            self.granule = find.granule or 1
+            # a context axis splits the sequence: every length tried must be a multiple of it
+            self.granule = math.lcm(find.granule or 1, mesh.axis_size(mesh.context_axis))
             count = max(1, SEQ_LIMIT // self.granule)
             # quadratic: attention scores grow with the square of the sequence
             self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=2,
@@ -209,7 +194,7 @@ class _RowSearch:
         else:
             self.granule = 0
             assert opts.batch is not None  # (_check: --find-devices needs --batch)
-            per = opts.batch // (opts.accum * _other_data(mesh))
+            per = opts.batch // (opts.accum * meshes.other_batch(opts.mesh))
             self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
             self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
                                             degree=1, first=(0, 3))
@@ -229,11 +214,14 @@ class _RowSearch:
         if self.find.kind == "seq":
             assert self.find.arg is not None  # (_check: --find-seq names the argument)
             return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
-        return dataclasses.replace(self.opts, mesh=_with_data_size(self.opts.mesh, v))
+        return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v))
 
     def what(self, k: int) -> str:
+        from jaxmem.program import layouts
+
         v = self.value(k)
-        return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"data={v}"}[self.find.kind]
+        grown = (layouts.parse_mesh(self.opts.mesh).batch_axes or ("data",))[0]   # the axis a devices search grows
+        return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"{grown}={v}"}[self.find.kind]
 
     def record(self, k: int, out: sweep.Outcome) -> None:
         if self.error is not None:

@@ -318,15 +318,16 @@ def render_advice(a, console: Console | None = None) -> None:
         return
     fitting = a.fitting
     if fitting:
-        table = Table(title="changes that fit, fastest estimated step first", title_justify="left")
+        table = Table(title="changes that fit: on the GPUs as given first, fastest estimated step first",
+                      title_justify="left")
         just: JustifyMethod
         for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
-                          ("step (est.)", "right"), ("vs as given", "right")):
+                          ("step (est.)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
             table.add_column(col, justify=just)
         for i, c in enumerate(fitting, 1):
-            rel = a.relative(c)
+            rel, gs = a.relative(c), c.gpu_seconds
             table.add_row(str(i), escape(c.label), fmt_bytes(c.peak), fmt_bytes(c.headroom), _step_estimate(c.report),
-                          "-" if rel is None else f"x{rel:.2f}")
+                          "-" if rel is None else f"x{rel:.2f}", "-" if gs is None else fmt_seconds(gs))
         console.print(table)
         for i, c in enumerate(fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)

@@ -114,10 +114,11 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
         if present:
             params.append((name, present))
     params.append(("layers", None))   # the scan axis: one layer's slice per iteration, never split
+    # a group of size 1 splits nothing: no fallback (and no issue) for it
     fallback: list[tuple[tuple[str, ...], bool]] = []
-    if tp_names and tensor:
+    if tp_names and tensor and mesh.axis_size(tensor) > 1:
         fallback.append(((tensor,), True))
-    if state:
+    if state and mesh.axis_size(state) > 1:
         fallback.append((state, False))
     return RuleSet(tuple(params), tuple(fallback), activation_rules(mesh, user, tp_names), tp_names)
 

@@ -1,5 +1,5 @@
 """Where every leaf of the abstract state lives: its PartitionSpec (from the layout rules
-in ``layouts.py``) and memory kind, and the sharding constraints on activations.
+in ``rules.py``) and memory kind, and the sharding constraints on activations.
 
 `shard_state` turns an :class:`~jaxmem.program.state.AbstractState` into the step's
 arguments (``ShapeDtypeStruct``s carrying ``NamedSharding``s), one :class:`LeafInfo`

@@ -50,6 +50,7 @@ class BuiltStep:
     notes: list[str]
     out_shardings: Any = None
     trace_context: Callable[[], Any] = contextlib.nullcontext
+    logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -118,8 +119,11 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
                      sh.shardings(sh.rng), NamedSharding(mesh, P()))
     notes = [] if opts.donate else ["state not donated (--no-donate)"]
+    names = {n for spec in jax.tree.leaves(st.param_names, is_leaf=lambda x: isinstance(x, (P, tuple)))
+             if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
-                     trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)))
+                     trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
+                     logical_names=tuple(sorted(names)))
 
 
 def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec):

@@ -178,7 +178,8 @@ def estimate(wl, *, param_count: int, mesh: str, layout: str, precision: str, op
     data, model = mesh_spec.data_size, mesh_spec.axis_size(mesh_spec.model_axis)
     opt = (optimizer or "adamw").lower()
     bpp = classic_bytes_per_param(opt, precision)
-    shards = {"dp": 1, "fsdp": data, "tp": model, "fsdp_tp": data * model}.get(layout, 1)
+    zero = mesh_spec.axis_size(mesh_spec.state_axes)   # the fsdp axes (HSDP), else the data axes
+    shards = {"dp": 1, "fsdp": zero, "tp": model, "fsdp_tp": zero * model}.get(layout, 1)
     state = param_count * bpp // shards
     rule = f"state {bpp} B/param ({opt}, {precision}) / {shards}"
 

@@ -262,7 +262,8 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
     from jaxmem.program.step import OPTIMIZERS
 
     spec = layouts.parse_mesh(mesh)
-    d = spec.data_size
+    d = spec.data_size                       # the devices the batch splits over
+    z = spec.axis_size(spec.state_axes)      # ... and those ZeRO shards the state over (fewer under HSDP)
     t = spec.axis_size(spec.model_axis) if layout in ("tp", "fsdp_tp") else 1
     stage = ZERO_STAGE.get(layout, 0) if zero_stage is None else zero_stage
     c = 4 if precision == "fp32" else 2          # compute dtype bytes
@@ -285,7 +286,7 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
     opt_bytes = _tree_bytes(jax.eval_shape(tx.init, stored))
 
     def over(nbytes: int, sharded_from_stage: int) -> int:
-        shards = (d if stage >= sharded_from_stage else 1) * t
+        shards = (z if stage >= sharded_from_stage else 1) * t
         return int(nbytes // max(shards, 1))
 
     terms = {
