@@ -269,8 +269,8 @@ def split(params, ft: FineTune):
     trainable = jax.tree.map(lambda m, x: x if m else None, mask, params)
     frozen = jax.tree.map(lambda m, x: None if m else x, mask, params)
     n_train = len(jax.tree.leaves(trainable))
-    paths = [path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-    if ft.lora_rank and not any(ADAPTER.search(p) for p in paths):
+    if ft.lora_rank and not any(ADAPTER.search(path_str(p))
+                                for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]):
         where = f" (--lora-targets {ft.lora_targets!r}, searched in module paths like 'layers/attn/q_proj')" \
             if ft.lora_targets else ""
         raise UserError(f"--lora {ft.lora_rank}: no dense/einsum/conv weight took an adapter{where}")

@@ -21,8 +21,8 @@ import optax
 
 from jaxmem.errors import UserError, describe
 from jaxmem.program import finetune
-from jaxmem.program.options import OPTIMIZER_NAMES, PRECISIONS, FineTune, StepOptions  # noqa: F401  (public here too)
-from jaxmem.program.tree import is_float, path_str  # noqa: F401
+from jaxmem.program.options import FineTune, StepOptions
+from jaxmem.program.tree import is_float
 from jaxmem.program.workload import Workload
 
 OPTIMIZERS: dict[str, Callable[[], Any]] = {

@@ -31,8 +31,9 @@ from jax.sharding import PartitionSpec as P
 from jaxmem.errors import UserError
 from jaxmem.program import finetune, layouts, sharding, sizes, state, tree, user_specs
 from jaxmem.program import rules as rules_mod
+from jaxmem.program.options import PRECISIONS, StepOptions
 from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
-from jaxmem.program.state import OPTIMIZERS, PRECISIONS, StepOptions, is_nnx  # noqa: F401
+from jaxmem.program.state import OPTIMIZERS, is_nnx  # noqa: F401  (public names of the step)
 from jaxmem.program.workload import Workload
 
 
@@ -89,8 +90,8 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
     for path, x in flat if batch_specs is None else ():
-        layouts.batch_spec(tuple(x.shape), mesh_spec, state.path_str(path))
-    sizes.check_leaves([sizes.Leaf(f"batch:{state.path_str(p)}", "batch", tuple(x.shape), str(x.dtype),
+        layouts.batch_spec(tuple(x.shape), mesh_spec, tree.path_str(path))
+    sizes.check_leaves([sizes.Leaf(f"batch:{tree.path_str(p)}", "batch", tuple(x.shape), str(x.dtype),
                                    x.dtype.itemsize) for p, x in flat], x64=tree.x64())
     if opts.accum > 1 and flat:
         n = flat[0][1].shape[0]
@@ -144,12 +145,12 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
 
     def cast_compute(tree):
         if opts.precision == "bf16":
-            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if state.is_float(x.dtype) else x, tree)
+            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, tree)
         return tree
 
     def cast_batch(b):
         if opts.precision in ("bf16", "bf16-pure"):
-            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if state.is_float(x.dtype) else x, b)
+            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, b)
         return b
 
     if st.kind == "nnx":
