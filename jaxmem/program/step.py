@@ -143,10 +143,10 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
                                 st.kind == "nnx")
     trainable_sh = sh.shardings(sh.trainable)
 
-    def cast_compute(tree):
+    def cast_compute(params):
         if opts.precision == "bf16":
-            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, tree)
-        return tree
+            return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, params)
+        return params
 
     def cast_batch(b):
         if opts.precision in ("bf16", "bf16-pure"):
