@@ -70,7 +70,10 @@ def main() -> int:
             "*signals* -- SIGTERM/SIGINT/SIGHUP at seeded random points (some repeated), in a garbage-collection "
             "callback, swallowed by a bare `except:`. *killed sweeps* -- `compare` killed (SIGKILL included) with "
             "its workers tracing, in C code, or compiling. *environment* -- bad `XLA_FLAGS`, `JAX_PLATFORMS`, "
-            "`JAX_COMPILATION_CACHE_DIR`, memory variables, Ray addresses. Every run in a fresh process must leave "
+            "`JAX_COMPILATION_CACHE_DIR`, memory variables, Ray addresses. *option gate* -- a bad value of a grid axis, a fine-tuning "
+            "option, `--changes`, `--margin`, `--from` beside options that would change its rows, an output path "
+            "that cannot be written, offload on the CPU backend: exit 2 naming it before any compile (or, for a write "
+            "that fails only at the end, after the results are printed). Every run in a fresh process must leave "
             "no process alive 1 s after it ended.", "",
             "| class | probes | kept |", "|---|---|---|",
             *[f"| {c or 'hostile input'} | {n} | {k} |" for c, (n, k) in _by_class(rows).items()],

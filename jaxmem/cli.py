@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from jaxmem.cli_params import Seconds, WholeNumber, field_option, grid, step_options
+from jaxmem.cli_params import Seconds, Share, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS
 from jaxmem.exits import run as _run
@@ -112,8 +112,10 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
 @click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"),
               help="GPUs to compare, e.g. a100-80g,h100,h200.")
-@click.option("--loras", default=None, help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
-@click.option("--base-dtypes", default=None, help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
+@click.option("--loras", default=None, callback=grid("lora_rank"),
+              help="LoRA ranks to compare, e.g. 0,8,64 (0: every parameter trains).")
+@click.option("--base-dtypes", default=None, callback=grid("base_dtype"),
+              help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
 @field_option("mem_fraction")
 @click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
@@ -124,8 +126,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               "axis that splits the batch: data, fsdp or expert) that fits the global --batch.")
 @click.option("--granule", type=WholeNumber(1, "the granule"), default=None,
               help="--find-seq: the step between the values tried (default 1, or the context axis; e.g. 128).")
-@click.option("--margin", type=float, default=None, help="Share of usable memory every fit answer keeps free "
-              "(default 0.05: about twice the largest error measured against real runs).")
+@click.option("--margin", type=Share(), default=None, help="With a search: the share of usable memory every fit "
+              "answer keeps free (default 0.05: about twice the largest error measured against real runs).")
 @click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
               help="Worker processes compiling rows in parallel (default: all cores).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -165,10 +167,18 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
+        if out_path:
+            outputs.check_writable("--out", out_path)  # before any compile
         finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
+        if not finds:
+            for option, value in (("--margin", margin), ("--granule", granule)):
+                if value is not None:
+                    raise UserError(f"{option} applies to a fit search; add --find-batch, --find-seq ARG or "
+                                    f"--find-devices, or drop {option}")
         if from_path:
+            _only_rendering_beside_from(click.get_current_context())
             cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
@@ -177,8 +187,6 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             from jaxmem.plan.search import DEFAULT_MARGIN
             from jaxmem.program import layouts as layouts_mod
 
-            if margin is not None and not 0 <= margin < 1:
-                raise UserError(f"--margin {margin}: the share of usable memory kept free must be in [0, 1)")
             if granule is not None and not find_seq:
                 raise UserError("--granule is the step of --find-seq; add --find-seq ARG or drop --granule")
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
@@ -196,18 +204,30 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             cells = compare_mod.compare(kw["model_file"], _options(kw),
                                         spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
                                         on_row=on_row)
-        if out_path:
-            compare_mod.save(cells, out_path)
         if as_json:
             click.echo(json.dumps(compare_mod.to_json(cells), indent=2))
         else:
             from jaxmem.present.render import render_comparison
 
             render_comparison(cells)
+        # after the rows are printed: a failed write never loses them
+        outputs.write([("--out", out_path, compare_mod.save)], cells, "the comparison")
         ok = [c.report for c in cells if c.report is not None]
         sys.exit(EXIT_DOES_NOT_FIT if ok and all(r.fits is False for r in ok) else EXIT_FITS)
 
     _run(go)
+
+
+def _only_rendering_beside_from(ctx: click.Context) -> None:
+    """--from re-renders saved rows: an option that would change a row (a grid, a step option, a
+    search) is the user's mistake, not silently ignored."""
+    rendering = {"from_path", "out_path", "as_json"}
+    given = [p for p in ctx.command.params if p.name not in rendering
+             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        names = ", ".join(p.opts[0] if p.opts[0].startswith("-") else p.name.upper() for p in given)
+        raise UserError(f"--from re-renders saved rows as they were computed; {names} would change them: drop "
+                        f"{'it' if len(given) == 1 else 'them'}, or run compare on MODEL_FILE instead of --from")
 
 
 # compare prints many reports: its --json is a list, not analyze's one object.

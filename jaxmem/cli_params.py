@@ -9,7 +9,7 @@ import functools
 import click
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
+from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
 
 
 def _pairs(ctx, param, values):
@@ -63,6 +63,41 @@ class Fraction(click.ParamType):
         return x
 
 
+class PositiveNumber(click.ParamType):
+    """A finite number above 0 (nan, inf, 0 and negatives are refused where the command line is read)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a positive number, e.g. 16", param, ctx)
+        if not math.isfinite(x) or x <= 0:
+            self.fail(f"{value} is not allowed: give a positive, finite number, e.g. 16", param, ctx)
+        return x
+
+
+class Share(click.ParamType):
+    """A share of usable memory kept free: a finite number in [0, 1)."""
+
+    name = "share"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; give a share in [0, 1), e.g. 0.05", param, ctx)
+        if not math.isfinite(x) or not 0 <= x < 1:
+            self.fail(f"{value} is not in [0, 1); give the share of usable memory to keep free, e.g. 0.05",
+                      param, ctx)
+        return x
+
+
 class Seconds(click.ParamType):
     name = "seconds"
 
@@ -103,6 +138,12 @@ def _check_grid_value(kind: str, v: str) -> None:
     if kind == "batch":
         if not v.isdigit() or int(v) < 1:
             raise ValueError("a global batch is a whole number of at least 1")
+    elif kind == "lora_rank":
+        if not v.isdigit():
+            raise ValueError("a LoRA rank is a whole number: 0 (every parameter trains) or a positive rank")
+    elif kind == "base_dtype":
+        if v.lower() != "none" and v not in BASE_DTYPES:
+            raise ValueError(f"unknown base dtype; known: none, {', '.join(BASE_DTYPES)}")
     elif kind == "layout":
         if v not in LAYOUTS:
             raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
@@ -135,7 +176,7 @@ def field_option(name: str):
     if flag.kind == "pairs":
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
     kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
-            "count": lambda: click.IntRange(min=flag.minimum), "float": lambda: float, "fraction": Fraction,
+            "count": lambda: click.IntRange(min=flag.minimum), "float": PositiveNumber, "fraction": Fraction,
             "text": lambda: None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
                         help=help_, metavar=metavar)

@@ -23,6 +23,12 @@ CPU_FUSIONS_OFF = (
     "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=")
 
 
+# XLA:CPU has one memory: "pinned host" and "device" are the same bytes, so an offloaded state
+# would be counted on the device and the host at once.
+OFFLOAD_ON_CPU = ("--offload optimizer needs a GPU target: the CPU backend has no device memory apart from the "
+                  "host's, so nothing moves off the device; pick a GPU (--gpu h100, jaxmem gpus) or drop --offload")
+
+
 def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
     """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
     sweep workers say no, every core being busy."""
@@ -82,6 +88,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
 
     with scratch.phase("starting jax's backend for the target"):
         target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+    if opts.offload is not None and target.platform == "cpu":
+        raise UserError(OFFLOAD_ON_CPU)
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")

@@ -101,7 +101,7 @@ def test_an_unknown_option_is_named_with_the_closest_and_every_valid_one():
 @pytest.mark.parametrize("keyword, value, flag", [
     ("layout", "xx", "--layout"), ("batch", 0, "--batch"), ("batch", "8.5", "--batch"),
     ("mem_fraction", 2, "--mem-fraction"), ("precision", "fp8", "--precision"), ("lora", -1, "--lora"),
-    ("depth", 0, "--depth")])
+    ("depth", 0, "--depth"), ("lora_alpha", float("nan"), "--lora-alpha")])
 def test_a_bad_value_gets_the_clis_message(keyword, value, flag):
     res = _cli("analyze", MLP, flag, value)
     assert res.exit_code == 2
@@ -109,6 +109,14 @@ def test_a_bad_value_gets_the_clis_message(keyword, value, flag):
     with pytest.raises(jaxmem.UserError) as e:
         jaxmem.analyze(MLP, **{keyword: value})
     assert str(e.value) == f"{keyword}={value!r}: {cli_message}"
+
+
+def test_a_bad_grid_value_gets_the_clis_message_before_any_compile():
+    for keyword, value, flag in (("loras", [0, -4], "--loras"), ("base_dtypes", ["fp8"], "--base-dtypes")):
+        res = _cli("compare", MLP, flag, ",".join(map(str, value)))
+        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.stderr
+        with pytest.raises(jaxmem.UserError, match=keyword):
+            jaxmem.compare(MLP, **{keyword: value})
 
 
 def test_a_value_the_pipeline_refuses_is_its_error_word_for_word():

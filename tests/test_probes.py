@@ -33,7 +33,7 @@ def test_at_least_60_probes_and_unique_names():
 def test_at_least_150_probes_published_with_every_trust_class_tested():
     """benchmarks/probes.py publishes them all; the suite runs some of each class (the rest are slow)."""
     assert len(pc.PROBES) >= 150
-    classes = {"tampered cache", "signals", "killed sweeps", "environment"}
+    classes = {"tampered cache", "signals", "killed sweeps", "environment", "option gate"}
     assert {p.cls for p in TESTED} >= classes
     for c in classes:
         assert sum(p.cls == c for p in TESTED) >= 4, c

@@ -373,6 +373,7 @@ def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int 
             for o in outs]
 
 
+NEEDS_GPU = "advise needs a GPU target with fixed memory (jaxmem gpus), not --gpu cpu"
 CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora", *MESH_CHANGES)
 
 
@@ -386,6 +387,11 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     combinations to compile per round (two rounds at most, the second only when fewer than three
     candidates fit).
     """
+    unknown = sorted(set(changes) - set(CHANGES))   # the user's typos, before any compile
+    if unknown:
+        raise UserError(f"--changes {','.join(unknown)}: unknown; choose from {','.join(CHANGES)}")
+    if (base.gpu or "").strip().lower() == "cpu":
+        raise UserError(NEEDS_GPU)
     t0 = time.perf_counter()
     run = runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress))
     base = dataclasses.replace(base, explain=False)
@@ -411,13 +417,10 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     if original.report is None:
         raise UserError(f"the original configuration does not compile: {original.error}")
     if original.report.fits is None:
-        raise UserError("advise needs a GPU target with fixed memory (jaxmem gpus), not --gpu cpu")
+        raise UserError(NEEDS_GPU)
     if original.fits and not always:
         return Advice(path, original, (), compiles, cached, time.perf_counter() - t0, searched=False)
 
-    unknown = sorted(set(changes) - set(CHANGES))
-    if unknown:
-        raise UserError(f"--changes {','.join(unknown)}: unknown; choose from {','.join(CHANGES)}")
     ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]

@@ -15,12 +15,13 @@ import io
 import itertools
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import Any
 
 from jaxmem.errors import UserError
-from jaxmem.pipeline import AnalyzeOptions
+from jaxmem.pipeline import OFFLOAD_ON_CPU, AnalyzeOptions
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
 from jaxmem.report import BREAKDOWN_KEYS, Report
@@ -152,6 +153,8 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
     if opts.rules:
         rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
+    if opts.offload is not None and (opts.gpu or "").strip().lower() == "cpu":
+        raise UserError(OFFLOAD_ON_CPU)
     if find is None:
         return
     if not 0 <= find.margin < 1:
@@ -545,8 +548,7 @@ def save(cells: list[Cell], path: str) -> None:
         text = json.dumps(to_json(cells), indent=2) + "\n"   # exactly what --json prints
     else:
         raise UserError(f"--out {path}: write FILE.json (re-renderable with --from) or FILE.csv")
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise UserError(f"--out {path}: {e.strerror}") from None
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:   # an OSError is the caller's to report (present/outputs.py)
+        f.write(text)

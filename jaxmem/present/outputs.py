@@ -11,7 +11,12 @@ from jaxmem.errors import UserError
 
 
 def check_writable(option: str, path: str) -> None:
-    """A side output's directory (or the nearest one that exists: the writer creates the rest) is writable."""
+    """A side output's directory (or the nearest one that exists: the writer creates the rest) is
+    writable, and the path itself is not a directory or a file that cannot be overwritten."""
+    if os.path.isdir(path):
+        raise UserError(f"{option} {path}: is a directory; give a file name inside it")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise UserError(f"{option} {path}: the file exists and is not writable; give a path you can write")
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)

@@ -17,6 +17,7 @@ base's storage dtype, and optimizer state in pinned host memory.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -47,6 +48,10 @@ def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", d
                 raise UserError(f"{flag} {rx!r} is not a valid regular expression: {e}") from None
     if ft.lora_rank < 0:
         raise UserError(f"--lora {ft.lora_rank}: the rank must be positive (0 turns LoRA off)")
+    if ft.lora_alpha is not None and not (isinstance(ft.lora_alpha, (int, float)) and math.isfinite(ft.lora_alpha)
+                                          and ft.lora_alpha > 0):
+        raise UserError(f"--lora-alpha {ft.lora_alpha}: the scale must be a positive, finite number "
+                        "(default: the rank)")
     if not ft.lora_rank and (ft.lora_targets is not None or ft.lora_alpha is not None):
         raise UserError("--lora-targets/--lora-alpha need --lora RANK")
     if ft.base_dtype is not None and ft.base_dtype not in BASE_DTYPES:

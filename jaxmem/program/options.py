@@ -31,7 +31,7 @@ class Flag:
     """How one option is written on the command line.
 
     kind: text | choice | whole (an integer >= minimum, any size) | count (a small integer >=
-    minimum) | float | fraction (in (0, 1]) | switch (a flag; `invert`: the flag sets the field
+    minimum) | float (positive, finite) | fraction (in (0, 1]) | switch (a flag; `invert`: the flag sets the field
     False) | pairs (repeatable KEY=VALUE). shared: every step command has it (else a command
     declares it: `commands` lists which). always: command_line writes it even at its default.
     """
