@@ -15,6 +15,10 @@ _SESSION = tempfile.mkdtemp(prefix="jaxmem-tests-")
 atexit.register(shutil.rmtree, _SESSION, ignore_errors=True)
 os.environ["JAXMEM_CACHE"] = os.path.join(_SESSION, "cache")
 os.environ["JAXMEM_CALIBRATION"] = os.path.join(_SESSION, "calibration.json")
+# Output width is what a test sets: pytest-xdist's workers inherit COLUMNS=80 (and a developer's
+# shell may export it), which would cut the tables of a "piped" run.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 import pytest  # noqa: E402
 
