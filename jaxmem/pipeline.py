@@ -6,8 +6,8 @@ import os
 import time
 
 from jaxmem import report
+from jaxmem.compiler import cache, runtime, targets
 from jaxmem.compiler import compiled as compiled_mod
-from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
 from jaxmem.program import layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
@@ -63,6 +63,8 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             if limit is None:
                 raise
             raise limit from None
+        finally:
+            cache.wait_for_stores()   # the entry this analysis wrote is there when it returns
 
 
 def _parsed_program(text: str | None):

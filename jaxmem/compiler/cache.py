@@ -333,6 +333,26 @@ def _verified(k: str, raw: bytes) -> dict | None:
     return payload if isinstance(payload, dict) else None
 
 
+_pending: list = []   # stores still being written (store_in_background)
+
+
+def store_in_background(k: str, payload: dict) -> None:
+    """store() on a thread of its own. Hashing, gzip and the write release the GIL, so an entry of
+    tens of MB is written on another core while the analysis reads its compile (about 0.6 s of a
+    gpt2-medium analysis otherwise). A plain (non-daemon) thread: the interpreter waits for it at
+    exit; :func:`wait_for_stores` waits where the entry must be there."""
+    import threading
+
+    t = threading.Thread(target=store, args=(k, payload), name="jaxmem-cache-store")
+    t.start()
+    _pending.append(t)
+
+
+def wait_for_stores() -> None:
+    while _pending:
+        _pending.pop().join()
+
+
 def store(k: str, payload: dict) -> None:
     """Write atomically; a cache that cannot be written is skipped, not an error."""
     path = _path(k)

@@ -192,7 +192,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             with scratch.phase("compiling the step (XLA, in a child process)"):
                 art = _compile_early(child, lowered, options, lower_s)
             # the dump is always there: stored so that it answers with and without explain
-            cache_mod.store(keys[0], art.to_json())
+            cache_mod.store_in_background(keys[0], art.to_json())
             return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:

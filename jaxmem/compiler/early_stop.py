@@ -105,6 +105,7 @@ class Child:
     def __init__(self, target_config: str, topology: str, *, now: bool = True):
         self.args = (target_config, topology)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._answered: dict[bytes, tuple] = {}   # partitioning questions already answered (partitioners.serve)
         if now:
             self._spawn()
 
@@ -178,7 +179,7 @@ class Child:
         from jaxmem.compiler import partitioners
 
         try:
-            _send(self._child.stdin, partitioners.serve(message))
+            _send(self._child.stdin, partitioners.serve(message, self._answered))
         except (BrokenPipeError, OSError):
             pass
 

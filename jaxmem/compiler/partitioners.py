@@ -73,8 +73,20 @@ def decode(e):
 
 # -- the parent: answer a forwarded callback with JAX's own function -------------------------------
 
-def serve(request: dict) -> tuple:
-    """The reply to one forwarded callback: ("ok", encoded result) or ("error", message)."""
+def serve(request: dict, answered: dict | None = None) -> tuple:
+    """The reply to one forwarded callback: ("ok", encoded result) or ("error", message).
+
+    answered: the replies already given in this compile, by request. JAX's callbacks are functions
+    of their arguments (shapes, shardings, the op's key), and an unrolled model asks the same
+    question once per layer (gpt2-medium with cuDNN attention: 2 distinct of 48), so a repeated
+    question gets the same reply without running the rule again."""
+    if answered is not None:
+        import pickle
+
+        key = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        if key not in answered:
+            answered[key] = serve(request)
+        return answered[key]
     try:
         fn = _jax_callbacks()[request["call"]]
         return ("ok", encode(fn(*decode(request["args"]))))

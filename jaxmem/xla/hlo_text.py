@@ -94,13 +94,14 @@ class Instruction:
     def shape(self):
         return parse_shape(self.shape_text)
 
-    @property
-    def called(self) -> list[tuple[str, str]]:
+    @cached_property
+    def called(self) -> tuple[tuple[str, str], ...]:
         """(attribute, computation) for every computation this instruction calls."""
         out = [(m.group(1), m.group(2)) for m in _CALLED.finditer(self.attrs)]
-        for m in _CALLED_LIST.finditer(self.attrs):
-            out += [(m.group(1), c.strip().lstrip("%")) for c in m.group(2).split(",") if c.strip()]
-        return out
+        if "computations=" in self.attrs:
+            for m in _CALLED_LIST.finditer(self.attrs):
+                out += [(m.group(1), c.strip().lstrip("%")) for c in m.group(2).split(",") if c.strip()]
+        return tuple(out)
 
     @property
     def backend_config(self) -> dict:
