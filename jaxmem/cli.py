@@ -221,7 +221,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 def _only_rendering_beside_from(ctx: click.Context) -> None:
     """--from re-renders saved rows: an option that would change a row (a grid, a step option, a
     search) is the user's mistake, not silently ignored."""
-    rendering = {"from_path", "out_path", "as_json"}
+    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache"}  # change no row
     given = [p for p in ctx.command.params if p.name not in rendering
              and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if given:
