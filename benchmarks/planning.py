@@ -220,13 +220,25 @@ def main() -> None:
 
     # 4. one analysis against XLA's own timers of the same compile (paired), and, for the table,
     # the whole compile's timers with jaxmem's options and with XLA's defaults
-    walls, paired, ratios, timers, timers_slow = [], [], [], [], []
+    walls, paired, ratios, timers, timers_slow, parts = [], [], [], [], [], []
     log_env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "gpu_compiler=1,buffer_assignment=1"}
     child = [sys.executable, "-c", TIMED_CHILD]
     for _ in range(repeats if "single" in only else 0):
-        r = run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env, child=[sys.executable, "-c", PAIRED_CHILD])
+        r = run(cases["single"] + ["--no-cache", "--timings"], fresh_cache(), env=log_env,
+                child=[sys.executable, "-c", PAIRED_CHILD])
         walls.append(r["wall_s"])
         paired.append(xla_timers(r["stderr"]))
+        t = json.loads(r["stdout"])["timings"]
+        # where the wall clock goes besides XLA's passes + buffer assignment
+        parts.append({"python start, imports, printing": walls[-1] - t["total_s"],
+                      "loading the model, the target, the abstract state": t["build_s"],
+                      "tracing and lowering": t["lower_s"],
+                      "compile outside XLA's passes + BA (request, MLIR to HLO, dump, HLO text)":
+                          t["compile_s"] - paired[-1]["passes_plus_ba_s"],
+                      "XLA's passes + buffer assignment": paired[-1]["passes_plus_ba_s"],
+                      "HLO parse, runtime model, explain": t["decode_s"],
+                      "cache key, step time, report": t["total_s"] - t["build_s"] - t["lower_s"]
+                      - t["compile_s"] - t["decode_s"]})
         ratios.append(walls[-1] / paired[-1]["passes_plus_ba_s"])
         timers.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env,
                                      child=child)["stderr"]))
@@ -241,6 +253,7 @@ def main() -> None:
         res["xla_default"] = {k: median([t[k] for t in timers_slow]) for k in timers_slow[0]
                               if timers_slow[0][k] is not None}
         res["single_ratio"] = median(ratios)
+        res["single_parts"] = {k: median([p[k] for p in parts]) for k in parts[0]}
         res.setdefault("runs", {}).update({
             "one analysis, wall (s)": walls,
             "its compile's XLA HLO passes + buffer assignment (s)": [t["passes_plus_ba_s"] for t in paired],
@@ -312,6 +325,9 @@ def render(res: dict, cases: dict, repeats: int) -> str:
             f"| XLA's defaults | {xd['hlo_passes_s']:.1f} | {xd['buffer_assignment_s']:.1f} | "
             f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
         ]
+    if "single_parts" in res:
+        lines += ["", "Where the single analysis' wall clock goes (medians, seconds; from its `--timings`):", "",
+                  "| part | s |", "|---|---:|", *[f"| {k} | {v:.2f} |" for k, v in res["single_parts"].items()]]
     if res.get("runs"):
         lines += ["", "Every run (in order; the table shows medians):", ""]
         lines += [f"- {k}: {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in res["runs"].items()]

@@ -390,6 +390,18 @@ def _judge_random_signal(p: Probe, out: Outcome) -> list[str]:
     return [f"exit {out.exit} after {p.signal} (expected {128 + n})"]
 
 
+def _exiting(pid: int) -> bool:
+    """The process has called exit and the kernel is tearing it down (PF_EXITING): not reaped yet, so
+    poll() says it runs, but a signal sent now is dropped and its exit status is already final. (A
+    1 GB process with XLA's threads takes tens of ms there: a signal sent then looked lost.)"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False   # not Linux, or already reaped
+    return bool(int(stat[stat.rindex(")") + 2:].split()[6]) & 0x4)
+
+
 def _leftovers(scratch: str) -> list[str]:
     return sorted(os.listdir(scratch)) if os.path.isdir(scratch) else []
 
@@ -544,7 +556,7 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
                 time.sleep(0.2)
             for i in range(p.signals):
                 watch.poll()
-                if proc.poll() is not None:
+                if proc.poll() is not None or _exiting(proc.pid):
                     break
                 proc.send_signal(getattr(signal, p.signal))
                 signalled = True
