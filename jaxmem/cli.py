@@ -469,5 +469,13 @@ def calibrate(gpu, repeats, dry_run, as_json):
     _run(go)
 
 
-if __name__ == "__main__":  # pragma: no cover
+def entry():
+    """The `jaxmem` program (and `python -m jaxmem.cli`): this process ends with the command."""
+    from jaxmem import exits
+
+    exits.standalone()
     main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

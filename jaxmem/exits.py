@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
 
@@ -16,6 +17,29 @@ from jaxmem.errors import UserError
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
 # write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
 _OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
+
+
+_standalone = False   # set by the `jaxmem` program (cli.entry), not when a command runs in another's process
+
+
+def standalone() -> None:
+    """This process is the `jaxmem` program: it ends with the command (see _late_signals_end_the_process)."""
+    global _standalone
+    _standalone = True
+
+
+def _late_signals_end_the_process() -> None:
+    """Once the scope is over the answer is final, but the process is not gone yet (printing,
+    jax's and XLA's teardown). Python's own SIGINT handler would raise KeyboardInterrupt there,
+    which the interpreter's shutdown prints and ignores: exit 0 after a ^C. The signals' default
+    action instead ends the process by the signal (-N), never with a verdict."""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        s = getattr(signal, name, None)
+        if s is not None:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(s, signal.SIG_DFL)
 
 
 def run(fn):
@@ -36,15 +60,19 @@ def run(fn):
         from jaxmem import env
 
         env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
-        with scratch.run_scope():
-            scoped = True
-            try:
-                fn()
-                code = EXIT_FITS
-            except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
-                if isinstance(e.__context__, OSError):  # rich exits so when stdout's reader is gone: say so
-                    raise e.__context__ from None
-                code = e.code if isinstance(e.code, int) else EXIT_BUG
+        try:
+            with scratch.run_scope():
+                scoped = True
+                try:
+                    fn()
+                    code = EXIT_FITS
+                except SystemExit as e:  # the command's own verdict (model files' exits are caught at the source)
+                    if isinstance(e.__context__, OSError):  # rich exits so when stdout's reader is gone: say so
+                        raise e.__context__ from None
+                    code = e.code if isinstance(e.code, int) else EXIT_BUG
+        finally:
+            if scoped and scratch.received() is None and _standalone:
+                _late_signals_end_the_process()
         _flush_stdout()
     except UserError as e:
         if not (scoped and scratch.received()):  # what a signal broke on its way out is not the user's error
