@@ -46,71 +46,47 @@ class WholeNumber(click.ParamType):
         return n
 
 
-class Fraction(click.ParamType):
+class Number(click.ParamType):
+    """A finite number that `accepts` takes; the messages say what to write. (nan and inf are
+    refused where the command line is read, never passed on.)"""
+
+    def __init__(self, name: str, accepts, not_a_number: str, refused: str):
+        self.name, self.accepts, self.not_a_number, self.refused = name, accepts, not_a_number, refused
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(self.not_a_number.format(value=value), param, ctx)
+        if not math.isfinite(x) or not self.accepts(x):
+            self.fail(self.refused.format(value=value), param, ctx)
+        return x
+
+
+def Fraction() -> Number:  # noqa: N802 -- used as a click type, like the classes
     """A share of device memory: a finite number in (0, 1]."""
-
-    name = "fraction"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number; give a share of the card in (0, 1], e.g. 0.9", param, ctx)
-        if not math.isfinite(x) or not 0 < x <= 1:
-            self.fail(f"{value} is not in (0, 1]; give a share of the card, e.g. 0.9", param, ctx)
-        return x
+    return Number("fraction", lambda x: 0 < x <= 1, "{value!r} is not a number; give a share of the card in (0, 1], "
+                  "e.g. 0.9", "{value} is not in (0, 1]; give a share of the card, e.g. 0.9")
 
 
-class PositiveNumber(click.ParamType):
-    """A finite number above 0 (nan, inf, 0 and negatives are refused where the command line is read)."""
-
-    name = "number"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number; give a positive number, e.g. 16", param, ctx)
-        if not math.isfinite(x) or x <= 0:
-            self.fail(f"{value} is not allowed: give a positive, finite number, e.g. 16", param, ctx)
-        return x
+def PositiveNumber() -> Number:  # noqa: N802
+    """A finite number above 0."""
+    return Number("number", lambda x: x > 0, "{value!r} is not a number; give a positive number, e.g. 16",
+                  "{value} is not allowed: give a positive, finite number, e.g. 16")
 
 
-class Share(click.ParamType):
+def Share() -> Number:  # noqa: N802
     """A share of usable memory kept free: a finite number in [0, 1)."""
-
-    name = "share"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number; give a share in [0, 1), e.g. 0.05", param, ctx)
-        if not math.isfinite(x) or not 0 <= x < 1:
-            self.fail(f"{value} is not in [0, 1); give the share of usable memory to keep free, e.g. 0.05",
-                      param, ctx)
-        return x
+    return Number("share", lambda x: 0 <= x < 1, "{value!r} is not a number; give a share in [0, 1), e.g. 0.05",
+                  "{value} is not in [0, 1); give the share of usable memory to keep free, e.g. 0.05")
 
 
-class Seconds(click.ParamType):
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(x) or x <= 0:
-            self.fail(f"{value}: give a positive, finite number of seconds, e.g. 600", param, ctx)
-        return x
+def Seconds() -> Number:  # noqa: N802
+    """A positive, finite number of seconds."""
+    return Number("seconds", lambda x: x > 0, "{value!r} is not a number of seconds",
+                  "{value}: give a positive, finite number of seconds, e.g. 600")
 
 
 def grid(kind: str):
