@@ -66,7 +66,7 @@ def analyze(model, **options: Any) -> Report:
     from jaxmem.pipeline import analyze_model
 
     opts = _options(options)
-    with _session(_mesh_size(opts.mesh) if _on_cpu(opts.gpu) else 0):
+    with _session(_mesh_size(opts.mesh) if opts.on_cpu else 0):
         return analyze_model(model, opts)
 
 
@@ -266,10 +266,6 @@ def _is_path(model) -> bool:
 def _path_or(model):
     """A model file's path as text; a Workload or a function as it is (run in this process)."""
     return os.fspath(model) if _is_path(model) else model
-
-
-def _on_cpu(gpu: str | None) -> bool:
-    return (gpu or "").strip().lower() == "cpu"
 
 
 def _mesh_size(mesh: str) -> int:

@@ -13,6 +13,7 @@ from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS
 from jaxmem.exits import run as _run
 from jaxmem.present import outputs
+from jaxmem.program.options import is_cpu_target
 
 
 def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
@@ -23,7 +24,7 @@ def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) ->
     from jaxmem.program import layouts, sizes
 
     n = max(layouts.parse_mesh(mesh).size, 1)
-    on_cpu = (gpu or "").strip().lower() == "cpu" or (gpu is None and cpu_default)
+    on_cpu = is_cpu_target(gpu) or (gpu is None and cpu_default)
     sizes.check_mesh_devices(n, cpu=on_cpu)
     if on_cpu:
         targets.ensure_host_devices(n)
@@ -455,7 +456,7 @@ def calibrate(gpu, repeats, dry_run, as_json):
         from jaxmem.truth import verify as verify_mod
 
         verify_mod.gpu_env_for_parent()
-        if (gpu or "").lower() == "cpu":
+        if is_cpu_target(gpu):
             targets.ensure_host_devices(1)
         cal = verify_mod.calibrate(gpu, repeats=repeats, save=not dry_run)
         if as_json:

@@ -35,11 +35,11 @@ def _late_signals_end_the_process() -> None:
     action instead ends the process by the signal (-N), never with a verdict."""
     import signal
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        s = getattr(signal, name, None)
-        if s is not None:
-            with contextlib.suppress(OSError, ValueError):
-                signal.signal(s, signal.SIG_DFL)
+    from jaxmem import scratch
+
+    for s in scratch.SIGNALS:   # the ones the run scope handles
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(s, signal.SIG_DFL)
 
 
 def run(fn):

@@ -84,7 +84,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                       prestart: bool = True) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
     mesh_spec = layouts.parse_mesh(opts.mesh)
-    sizes.check_mesh_devices(mesh_spec.size, cpu=(opts.gpu or "").strip().lower() == "cpu")
+    sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
     from jaxmem import scratch
 

@@ -390,7 +390,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     unknown = sorted(set(changes) - set(CHANGES))   # the user's typos, before any compile
     if unknown:
         raise UserError(f"--changes {','.join(unknown)}: unknown; choose from {','.join(CHANGES)}")
-    if (base.gpu or "").strip().lower() == "cpu":
+    if base.on_cpu:
         raise UserError(NEEDS_GPU)
     t0 = time.perf_counter()
     run = runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress))

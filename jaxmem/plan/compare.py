@@ -153,13 +153,13 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
     if opts.rules:
         rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
-    if opts.offload is not None and (opts.gpu or "").strip().lower() == "cpu":
+    if opts.offload is not None and opts.on_cpu:
         raise UserError(OFFLOAD_ON_CPU)
     if find is None:
         return
     if not 0 <= find.margin < 1:
         raise UserError(f"--margin {find.margin}: the share of usable memory kept free must be in [0, 1)")
-    if (opts.gpu or "").lower() == "cpu":
+    if opts.on_cpu:
         raise UserError(f"--find-{find.kind} needs a GPU target with fixed memory, not --gpu cpu")
     if find.kind == "batch" and opts.batch is not None:
         raise UserError("--find-batch searches the batch: drop --batch/--batches")

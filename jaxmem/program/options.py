@@ -120,6 +120,10 @@ class AnalyzeOptions(StepChoice):
     mem_fraction: float | None = _opt(None, Flag(
         "--mem-fraction", "Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).",
         kind="fraction", shared=False, commands=("analyze", "compare", "advise")))
+    @property
+    def on_cpu(self) -> bool:
+        return is_cpu_target(self.gpu)
+
     # what the report holds (analyze's display options)
     explain: bool = _opt(True, Flag("--no-explain", "Skip decoding XLA's buffer assignment (faster; no top buffers).",
                                     kind="switch", invert=True, shared=False, commands=("analyze",)))
@@ -163,6 +167,11 @@ class StepOptions:
     donate: bool = True
     finetune: FineTune = FineTune()
     rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
+
+
+def is_cpu_target(gpu: str | None) -> bool:
+    """--gpu names the CPU backend (XLA:CPU: no fixed device memory, host and device one memory)."""
+    return (gpu or "").strip().lower() == "cpu"
 
 
 def flagged(cls=AnalyzeOptions) -> list[tuple[dataclasses.Field, Flag]]:
