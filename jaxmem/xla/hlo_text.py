@@ -34,6 +34,7 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\)\s+->\s+.*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s+=\s+")
 _CALLED = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _CALLED_LIST = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
+_OPCODE = re.compile(r"([a-z][\w\-]*)\(")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _STACK_FRAME = re.compile(r"\s*stack_frame_id=\d+")
 
@@ -97,6 +98,11 @@ class Instruction:
     @cached_property
     def called(self) -> tuple[tuple[str, str], ...]:
         """(attribute, computation) for every computation this instruction calls."""
+        a = self.attrs
+        # most instructions call nothing: skip the regexes (these substrings are in every match)
+        if not ("calls=" in a or "to_apply=" in a or "body=" in a or "condition=" in a or "_computation=" in a
+                or "computations=" in a):
+            return ()
         out = [(m.group(1), m.group(2)) for m in _CALLED.finditer(self.attrs)]
         if "computations=" in self.attrs:
             for m in _CALLED_LIST.finditer(self.attrs):
@@ -281,22 +287,29 @@ def _parse_instruction(line: str, computation: str) -> Instruction | None:
     rest = line[m.end():]
     # The shape: a balanced tuple "( ... )" or one array token.
     if rest.startswith("("):
-        depth, j = 0, 0
-        for j, ch in enumerate(rest):  # noqa: B007 -- j: where the loop stopped, read after it
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0:
-                break
+        j = _closing(rest, 0)
         shape_text, rest = rest[:j + 1], rest[j + 1:].lstrip()
     else:
         shape_text, _, rest = rest.partition(" ")
-    op = re.match(r"([a-z][\w\-]*)\(", rest)
+    op = _OPCODE.match(rest)
     if not op:
         return None
-    depth, j = 0, op.end() - 1
-    for j in range(op.end() - 1, len(rest)):
-        depth += rest[j] == "("
-        depth -= rest[j] == ")"
-        if depth == 0:
-            break
+    j = _closing(rest, op.end() - 1)
     return Instruction(m.group(2), shape_text, op.group(1), rest[op.end():j], rest[j + 1:].lstrip(", "), computation)
+
+
+def _closing(s: str, i: int) -> int:
+    """Index of the ")" that closes the "(" at s[i] (the last index if none does). Jumps from
+    parenthesis to parenthesis: instructions are long, their parentheses few."""
+    depth, j = 0, i
+    while True:
+        close = s.find(")", j)
+        if close < 0:
+            return len(s) - 1
+        opening = s.find("(", j, close)
+        if opening >= 0:
+            depth, j = depth + 1, opening + 1
+        else:
+            depth, j = depth - 1, close + 1
+            if depth == 0:
+                return close
