@@ -1,6 +1,7 @@
 """The compile stopped after buffer assignment gives exactly what the whole compile gives, and the
 child that runs it never outlives its use or its parent."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from conftest import build_step
-from jaxmem.compiler import compiled, early_stop
+from jaxmem.compiler import compiled, early_stop, steptime
 from jaxmem.xla.hlo import decode_hlo_proto
 
 XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp",
@@ -59,7 +60,7 @@ def _assert_stopped_equals_whole(target, built, opts):
     whole = compiled.compile_step(built, explain=True, cache=False)
     child = early_stop.Child.start(target)
     stopped = compiled.compile_step(built, explain=True, cache=False, child=child)
-    assert child._proc.poll() is not None                     # stopped, not left compiling
+    assert child._proc.wait(timeout=30) == -signal.SIGKILL    # stopped, not left compiling
     assert {k: getattr(stopped.stats, k) for k in XLA_NUMBERS} == {k: getattr(whole.stats, k) for k in XLA_NUMBERS}
     if opts.get("offload"):
         assert stopped.stats.host_argument > 0
@@ -75,6 +76,11 @@ def _assert_stopped_equals_whole(target, built, opts):
     assert s_body == w_body
     assert s_head.split(", frontend_attributes")[0] in w_head
     assert stopped.assignment is not None and stopped.assignment.peak_bytes == whole.stats.peak
+    # the step-time estimate costs the module the text was printed from; parsed back, it costs the same
+    printed = steptime._xla_cost(stopped.hlo_text)
+    assert steptime._printed is not None and steptime._printed[0] is stopped.hlo_text
+    reparsed = steptime._xla_cost(stopped.hlo_text[:1] + stopped.hlo_text[1:])   # an equal text, not the same one
+    assert printed == reparsed and printed["flops"] > 0
     return stopped
 
 

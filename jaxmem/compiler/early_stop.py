@@ -36,6 +36,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 
 _POLL_S = 0.02
 _HEADER = struct.Struct(">Q")
@@ -106,6 +107,7 @@ class Child:
         self.args = (target_config, topology)
         self._proc: subprocess.Popen[bytes] | None = None
         self._answered: dict[bytes, tuple] = {}   # partitioning questions already answered (partitioners.serve)
+        self._reaped = False   # killed after its dump, and left to a reaper thread (_stop)
         if now:
             self._spawn()
 
@@ -184,7 +186,14 @@ class Child:
             pass
 
     def _stop(self) -> str:
-        self.close()
+        """XLA's log, the child killed. It is reaped on a thread: its teardown (0.15 s after a large
+        compile, freeing its memory) is no part of the answer."""
+        proc = self._child
+        if proc.poll() is None:
+            proc.kill()
+        self._close_pipes(proc)
+        self._reaped = True
+        threading.Thread(target=proc.wait, name="jaxmem-reap-compile", daemon=True).start()
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
@@ -203,7 +212,7 @@ class Child:
         return f"the XLA compile process died: {how}{hint}" + (f"; its last lines: {' | '.join(tail)}" if tail else "")
 
     def close(self) -> None:
-        if self._proc is None:
+        if self._proc is None or self._reaped:
             return
         if self._proc.poll() is None:
             self._proc.kill()
@@ -211,7 +220,11 @@ class Child:
             self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        for f in filter(None, (self._proc.stdin, self._proc.stdout)):
+        self._close_pipes(self._proc)
+
+    @staticmethod
+    def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+        for f in filter(None, (proc.stdin, proc.stdout)):
             try:
                 f.close()
             except (OSError, AttributeError):
@@ -245,12 +258,16 @@ def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
 def hlo_text(dump: bytes) -> str:
     """The optimized module of the dump, printed as ``compiled.as_text()`` prints it (less the
     module-config attributes of the header line, which the dump does not hold)."""
-    from jax._src.lib import xla_client as xc
+    from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
 
+    from jaxmem.compiler import steptime
     from jaxmem.xla import memory_stats
 
-    module, _ = memory_stats.split_hlo_proto(dump)
-    return xc.XlaComputation(module).get_hlo_module().to_string()
+    proto, _ = memory_stats.split_hlo_proto(dump)
+    module = _hlo.HloModule.from_serialized_hlo_module_proto(proto)
+    text = module.to_string()
+    steptime.printed_from(text, module)   # the step-time estimate costs this module, not its text parsed back
+    return text
 
 
 def compile_until_buffer_assignment(child: Child, lowered, options: dict) -> tuple[bytes, str]:
@@ -280,7 +297,6 @@ def _die_with_parent() -> None:
 def _child_main(target_config: str, topology: str) -> None:
     _die_with_parent()
     import queue
-    import threading
 
     import jax  # noqa: F401  (the import is what the early start overlaps)
     from jax._src.interpreters import mlir
