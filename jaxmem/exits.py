@@ -114,7 +114,28 @@ def run(fn):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(128 + signum)
+    if _standalone:
+        _end_now(code)
     sys.exit(code)
+
+
+def _end_now(code: int) -> None:
+    """End the `jaxmem` program with `code` without the interpreter's teardown of its modules:
+    freeing a large analysis' objects and XLA's clients one by one takes 0.2 s (gpt2-medium on
+    8 x H100) and decides nothing. The atexit handlers still run (Ray's shutdown, logging's flush)
+    and the output is flushed. Only when no other thread is running: a live non-daemon thread
+    (an executor's worker) gets the normal exit, which waits for it."""
+    import atexit
+    import os
+    import threading
+
+    if any(t is not threading.current_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _flush_stdout() -> None:

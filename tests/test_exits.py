@@ -1,0 +1,49 @@
+"""How the `jaxmem` program ends: with the command's exit code, its atexit handlers run, its
+output flushed, and without the interpreter's teardown unless another thread is still running."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _program(argv: list[str], before: str = "") -> subprocess.CompletedProcess:
+    """`jaxmem argv...` as the program runs it (cli.entry), with `before` run first in its process."""
+    code = textwrap.dedent(before) + textwrap.dedent(f"""
+        import atexit, sys
+        atexit.register(lambda: print("atexit ran", flush=True))
+        class _Teardown:
+            def __del__(self):
+                print("teardown ran", flush=True)
+        keep = _Teardown()   # freed only by the interpreter's teardown of this module
+        sys.argv = ["jaxmem", *{argv!r}]
+        from jaxmem.cli import entry
+        entry()
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_the_program_keeps_its_exit_code_runs_atexit_and_skips_the_teardown():
+    ok = _program(["analyze", str(FIX / "mlp_small.py"), "--gpu", "cpu", "--json", "--no-cache"])
+    assert ok.returncode == 0, ok.stderr
+    report, _, rest = ok.stdout.partition("atexit ran")
+    # the whole report, flushed, then the atexit handler
+    assert json.loads(report)["per_device_peak_bytes"] > 0 and rest.strip() == ""
+    assert "teardown ran" not in ok.stdout
+    bad = _program(["analyze", "/nonexistent/model.py"])
+    assert bad.returncode == 2 and "model file not found" in bad.stderr
+    assert "atexit ran" in bad.stdout and "teardown ran" not in bad.stdout
+
+
+def test_a_thread_still_running_gets_the_normal_exit_which_waits_for_it():
+    p = _program(["cache", "--json"], before="""
+        import threading, time
+        threading.Thread(target=lambda: (time.sleep(1.0), print("thread done", flush=True))).start()
+    """)
+    assert p.returncode == 0, p.stderr
+    assert "thread done" in p.stdout and "atexit ran" in p.stdout
+    assert "teardown ran" in p.stdout
