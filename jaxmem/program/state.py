@@ -127,13 +127,13 @@ def optimizer(wl: Workload, opts: StepOptions):
 
 
 def is_nnx(wl: Workload) -> bool:
-    try:
-        from flax import nnx
-    except ImportError:  # pragma: no cover
-        return False
     import flax.linen as nn
 
     if isinstance(wl.model, nn.Module):
+        return False   # decided without importing flax.nnx (0.2 s a linen analysis need not pay)
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover
         return False
     return isinstance(wl.model, nnx.Module) or callable(wl.model)
 
