@@ -7,10 +7,13 @@ empty compile cache (JAXMEM_CACHE) unless it measures the cache:
 2. The 12-row `compare` example of docs/planning.md: <= 300 s cold; <= 10 s re-run on its cache (the
    targets were set for the GPT-2 XL grid the docs had before; `--only gpt2xl` times that one).
 3. An 8-row sweep with --jobs 2 against --jobs 1: speed-up >= 1.7x.
-4. One `analyze` of the gpt2-medium preset (unrolled) on 8 x h100: wall <= 1.25 x the time XLA
-   spends on its HLO passes plus buffer assignment, read from XLA's own timers
-   (TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1) in a separate run; the same timers with
-   jaxmem's fast backend options off show what they save.
+4. One `analyze` of the gpt2-medium preset (unrolled) on 8 x h100 (`--single gpt2_cudnn`: with cuDNN
+   attention): wall <= 1.25 x the time XLA spends on its HLO passes plus buffer assignment, read
+   from XLA's own timers (TF_CPP_VMODULE=gpu_compiler=1,buffer_assignment=1) in the same run; the
+   run's timeline (request sent, dump received, XLA's log) splits the rest, and the part of it that
+   is JAX's and XLA's own work (imports, tracing and lowering, PJRT's conversion, the dump) gives
+   the lowest ratio any analysis built this way can reach. Whole compiles in separate runs, with
+   jaxmem's fast backend options and without, show what those options save.
 
     python benchmarks/planning.py            # all four; writes benchmarks/results/planning.md
     python benchmarks/planning.py --quick    # a smoke test on tiny models (1 repeat, writes nothing)
@@ -82,41 +85,48 @@ c._xla_log = lambda notes: contextlib.nullcontext()
 e.applies = lambda target: False
 if os.environ.get("PLANNING_FAST") == "0":
     c.FAST_GPU_OPTIONS = {}
-from jaxmem.cli import main
+from jaxmem.cli import entry
 sys.argv = ["jaxmem", *sys.argv[1:]]
-main()
+entry()
 """
 
 
 # The analysis itself, as users run it (stopped after buffer assignment, in the compile child),
 # with the child's XLA log echoed to stderr: XLA's timers for the same compile the wall clock
 # measured (XLA's time varies by a few seconds from run to run on a shared machine, so a ratio
-# of two separate runs is mostly that noise). Logging these two modules adds ~2,700 lines.
+# of two separate runs is mostly that noise). Logging these two modules adds ~2,700 lines. It
+# also prints when the compile request is sent and when the parent has the dump (PLANNING lines:
+# epoch seconds), which with XLA's log timestamps split the wall clock into a timeline.
 PAIRED_CHILD = """
-import sys
+import sys, time
 import jaxmem.compiler.early_stop as e
-_stop = e.Child._stop
+_stop, _send = e.Child._stop, e._send
 def stop(self):
+    sys.stderr.write(f"PLANNING dump {time.time():.6f}\\n")
     log = _stop(self)
     sys.stderr.write(log)
     return log
-e.Child._stop = stop
-from jaxmem.cli import main
+def send(stream, message):
+    if isinstance(message, dict) and "module" in message:
+        sys.stderr.write(f"PLANNING sent {time.time():.6f}\\n")
+    _send(stream, message)
+e.Child._stop, e._send = stop, send
+from jaxmem.cli import entry
 sys.argv = ["jaxmem", *sys.argv[1:]]
-main()
+entry()
 """
 
 
 def run(args: list[str], cache: str, *, jobs: int | None = None, json_out: bool = True, env: dict | None = None,
         child: list[str] | None = None) -> dict:
     argv = (child or JAXMEM) + args + (["--jobs", str(jobs)] if jobs else []) + (["--json"] if json_out else [])
-    t0 = time.perf_counter()
+    t0, epoch0 = time.perf_counter(), time.time()
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "JAXMEM_CACHE": cache, **(env or {})})
     wall = time.perf_counter() - t0
     if p.returncode not in (0, 3):
         raise SystemExit(f"{' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return {"wall_s": wall, "stdout": p.stdout, "stderr": p.stderr}
+    return {"wall_s": wall, "stdout": p.stdout, "stderr": p.stderr, "started": epoch0}
 
 
 def fresh_cache() -> str:
@@ -146,8 +156,37 @@ def xla_timers(stderr: str) -> dict:
     if passes is None or t_ba_done is None:
         raise SystemExit("XLA's timers were not found in the log (TF_CPP_VMODULE)")
     ba = t_ba_done - t_passes_end
+    # time of day (the log's clock) when the passes started and buffer assignment was done
     return {"hlo_passes_s": passes, "buffer_assignment_s": ba, "passes_plus_ba_s": passes + ba,
-            "backend_s": backend, "backend_after_ba_s": None if backend is None else backend - ba}
+            "backend_s": backend, "backend_after_ba_s": None if backend is None else backend - ba,
+            "passes_start_tod": t_passes_end - passes, "ba_done_tod": t_ba_done}
+
+
+def run_imports() -> float:
+    """Wall clock of a Python process that only imports what any Flax training step needs."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import jax, flax.linen, optax"], cwd=ROOT, check=True)
+    return time.perf_counter() - t0
+
+
+def timeline(r: dict, xla: dict) -> dict:
+    """The paired run's wall clock, part by part, from its PLANNING lines and XLA's log timestamps."""
+    marks = dict(re.findall(r"^PLANNING (sent|dump) ([\d.]+)$", r["stderr"], re.M))
+    midnight = datetime.datetime.fromtimestamp(r["started"]).replace(hour=0, minute=0, second=0,
+                                                                      microsecond=0).timestamp()
+    sent, dump = float(marks["sent"]), float(marks["dump"])
+    passes, ba_done = midnight + xla["passes_start_tod"], midnight + xla["ba_done_tod"]
+    t = json.loads(r["stdout"])["timings"]
+    return {
+        "process start until the compile request is sent": sent - r["started"],
+        "  of it: loading the model, the target, the abstract state": t["build_s"],
+        "  of it: tracing and lowering the step (jax)": t["lower_s"],
+        "request sent until XLA's passes start (child: MLIR read, StableHLO to HLO through PJRT)": passes - sent,
+        "XLA's passes + buffer assignment": ba_done - passes,
+        "buffer assignment done until the parent has the dump (XLA writes it)": dump - ba_done,
+        "dump to exit (HLO text, buffer assignment, step time, runtime model, report)":
+            r["started"] + r["wall_s"] - dump,
+    }
 
 
 def median(xs):
@@ -220,7 +259,7 @@ def main() -> None:
 
     # 4. one analysis against XLA's own timers of the same compile (paired), and, for the table,
     # the whole compile's timers with jaxmem's options and with XLA's defaults
-    walls, paired, ratios, timers, timers_slow, parts = [], [], [], [], [], []
+    walls, paired, ratios, timers, timers_slow, parts, imports, floors = [], [], [], [], [], [], [], []
     log_env = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "gpu_compiler=1,buffer_assignment=1"}
     child = [sys.executable, "-c", TIMED_CHILD]
     for _ in range(repeats if "single" in only else 0):
@@ -228,17 +267,11 @@ def main() -> None:
                 child=[sys.executable, "-c", PAIRED_CHILD])
         walls.append(r["wall_s"])
         paired.append(xla_timers(r["stderr"]))
-        t = json.loads(r["stdout"])["timings"]
-        # where the wall clock goes besides XLA's passes + buffer assignment
-        parts.append({"python start, imports, printing": walls[-1] - t["total_s"],
-                      "loading the model, the target, the abstract state": t["build_s"],
-                      "tracing and lowering": t["lower_s"],
-                      "compile outside XLA's passes + BA (request, MLIR to HLO, dump, HLO text)":
-                          t["compile_s"] - paired[-1]["passes_plus_ba_s"],
-                      "XLA's passes + buffer assignment": paired[-1]["passes_plus_ba_s"],
-                      "HLO parse, runtime model, explain": t["decode_s"],
-                      "cache key, step time, report": t["total_s"] - t["build_s"] - t["lower_s"]
-                      - t["compile_s"] - t["decode_s"]})
+        parts.append(timeline(r, paired[-1]))
+        imports.append(run_imports())
+        floors.append(imports[-1] + parts[-1]["  of it: tracing and lowering the step (jax)"]
+                      + parts[-1]["request sent until XLA's passes start (child: MLIR read, StableHLO to HLO through PJRT)"]
+                      + parts[-1]["buffer assignment done until the parent has the dump (XLA writes it)"])
         ratios.append(walls[-1] / paired[-1]["passes_plus_ba_s"])
         timers.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env,
                                      child=child)["stderr"]))
@@ -254,6 +287,9 @@ def main() -> None:
                               if timers_slow[0][k] is not None}
         res["single_ratio"] = median(ratios)
         res["single_parts"] = {k: median([p[k] for p in parts]) for k in parts[0]}
+        res["imports_s"], res["floor_s"] = median(imports), median(floors)
+        res["floor_ratio"] = median([(x["passes_plus_ba_s"] + f) / x["passes_plus_ba_s"] for x, f in zip(paired, floors)])
+        res.setdefault("runs", {})["python start + import jax, flax.linen, optax alone (s)"] = imports
         res.setdefault("runs", {}).update({
             "one analysis, wall (s)": walls,
             "its compile's XLA HLO passes + buffer assignment (s)": [t["passes_plus_ba_s"] for t in paired],
@@ -326,8 +362,20 @@ def render(res: dict, cases: dict, repeats: int) -> str:
             f"{xd.get('backend_after_ba_s', float('nan')):.1f} |",
         ]
     if "single_parts" in res:
-        lines += ["", "Where the single analysis' wall clock goes (medians, seconds; from its `--timings`):", "",
-                  "| part | s |", "|---|---:|", *[f"| {k} | {v:.2f} |" for k, v in res["single_parts"].items()]]
+        lines += ["", "Where the single analysis' wall clock goes (medians, seconds; the run's own timestamps: when "
+                  "the compile request was sent and the dump received, XLA's log for its passes and buffer "
+                  "assignment, `--timings` for the two parts marked \"of it\"):", "",
+                  "| part | s |", "|---|---:|",
+                  *[f"| {k.replace('  of it:', '&nbsp;&nbsp;of it:')} | {v:.2f} |" for k, v in res["single_parts"].items()]]
+        lines += ["", f"What any analysis that traces the step with JAX and compiles it through PJRT pays besides "
+                  f"XLA's passes + buffer assignment, measured in these runs: Python start and the import of jax, "
+                  f"flax.linen and optax ({res['imports_s']:.2f} s, a process that does only that), tracing and "
+                  f"lowering the step, the request until XLA's passes start, and XLA writing its dump: "
+                  f"{res['floor_s']:.2f} s, so no analysis built this way gets below **{res['floor_ratio']:.2f}x** on "
+                  f"this machine for this step (median of the per-run ratios). The rest of the wall clock "
+                  f"({res['single_s'] - res['single_xla_s'] - res['floor_s']:.2f} s of the medians) is loading the "
+                  f"model file and its abstract state (jax.eval_shape of its init), jaxmem's checks, reading the "
+                  f"dump, the step time and the report."]
     if res.get("runs"):
         lines += ["", "Every run (in order; the table shows medians):", ""]
         lines += [f"- {k}: {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in res["runs"].items()]
