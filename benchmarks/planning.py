@@ -100,17 +100,21 @@ entry()
 PAIRED_CHILD = """
 import sys, time
 import jaxmem.compiler.early_stop as e
-_stop, _send = e.Child._stop, e._send
-def stop(self):
-    sys.stderr.write(f"PLANNING dump {time.time():.6f}\\n")
-    log = _stop(self)
+_log, _send, _dump = e.Child._log_so_far, e._send, e._finished_dump
+def log_so_far(self):
+    log = _log(self)
     sys.stderr.write(log)
     return log
 def send(stream, message):
     if isinstance(message, dict) and "module" in message:
         sys.stderr.write(f"PLANNING sent {time.time():.6f}\\n")
     _send(stream, message)
-e.Child._stop, e._send = stop, send
+def finished_dump(*a, **k):
+    data = _dump(*a, **k)
+    if data is not None:
+        sys.stderr.write(f"PLANNING dump {time.time():.6f}\\n")
+    return data
+e.Child._log_so_far, e._send, e._finished_dump = log_so_far, send, finished_dump
 from jaxmem.cli import entry
 sys.argv = ["jaxmem", *sys.argv[1:]]
 entry()

@@ -60,7 +60,8 @@ def _assert_stopped_equals_whole(target, built, opts):
     whole = compiled.compile_step(built, explain=True, cache=False)
     child = early_stop.Child.start(target)
     stopped = compiled.compile_step(built, explain=True, cache=False, child=child)
-    assert child._proc.wait(timeout=30) == -signal.SIGKILL    # stopped, not left compiling
+    # stopped, not left compiling: killed, or ended by itself once it printed the module
+    assert child._proc.wait(timeout=30) in (0, -signal.SIGKILL)
     assert {k: getattr(stopped.stats, k) for k in XLA_NUMBERS} == {k: getattr(whole.stats, k) for k in XLA_NUMBERS}
     if opts.get("offload"):
         assert stopped.stats.host_argument > 0
@@ -82,6 +83,31 @@ def _assert_stopped_equals_whole(target, built, opts):
     reparsed = steptime._xla_cost(stopped.hlo_text[:1] + stopped.hlo_text[1:])   # an equal text, not the same one
     assert printed == reparsed and printed["flops"] > 0
     return stopped
+
+
+def test_the_child_prints_the_module_while_the_parent_reads_the_dump(models_dir, monkeypatch):
+    target, built = _built(models_dir, "gpt2.py", "dp")
+    here = early_stop.printed
+    monkeypatch.setattr(early_stop, "printed", lambda *a: pytest.fail("the parent printed the module"))
+    art = compiled.compile_step(built, explain=True, cache=False, child=early_stop.Child.start(target))
+    monkeypatch.setattr(early_stop, "printed", here)
+    text, cost = early_stop.printed(art.dump)              # what the parent would have printed
+    assert art.hlo_text == text and steptime._printed == (art.hlo_text, cost)
+    assert steptime._xla_cost(art.hlo_text) == cost == steptime._xla_cost(art.hlo_text[:1] + art.hlo_text[1:])
+
+
+def test_a_child_gone_before_printing_leaves_the_print_to_the_parent(models_dir, monkeypatch):
+    target, built = _built(models_dir, "gpt2.py", "dp")
+    ask = early_stop.Child._ask_to_print
+
+    def die_then_ask(self, dump):
+        self._child.kill()
+        self._child.wait()
+        ask(self, dump)
+
+    monkeypatch.setattr(early_stop.Child, "_ask_to_print", die_then_ask)
+    art = compiled.compile_step(built, explain=True, cache=False, child=early_stop.Child.start(target))
+    assert art.hlo_text == early_stop.printed(art.dump)[0] and "ENTRY" in art.hlo_text
 
 
 def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):

@@ -233,6 +233,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
 
     t0 = time.perf_counter()
     notes: list[str] = []
+    compiler = child
     try:
         try:
             with no_persistent_cache():
@@ -241,16 +242,21 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
             if "output tile sizes" not in str(e):
                 raise
             notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
-            retry = early_stop.Child(*child.args)
+            compiler = early_stop.Child(*child.args)
             with no_persistent_cache():
                 raw, log = early_stop.compile_until_buffer_assignment(
-                    retry, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
+                    compiler, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
     except early_stop.CompileFailed as e:
         _raise_compile_error(str(e))
         raise RuntimeError(str(e)) from None
-    notes += _notes_from_log(log)
-    m = memory_stats.from_hlo_proto(raw)
-    assignment = decode_hlo_proto(raw)
+    try:
+        # read while the child prints the module (early_stop.Child.printed)
+        notes += _notes_from_log(log)
+        m = memory_stats.from_hlo_proto(raw)
+        assignment = decode_hlo_proto(raw)
+        text = compiler.printed(raw)
+    finally:
+        compiler.close()
     stats = CompiledStats(
         argument=m["argument"], output=m["output"], alias=m["alias"], temp=m["temp"],
         generated_code=0,   # what a compile-only executable reports: no code is loaded
@@ -260,7 +266,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     )
     # the deviceless compile-only executable has no cost analysis either: the step-time estimate
     # reads the optimized HLO itself
-    return Artifacts(stats=stats, cost={}, hlo_text=early_stop.hlo_text(raw), dump=raw, assignment=assignment)
+    return Artifacts(stats=stats, cost={}, hlo_text=text, dump=raw, assignment=assignment)
 
 
 @contextlib.contextmanager

@@ -88,28 +88,36 @@ def _cpu_client():
     return jax.devices("cpu")[0].client
 
 
-# The XLA HloModule that a program's text was printed from (early_stop.hlo_text), so that costing
-# the whole program does not parse back the text just printed (0.4 s of a gpt2-medium analysis).
-# One slot, the latest compile's; matched by identity, so a text read from the cache is parsed.
-_printed: tuple[str, Any] | None = None
+# XLA's cost of a whole program whose text was just printed from its XLA module
+# (early_stop.printed), so that costing it does not parse the text back (0.4 s of a gpt2-medium
+# analysis). One slot, the latest compile's; matched by identity, so a text read from the cache
+# is parsed.
+_printed: tuple[str, dict[str, float]] | None = None
 
 
-def printed_from(text: str, module) -> None:
-    """Remember that `text` is `module` (an XLA HloModule) printed."""
+def printed_from(text: str, cost: dict[str, float]) -> None:
+    """Remember that `text` printed a module whose whole cost (module_cost) is `cost`."""
     global _printed
-    _printed = (text, module)
+    _printed = (text, dict(cost))
+
+
+def module_cost(module, client=None) -> dict[str, float]:
+    """XLA's HloCostAnalysis of an XLA HloModule (backend-neutral for FLOPs and bytes; the CPU
+    client only provides its shape-size function)."""
+    from jax._src.lib import _jax
+
+    cost = _jax.hlo_module_cost_analysis(client or _cpu_client(), module)
+    return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
 
 
 def _xla_cost(text: str) -> dict[str, float]:
-    """XLA's HloCostAnalysis of an HLO module given as text (the analysis is backend-neutral
-    for FLOPs and bytes; the CPU client only provides its shape-size function)."""
-    from jax._src.lib import _jax
+    """module_cost of an HLO module given as text."""
     from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
 
     printed = _printed
-    module = printed[1] if printed is not None and printed[0] is text else _hlo.hlo_module_from_text(text)
-    cost = _jax.hlo_module_cost_analysis(_cpu_client(), module)
-    return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
+    if printed is not None and printed[0] is text:
+        return dict(printed[1])
+    return module_cost(_hlo.hlo_module_from_text(text))
 
 
 def program_cost(module: hlo_text.Module) -> ProgramCost:
