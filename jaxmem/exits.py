@@ -131,7 +131,7 @@ def _end_now(code: int) -> None:
 
     if any(t is not threading.current_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
         return
-    atexit._run_exitfuncs()
+    atexit._run_exitfuncs()   # what Python's own exit runs first (no public spelling; stable since Python 2)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
