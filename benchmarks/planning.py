@@ -173,6 +173,12 @@ def run_imports() -> float:
     return time.perf_counter() - t0
 
 
+# the parts of the timeline that are JAX's and XLA's own work (with the imports: the floor)
+LOWERING = "  of it: tracing and lowering the step (jax)"
+TO_PASSES = "request sent until XLA's passes start (child: MLIR read, StableHLO to HLO through PJRT)"
+DUMP_WRITE = "buffer assignment done until the parent has the dump (XLA writes it)"
+
+
 def timeline(r: dict, xla: dict) -> dict:
     """The paired run's wall clock, part by part, from its PLANNING lines and XLA's log timestamps."""
     marks = dict(re.findall(r"^PLANNING (sent|dump) ([\d.]+)$", r["stderr"], re.M))
@@ -184,10 +190,10 @@ def timeline(r: dict, xla: dict) -> dict:
     return {
         "process start until the compile request is sent": sent - r["started"],
         "  of it: loading the model, the target, the abstract state": t["build_s"],
-        "  of it: tracing and lowering the step (jax)": t["lower_s"],
-        "request sent until XLA's passes start (child: MLIR read, StableHLO to HLO through PJRT)": passes - sent,
+        LOWERING: t["lower_s"],
+        TO_PASSES: passes - sent,
         "XLA's passes + buffer assignment": ba_done - passes,
-        "buffer assignment done until the parent has the dump (XLA writes it)": dump - ba_done,
+        DUMP_WRITE: dump - ba_done,
         "dump to exit (HLO text, buffer assignment, step time, runtime model, report)":
             r["started"] + r["wall_s"] - dump,
     }
@@ -273,9 +279,7 @@ def main() -> None:
         paired.append(xla_timers(r["stderr"]))
         parts.append(timeline(r, paired[-1]))
         imports.append(run_imports())
-        floors.append(imports[-1] + parts[-1]["  of it: tracing and lowering the step (jax)"]
-                      + parts[-1]["request sent until XLA's passes start (child: MLIR read, StableHLO to HLO through PJRT)"]
-                      + parts[-1]["buffer assignment done until the parent has the dump (XLA writes it)"])
+        floors.append(imports[-1] + sum(parts[-1][k] for k in (LOWERING, TO_PASSES, DUMP_WRITE)))
         ratios.append(walls[-1] / paired[-1]["passes_plus_ba_s"])
         timers.append(xla_timers(run(cases["single"] + ["--no-cache"], fresh_cache(), env=log_env,
                                      child=child)["stderr"]))
@@ -293,8 +297,8 @@ def main() -> None:
         res["single_parts"] = {k: median([p[k] for p in parts]) for k in parts[0]}
         res["imports_s"], res["floor_s"] = median(imports), median(floors)
         res["floor_ratio"] = median([(x["passes_plus_ba_s"] + f) / x["passes_plus_ba_s"] for x, f in zip(paired, floors)])
-        res.setdefault("runs", {})["python start + import jax, flax.linen, optax alone (s)"] = imports
         res.setdefault("runs", {}).update({
+            "python start + import jax, flax.linen, optax alone (s)": imports,
             "one analysis, wall (s)": walls,
             "its compile's XLA HLO passes + buffer assignment (s)": [t["passes_plus_ba_s"] for t in paired],
             "their ratio, run by run": ratios,

@@ -87,11 +87,11 @@ def _assert_stopped_equals_whole(target, built, opts):
 
 def test_the_child_prints_the_module_while_the_parent_reads_the_dump(models_dir, monkeypatch):
     target, built = _built(models_dir, "gpt2.py", "dp")
-    here = early_stop.printed
-    monkeypatch.setattr(early_stop, "printed", lambda *a: pytest.fail("the parent printed the module"))
+    here = early_stop.print_module
+    monkeypatch.setattr(early_stop, "print_module", lambda *a: pytest.fail("the parent printed the module"))
     art = compiled.compile_step(built, explain=True, cache=False, child=early_stop.Child.start(target))
-    monkeypatch.setattr(early_stop, "printed", here)
-    text, cost = early_stop.printed(art.dump)              # what the parent would have printed
+    monkeypatch.setattr(early_stop, "print_module", here)
+    text, cost = early_stop.print_module(art.dump)              # what the parent would have printed
     assert art.hlo_text == text and steptime._printed == (art.hlo_text, cost)
     assert steptime._xla_cost(art.hlo_text) == cost == steptime._xla_cost(art.hlo_text[:1] + art.hlo_text[1:])
 
@@ -107,7 +107,7 @@ def test_a_child_gone_before_printing_leaves_the_print_to_the_parent(models_dir,
 
     monkeypatch.setattr(early_stop.Child, "_ask_to_print", die_then_ask)
     art = compiled.compile_step(built, explain=True, cache=False, child=early_stop.Child.start(target))
-    assert art.hlo_text == early_stop.printed(art.dump)[0] and "ENTRY" in art.hlo_text
+    assert art.hlo_text == early_stop.print_module(art.dump)[0] and "ENTRY" in art.hlo_text
 
 
 def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):

@@ -22,7 +22,7 @@ own functions (:mod:`jaxmem.compiler.partitioners`). The child dies with its par
 (PR_SET_PDEATHSIG on Linux, and EOF on its stdin everywhere).
 
 Once the dump is there the child has one more job: printing the optimized module as HLO text and
-costing it (:func:`printed`, 0.4 s for gpt2-medium's 55k instructions), while the parent decodes
+costing it (:func:`print_module`, 0.4 s for gpt2-medium's 55k instructions), while the parent decodes
 the buffer assignment; XLA's backend, still compiling kernels in the child, gets the lowest
 priority meanwhile, and the child ends itself once it has sent the text. A child that cannot
 print leaves it to the parent, which prints the same text from the same dump.
@@ -186,14 +186,14 @@ class Child:
             self._printing = False   # the child is gone: printed() prints here
 
     def printed(self, dump: bytes) -> str:
-        """The HLO text of `dump` (:func:`printed`), from the child when :meth:`compile` asked it,
+        """The HLO text of `dump` (:func:`print_module`), from the child when :meth:`compile` asked it,
         else printed here; its cost is remembered for the step-time estimate. Stops the child."""
         from jaxmem.compiler import steptime
 
         reply = self._await_print() if self._printing else None
         self._printing = False
         self._kill_and_reap()
-        text, cost = reply if reply is not None else printed(dump)
+        text, cost = reply if reply is not None else print_module(dump)
         steptime.printed_from(text, cost)
         return text
 
@@ -312,7 +312,7 @@ def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
     return None
 
 
-def printed(dump: bytes, client=None) -> tuple[str, dict[str, float]]:
+def print_module(dump: bytes, client=None) -> tuple[str, dict[str, float]]:
     """The optimized module of the dump printed as ``compiled.as_text()`` prints it (less the
     module-config attributes of its header line, which the dump does not hold), and XLA's cost
     of it (:func:`jaxmem.compiler.steptime.module_cost`: costed here, not parsed back from the text)."""
@@ -418,7 +418,7 @@ def _print_for_parent(dump: bytes, stdout) -> None:
     try:
         from jax._src.lib import xla_client as xc
 
-        reply: dict = {"printed": printed(dump, xc.make_cpu_client())}
+        reply: dict = {"printed": print_module(dump, xc.make_cpu_client())}
     except Exception as e:  # noqa: BLE001 -- the parent prints it itself
         reply = {"print_failed": f"{type(e).__name__}: {e}"}
     try:

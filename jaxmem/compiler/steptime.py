@@ -89,7 +89,7 @@ def _cpu_client():
 
 
 # XLA's cost of a whole program whose text was just printed from its XLA module
-# (early_stop.printed), so that costing it does not parse the text back (0.4 s of a gpt2-medium
+# (early_stop.print_module), so that costing it does not parse the text back (0.4 s of a gpt2-medium
 # analysis). One slot, the latest compile's; matched by identity, so a text read from the cache
 # is parsed.
 _printed: tuple[str, dict[str, float]] | None = None

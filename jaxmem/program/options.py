@@ -120,10 +120,6 @@ class AnalyzeOptions(StepChoice):
     mem_fraction: float | None = _opt(None, Flag(
         "--mem-fraction", "Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).",
         kind="fraction", shared=False, commands=("analyze", "compare", "advise")))
-    @property
-    def on_cpu(self) -> bool:
-        return is_cpu_target(self.gpu)
-
     # what the report holds (analyze's display options)
     explain: bool = _opt(True, Flag("--no-explain", "Skip decoding XLA's buffer assignment (faster; no top buffers).",
                                     kind="switch", invert=True, shared=False, commands=("analyze",)))
@@ -133,6 +129,11 @@ class AnalyzeOptions(StepChoice):
                                      minimum=1, shared=False, commands=("analyze",), show_default=True))
     cache: bool = _opt(True, Flag("--no-cache", "Compile again instead of answering from the compile cache.",
                                   kind="switch", invert=True, shared=False, commands=("analyze", "compare")))
+
+    @property
+    def on_cpu(self) -> bool:
+        """The target is XLA:CPU (--gpu cpu)."""
+        return is_cpu_target(self.gpu)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,9 +103,9 @@ class Instruction:
         if not ("calls=" in a or "to_apply=" in a or "body=" in a or "condition=" in a or "_computation=" in a
                 or "computations=" in a):
             return ()
-        out = [(m.group(1), m.group(2)) for m in _CALLED.finditer(self.attrs)]
-        if "computations=" in self.attrs:
-            for m in _CALLED_LIST.finditer(self.attrs):
+        out = [(m.group(1), m.group(2)) for m in _CALLED.finditer(a)]
+        if "computations=" in a:
+            for m in _CALLED_LIST.finditer(a):
                 out += [(m.group(1), c.strip().lstrip("%")) for c in m.group(2).split(",") if c.strip()]
         return tuple(out)
 
