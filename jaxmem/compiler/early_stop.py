@@ -316,13 +316,11 @@ def print_module(dump: bytes, client=None) -> tuple[str, dict[str, float]]:
     """The optimized module of the dump printed as ``compiled.as_text()`` prints it (less the
     module-config attributes of its header line, which the dump does not hold), and XLA's cost
     of it (:func:`jaxmem.compiler.steptime.module_cost`: costed here, not parsed back from the text)."""
-    from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-
-    from jaxmem.compiler import steptime
+    from jaxmem.compiler import steptime, versions
     from jaxmem.xla import memory_stats
 
     proto, _ = memory_stats.split_hlo_proto(dump)
-    module = _hlo.HloModule.from_serialized_hlo_module_proto(proto)
+    module = versions.hlo_module_class().from_serialized_hlo_module_proto(proto)
     return module.to_string(), steptime.module_cost(module, client)
 
 

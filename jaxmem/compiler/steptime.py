@@ -112,12 +112,12 @@ def module_cost(module, client=None) -> dict[str, float]:
 
 def _xla_cost(text: str) -> dict[str, float]:
     """module_cost of an HLO module given as text."""
-    from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
+    from jaxmem.compiler import versions
 
     printed = _printed
     if printed is not None and printed[0] is text:
         return dict(printed[1])
-    return module_cost(_hlo.hlo_module_from_text(text))
+    return module_cost(versions.hlo_module_from_text(text))
 
 
 def program_cost(module: hlo_text.Module) -> ProgramCost:

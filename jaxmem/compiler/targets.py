@@ -32,8 +32,14 @@ class GpuSpec:
     aliases: tuple[str, ...] = ()
 
     def target_config(self) -> str:
-        """Text-format GpuTargetConfigProto for jaxlib 0.10.2."""
+        """Text-format GpuTargetConfigProto, naming the CUDA runtime and cuDNN the installed CUDA
+        plugin was built against (as a real device of that stack would report them; XLA gates some
+        rewrites on them, e.g. cuDNN fusions and FP8 cuBLASLt). Only fields every supported jaxlib's
+        proto knows."""
+        from jaxmem.compiler import versions
+
         cc_major, cc_minor = self.compute_capability
+        cuda, cudnn, _ = versions.target_versions()
         return f"""gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -55,8 +61,8 @@ class GpuSpec:
   registers_per_block_limit: 65536
 }}
 platform_name: "CUDA"
-dnn_version_info {{ major: 9 minor: 7 }}
-runtime_version {{ major: 12 minor: 8 patch: 0 }}
+dnn_version_info {{ major: {cudnn[0]} minor: {cudnn[1]} }}
+runtime_version {{ major: {cuda[0]} minor: {cuda[1]} patch: {cuda[2]} }}
 device_description_str: "{self.description}"
 """
 

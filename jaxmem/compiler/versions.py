@@ -1,0 +1,199 @@
+"""What the installed JAX stack is, and the few jaxlib entry points whose home moved between versions.
+
+jaxmem runs inside the user's own environment (the XLA that decides the memory is the one of
+*their* jax), so nothing here is pinned: the supported range is declared (:data:`TESTED`, proven by
+CI at both ends, docs/how-it-works.md §1), a jax outside it gets one warning, and what differs between
+versions is looked up here once:
+
+* the CUDA plugin (``jax-cuda12-plugin`` or ``jax-cuda13-plugin``) and the CUDA runtime and cuDNN
+  versions it was built against, read from the plugin's own ``_versions`` extension without starting
+  it (no GPU, no driver): the deviceless target description names them, as a real device would;
+* ``HloModule``: ``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from importlib import metadata
+
+# The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
+TESTED = ((0, 9, 0), (0, 12))          # from 0.9.0 up to every 0.12.x
+TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
+PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")   # the first installed one is the one jax loads first
+
+# What the target description says when no plugin reports its build (only reachable on a GPU
+# compile without a plugin, which fails right after with the install hint): the values this
+# description was first measured with.
+FALLBACK_CUDA = (12, 8, 0)
+FALLBACK_CUDNN = (9, 7, 0)
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """'0.12.0.1' -> (0, 12, 0, 1); a suffix such as 'rc1' or '.dev2026' ends the numbers."""
+    out = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(out)
+
+
+def in_tested_range(version: str) -> bool:
+    low, high = TESTED
+    v = parse(version)
+    return low <= v and v[: len(high)] <= high
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def cuda_plugin() -> tuple[str, str] | None:
+    """(distribution, version) of the installed CUDA plugin, or None."""
+    for name in PLUGINS:
+        v = _dist_version(name)
+        if v is not None:
+            return name, v
+    return None
+
+
+def _cuda(encoded: int) -> tuple[int, int, int]:
+    """CUDA's encoding: 13.0 is 13000, 12.9 is 12090 (major * 1000 + minor * 10)."""
+    return encoded // 1000, encoded % 1000 // 10, 0
+
+
+def _cudnn(encoded: int) -> tuple[int, int, int]:
+    """cuDNN's encoding from 9.0 on: 9.12.0 is 91200 (major * 10000 + minor * 100 + patch)."""
+    return encoded // 10000, encoded % 10000 // 100, encoded % 100
+
+
+@functools.cache
+def cuda_build() -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """(CUDA runtime, cuDNN) versions the installed CUDA plugin was built against, as the plugin's
+    ``_versions`` extension reports them without a GPU; None without a plugin that says."""
+    plugin = cuda_plugin()
+    if plugin is None:
+        return None
+    module = plugin[0].replace("-", "_")      # jax_cuda13_plugin
+    try:
+        versions = importlib.import_module(f"{module}._versions")
+        return _cuda(int(versions.cuda_runtime_build_version())), _cudnn(int(versions.cudnn_build_version()))
+    except Exception:  # noqa: BLE001 -- an old or broken plugin: the caller falls back and says so
+        return None
+
+
+def target_versions() -> tuple[tuple[int, int, int], tuple[int, int, int], str]:
+    """(CUDA runtime, cuDNN, where they came from) for the deviceless target description."""
+    built = cuda_build()
+    if built is not None:
+        name, version = cuda_plugin() or ("?", "?")
+        return built[0], built[1], f"{name} {version} build"
+    return FALLBACK_CUDA, FALLBACK_CUDNN, "no CUDA plugin reported its build: assumed"
+
+
+def dotted(v: tuple[int, ...]) -> str:
+    return ".".join(map(str, v))
+
+
+def installed() -> dict[str, str]:
+    """The versions a report names (JSON ``versions``): Python, jax, jaxlib, flax, optax, qwix where
+    installed, the CUDA plugin and the CUDA runtime and cuDNN the GPU target is described with."""
+    import jax
+    import jaxlib
+
+    out = {"python": ".".join(map(str, sys.version_info[:3])), "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+    for name in ("flax", "optax", "qwix"):
+        v = _dist_version(name)
+        if v is not None:
+            out[name] = v
+    plugin = cuda_plugin()
+    if plugin is not None:
+        out["cuda_plugin"] = f"{plugin[0]} {plugin[1]}"
+        cuda, cudnn, _ = target_versions()
+        out["cuda"], out["cudnn"] = dotted(cuda), dotted(cudnn)
+    return out
+
+
+def range_warning() -> str | None:
+    """One sentence when the installed jax or jaxlib is outside the tested range, else None."""
+    import jax
+    import jaxlib
+
+    off = [f"{n} {v}" for n, v in (("jax", jax.__version__), ("jaxlib", jaxlib.__version__)) if not in_tested_range(v)]
+    if not off:
+        return None
+    return (f"{' and '.join(off)} is outside the range jaxmem is tested on ({TESTED_TEXT}): the analysis runs, "
+            "but XLA internals it reads may have moved; compare a report against a supported jax (jaxmem diff)")
+
+
+def hlo_module_class():
+    """XLA's HloModule binding (``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before)."""
+    try:
+        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
+        return _hlo.HloModule
+    except ImportError:
+        from jax._src.lib import _jax
+        return _jax.HloModule
+
+
+def hlo_module_from_text(text: str):
+    try:
+        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
+        return _hlo.hlo_module_from_text(text)
+    except ImportError:
+        from jax._src.lib import _jax
+        return _jax.hlo_module_from_text(text)
+
+
+# Flags of XLA_FLAGS that do not reach the compile as given, and why.
+_DROPPED = (
+    ("--xla_force_host_platform_device_count", "sizes the CPU client's devices only (jaxmem sets it for its CPU work)"),
+    ("--xla_dump_", "jaxmem's own dump of the optimized module overrides XLA's dump options (jaxmem.xla.dump)"),
+)
+
+
+def xla_flags(flags: str | None = None) -> dict:
+    """The XLA flags in force for a compile: {"passed": [flag, ...], "dropped": {flag: why}}.
+    (A flag this XLA does not know never gets here: env.check_xla_flags refuses it, exit 2.)"""
+    import os
+
+    text = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    passed: list[str] = []
+    dropped: dict[str, str] = {}
+    for flag in text.split():
+        why = next((reason for prefix, reason in _DROPPED if flag.startswith(prefix)), None)
+        if why is None:
+            passed.append(flag)
+        else:
+            dropped[flag] = why
+    return {"passed": passed, "dropped": dropped}
+
+
+def summary(versions: dict[str, str], flags: dict) -> str:
+    """The text report's last words: 'jax 0.12.0.1 (jaxlib 0.12.0.1, jax-cuda13-plugin 0.12.0.1: CUDA 13.0.0,
+    cuDNN 9.12.0), flax 0.12.12; XLA_FLAGS: none'."""
+    inner = [f"jaxlib {versions['jaxlib']}"] if "jaxlib" in versions else []
+    if "cuda_plugin" in versions:
+        inner.append(f"{versions['cuda_plugin']}: CUDA {versions.get('cuda')}, cuDNN {versions.get('cudnn')}")
+    head = f"jax {versions.get('jax')}" + (f" ({', '.join(inner)})" if inner else "")
+    if versions.get("flax"):
+        head += f", flax {versions['flax']}"
+    passed = flags.get("passed") or []
+    dropped = flags.get("dropped") or {}
+    tail = " ".join(passed) if passed else "none"
+    if dropped:
+        tail += f" ({len(dropped)} left out of the compile: --json xla_flags)"
+    return f"{head}; XLA_FLAGS: {tail}"
