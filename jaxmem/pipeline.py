@@ -210,9 +210,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)
 
-    import flax
-    import jax
-    import optax
+    from jaxmem.compiler import versions
 
     return report.Report(
         model=wl.name or "workload",
@@ -254,7 +252,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         timings={"build_s": round(t_built - t_start, 3), "lower_s": round(stats.lower_s, 3),
                  "compile_s": round(stats.compile_s, 3), "decode_s": round(t_decoded - t_compiled, 3),
                  "total_s": round(time.perf_counter() - t_start, 3), "cache_hit": float(art.cached)},
-        versions={"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__},
+        versions=versions.installed(),
+        xla_flags=versions.xla_flags(),
     )
 
 

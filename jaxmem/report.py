@@ -98,7 +98,12 @@ class Report:
     timeline: tuple[int, ...] = ()     # bytes live over program order (downsampled)
     timeline_peak_index: int = -1
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    # What the step was compiled with (jaxmem.compiler.versions.installed): python, jax, jaxlib, flax,
+    # optax, qwix, the CUDA plugin and the CUDA runtime / cuDNN the GPU target is described with.
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The XLA flags in force (jaxmem.compiler.versions.xla_flags): "passed" to the compile, in XLA_FLAGS
+    # order, and "dropped" (flag -> why jaxmem leaves it out of the compile).
+    xla_flags: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The runtime's own memory per device (jaxmem.compiler.runtime.Runtime.to_json): named terms in
     # JAX's pool (their sum is breakdown["runtime_overhead"]) and outside it, each with its source.
     runtime: dict[str, Any] = dataclasses.field(default_factory=dict)

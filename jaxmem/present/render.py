@@ -215,9 +215,10 @@ def render(r: Report, console: Console | None = None) -> None:
             tm.add_row(f"[dim]... {more} more (all of them: --json or --html)[/dim]", fmt_bytes(more_bytes), "")
         console.print(tm)
     tim = r.timings
+    from jaxmem.compiler import versions
+
     console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "
-                  f"total {tim.get('total_s', 0):.1f} s; jax {r.versions.get('jax')}, "
-                  f"flax {r.versions.get('flax')}[/dim]")
+                  f"total {tim.get('total_s', 0):.1f} s; {escape(versions.summary(r.versions, r.xla_flags))}[/dim]")
 
 
 def _found(cell) -> str:
