@@ -6,7 +6,7 @@ import os
 import time
 
 from jaxmem import report
-from jaxmem.compiler import cache, runtime, targets
+from jaxmem.compiler import cache, runtime, targets, versions
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.errors import UserError
 from jaxmem.program import layouts, sizes, splits, step, train_state
@@ -189,6 +189,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
             "them are under activations_and_temporaries. Drop --no-explain to split them."))
     warnings += [report.ReportWarning("xla_remat_failed" if n.startswith("XLA:") else "compile_fallback", n)
                  for n in stats.notes]
+    untested = versions.range_warning()
+    if untested is not None:
+        warnings.append(report.ReportWarning("untested_jax", untested))
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
@@ -209,8 +212,6 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if ex is not None:
         top, modules, cats, timeline, peak_index = ex.top, ex.modules, ex.categories, ex.timeline, ex.peak_index
         warnings.extend(ex.warnings)
-
-    from jaxmem.compiler import versions
 
     return report.Report(
         model=wl.name or "workload",

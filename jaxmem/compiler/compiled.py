@@ -174,6 +174,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     from jaxmem import scratch
     from jaxmem.compiler import cache as cache_mod
 
+    fallback: list[str] = []   # what this jax lacked, and what was done instead (notes of the report)
     try:
         with scratch.phase("lowering the step"):
             lowered, lower_s = lower(built)
@@ -189,11 +190,17 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
                     return dataclasses.replace(art, dump=art.dump if explain else None,
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
         if child is not None:
-            with scratch.phase("compiling the step (XLA, in a child process)"):
-                art = _compile_early(child, lowered, options, lower_s)
-            # the dump is always there: stored so that it answers with and without explain
-            cache_mod.store_in_background(keys[0], art.to_json())
-            return art if explain else dataclasses.replace(art, dump=None, assignment=None)
+            from jaxmem.compiler import early_stop
+
+            try:
+                with scratch.phase("compiling the step (XLA, in a child process)"):
+                    art = _compile_early(child, lowered, options, lower_s)
+            except early_stop.Unsupported as e:   # this jax lacks what the early stop needs: compile whole
+                fallback.append(f"{e}; the step was compiled whole instead (slower; the same numbers)")
+            else:
+                # the dump is always there: stored so that it answers with and without explain
+                cache_mod.store_in_background(keys[0], art.to_json())
+                return art if explain else dataclasses.replace(art, dump=None, assignment=None)
     finally:
         if child is not None:
             child.close()   # idempotent: a child that compiled has already stopped
@@ -210,7 +217,13 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
         if dump_dir is not None:
             from jaxmem.xla import dump
 
-            raw = dump.read_dump_bytes(dump_dir)
+            try:
+                raw = dump.read_dump_bytes(dump_dir)
+            except (OSError, ValueError) as e:   # this XLA dumped nothing we can read: XLA's totals only
+                fallback.append(f"no buffer assignment could be read from XLA's dump ({e}): the peak and its parts "
+                                "are memory_analysis() numbers, without the buffers that make them")
+        if fallback:
+            stats = dataclasses.replace(stats, notes=(*stats.notes, *fallback))
     finally:
         if dump_dir is not None:
             import shutil

@@ -71,6 +71,11 @@ def _receive(stream):
     return pickle.loads(exactly(size))
 
 
+class Unsupported(Exception):
+    """This jax/jaxlib lacks what the early stop relies on (an entry point moved, no dump written):
+    the caller compiles whole instead, with a note naming what is missing."""
+
+
 class _Captured(Exception):
     """Raised in place of XLA's compile: what JAX would have compiled."""
 
@@ -83,8 +88,14 @@ def applies(target) -> bool:
 
 def capture(lowered, compiler_options: dict) -> dict:
     """The request XLA would receive for ``lowered.compile(compiler_options=...)``."""
+    import jax
     from jax._src import compiler as jax_compiler
     from jax._src.interpreters import mlir
+
+    missing = [name for owner, name in ((jax_compiler, "backend_compile_and_load"), (mlir, "module_to_bytecode"))
+               if not hasattr(owner, name)]
+    if missing:
+        raise Unsupported(f"jax {jax.__version__} has no {', '.join(missing)} (the early-stopped compile's entry)")
 
     def grab(backend, module, executable_devices, options, host_callbacks):
         if host_callbacks:
@@ -169,6 +180,9 @@ class Child:
                     data = _finished_dump(dump_dir, writer_done=True)
                     if data is not None:  # the whole compile finished between two looks
                         return data, self._log_so_far()
+                    if self._child.returncode == 0:   # XLA compiled, and wrote no dump we know
+                        raise Unsupported("this XLA wrote no after-optimizations module with a buffer assignment "
+                                          "where the early-stopped compile looks for it")
                     raise CompileFailed(self._failure())
                 self._answer_questions()
         finally:
