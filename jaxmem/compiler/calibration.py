@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
+from jaxmem import files
 from jaxmem.errors import UserError
 
 # No runtime term is anywhere near 1 PiB per device: a larger value is a corrupt file, and
@@ -86,19 +86,26 @@ def validate_entry(path, kind: str, raw) -> Entry:
 def parse(path, text: str) -> dict[str, Entry]:
     """Entries of a calibration file's text; keys starting with '_' are comments."""
     try:
-        data = json.loads(text)
+        data = files.loads_json(text, f"calibration file {path}")
     except json.JSONDecodeError as e:
         raise _bad(path, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:
+        raise _bad(path, f"not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise _bad(path, f"must be a JSON object of device kinds, got {type(data).__name__}")
     return {kind: validate_entry(path, kind, raw) for kind, raw in data.items() if not kind.startswith("_")}
 
 
+# A calibration file holds a few entries of a few hundred bytes each.
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read_text(path: Path) -> str:
-    if path.is_dir():
-        raise _bad(path, "is a directory, not a file")
+    """Bounded and non-blocking (jaxmem.files): a FIFO or a device here is refused at once."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return files.read_regular(path, MAX_FILE_BYTES).decode("utf-8")
+    except files.Refused as e:
+        raise _bad(path, f"is {e}, not a calibration file") from None
     except UnicodeDecodeError as e:
         raise _bad(path, f"is not UTF-8 text (byte {e.start})") from None
     except OSError as e:
@@ -108,7 +115,7 @@ def _read_text(path: Path) -> str:
 def read_user(path: Path | None = None) -> dict[str, Entry]:
     """The user's calibrations; {} when there is no file. A bad file is a UserError."""
     path = user_path() if path is None else path
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     return parse(path, _read_text(path))
 
@@ -143,7 +150,7 @@ def save(kinds: list[str], entry: Entry, path: Path | None = None) -> Path:
     """
     path = user_path() if path is None else path
     existing: dict = {}
-    if path.exists():
+    if os.path.lexists(path):
         text = _read_text(path)
         parse(path, text)  # refuse to touch a bad file
         existing = json.loads(text)
@@ -151,20 +158,9 @@ def save(kinds: list[str], entry: Entry, path: Path | None = None) -> Path:
         existing[k] = {key: value for key, value in dataclasses.asdict(entry).items()
                        if value is not None or key in ("measured_at",)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".json", dir=path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)   # jaxmem's own config folder
+        # beside it, then renamed: a reader sees the old file or the new one; a link is replaced, not followed
+        files.write_atomic(path, (json.dumps(existing, indent=2) + "\n").encode("utf-8"))
     except OSError as e:
-        raise UserError(f"cannot write the calibration file {path}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(existing, indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise UserError(f"cannot write the calibration file {path}: {e.strerror or e}") from None
     return path

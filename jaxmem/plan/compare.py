@@ -15,11 +15,11 @@ import io
 import itertools
 import json
 import math
-import os
 import re
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem import files
 from jaxmem.errors import UserError
 from jaxmem.pipeline import OFFLOAD_ON_CPU, AnalyzeOptions
 from jaxmem.plan import meshes, sweep
@@ -368,16 +368,22 @@ def from_json(rows: list) -> list[Cell]:
     return cells
 
 
+# A saved comparison holds each row's full report (tens of kB; with its buffers a few MB): far more
+# than any sweep writes, far less than what would exhaust memory.
+MAX_PLAN_BYTES = 256 << 20
+
+
 def load(path: str, on_note: Callable[[str], None] | None = None) -> list[Cell]:
     """Saved rows, re-judged (:func:`rejudge`): a verdict is never taken from the file as given.
     `on_note` gets the lines that say so, and every row whose saved verdict its bytes contradict."""
+    data = files.read_user_file(path, MAX_PLAN_BYTES, "--from",
+                                "give the FILE.json that jaxmem compare --out (or --json) wrote")
     try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except OSError as e:
-        raise UserError(f"--from {path}: {e.strerror}") from None
-    except ValueError as e:
+        d = files.loads_json(data, f"--from {path}")
+    except ValueError as e:   # UnicodeDecodeError included
         raise UserError(f"--from {path}: not JSON ({e})") from None
+    if d == []:   # a verdict needs a row: "at least one row fits" of none is no answer
+        raise UserError(f"--from {path}: holds no rows; give the FILE.json of a comparison that ran")
     try:
         cells, notes = rejudge(from_json(d))
     except UserError as e:
@@ -548,7 +554,5 @@ def save(cells: list[Cell], path: str) -> None:
         text = json.dumps(to_json(cells), indent=2) + "\n"   # exactly what --json prints
     else:
         raise UserError(f"--out {path}: write FILE.json (re-renderable with --from) or FILE.csv")
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:   # an OSError is the caller's to report (present/outputs.py)
-        f.write(text)
+    # beside the target, then renamed: never through a link; an OSError is the caller's to report
+    files.write_output(path, text.encode("utf-8"), option="--out")

@@ -569,8 +569,8 @@ def render_html(r: Report) -> str:
 
 def write(report: Report, path) -> Path:
     """Write the self-contained HTML report to ``path``; returns the path."""
+    from jaxmem import files
+
     p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(render_html(report), encoding="utf-8")
+    files.write_output(p, render_html(report).encode("utf-8"), option="--html")   # never through a link
     return p

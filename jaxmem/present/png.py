@@ -24,8 +24,6 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
 
     r = report
     p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
     has_curve = bool(r.timeline)
     fig = Figure(figsize=(11, 6.2 if has_curve else 2.8), dpi=dpi, layout="constrained")
     if has_curve:
@@ -91,5 +89,11 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
     for s in ("top", "right", "left"):
         bx.spines[s].set_visible(False)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
-    fig.savefig(p, format="png", dpi=dpi)
+    import io
+
+    from jaxmem import files
+
+    buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
+    fig.savefig(buf, format="png", dpi=dpi)
+    files.write_output(p, buf.getvalue(), option="--png")
     return p

@@ -6,8 +6,8 @@ One self-contained file (inline CSS and SVG, no script, opens offline).
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
+from jaxmem import files
 from jaxmem.errors import UserError
 
 _CHARTS = (("utilization_pct", "GPU utilization", "%", 1.0),
@@ -100,6 +100,6 @@ error <b>{result.relative_error:+.2%}</b>.</p>
 
 def write(result, path: str) -> None:
     try:
-        Path(path).write_text(page(result), encoding="utf-8")
+        files.write_output(path, page(result).encode("utf-8"), option="--html")   # never through a link
     except OSError as e:
         raise UserError(f"--html {path}: cannot write it ({e.strerror or e})") from None

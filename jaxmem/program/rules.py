@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from jaxmem import files
 from jaxmem.errors import UserError
 from jaxmem.program.layouts import (
     ROLE_OF,
@@ -76,14 +77,24 @@ class RuleSet:
 _FREE = object()   # a spec entry no rule has assigned yet
 
 
-def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec) -> tuple[str, ...] | Literal[False] | None:
+def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec, rule: Rule | None = None
+             ) -> tuple[str, ...] | Literal[False] | None:
     """A rule's axes on `mesh`: present axes of size > 1 (aliases to the mesh's axis of that role),
-    None for a rule that keeps the dim whole, False when every axis it names is absent."""
+    None for a rule that keeps the dim whole, False when every axis it names is absent. Two names
+    of one mesh axis (`tensor` and its alias `model`) are the user's mistake, as one name twice is
+    (parse): a dimension is split over an axis at most once."""
     if axes is None or not axes:
         return None
     out: list[str] = []
+    seen: dict[str, str] = {}
     for a in axes:
         name = a if a in mesh.names else mesh.axis_of(ROLE_OF[a]) if a in ROLE_OF else None
+        if name is not None and name in seen and rule is not None:
+            raise UserError(f"--rules {rule.origin} {json.dumps([rule.name, list(axes)])}: names the axis {name} "
+                            f"twice ({seen[name]} and {a} are both the mesh's {name} axis); a dimension is split "
+                            "over an axis at most once")
+        if name is not None:
+            seen[name] = a
         if name is not None and mesh.axis_size(name) > 1 and name not in out:
             out.append(name)
     return tuple(out) or False
@@ -106,7 +117,7 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
     builtin += [(n, state) for n in FSDP_NAMES if state]
     params: list[tuple[str, tuple[str, ...] | None]] = []
     for r in user:
-        axes = _resolve(r.axes, mesh)
+        axes = _resolve(r.axes, mesh, r)
         if axes is not False:
             params.append((r.name, axes))
     for name, wanted in builtin:
@@ -206,14 +217,13 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
 # ------------------------------------------------------------------ rules files
 
 
+MAX_RULES_BYTES = 16 << 20   # MaxText's largest configs are tens of kB
+
+
 def load(path: str) -> tuple[tuple[Rule, ...], str]:
     """The rules of a file (JSON or YAML: a list of rules, or a mapping with `logical_axis_rules`,
     e.g. a MaxText config) and the sha256 of its content. Errors name the file and the rule."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UserError(f"--rules {path}: cannot read it ({e.strerror or e})") from None
+    data = files.read_user_file(path, MAX_RULES_BYTES, "--rules", "give a JSON or YAML file of rules")
     text = data.decode("utf-8", errors="replace")
     return parse(text, os.path.basename(path)), hashlib.sha256(data).hexdigest()
 
@@ -222,18 +232,18 @@ def digest(path: str | None) -> str | None:
     """The sha256 of a rules file's content (None without one, or when it cannot be read: load says why)."""
     if not path:
         return None
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
+    try:   # bounded and non-blocking, as load reads it (a FIFO here once hung forever)
+        return hashlib.sha256(files.read_regular(path, MAX_RULES_BYTES)).hexdigest()
+    except (OSError, files.Refused):
         return None
 
 
 def parse(text: str, source: str) -> tuple[Rule, ...]:
     try:
-        doc = json.loads(text)
+        doc = files.loads_json(text, f"--rules {source}")
     except ValueError:
         doc = _yaml(text, source)
+        files.check_tree(doc, f"--rules {source}")
     if isinstance(doc, dict):
         if "logical_axis_rules" not in doc:
             raise UserError(f"--rules {source}: a mapping without a `logical_axis_rules` key; give a list of "
@@ -271,6 +281,11 @@ def _yaml(text: str, source: str):
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise UserError(f"--rules {source}: neither JSON nor YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:   # PyYAML's parser recurses per level
+        raise UserError(f"--rules {source}: nested more than {files.MAX_DEPTH} levels deep; a rules file "
+                        "nests 3") from None
+    except (ValueError, OverflowError) as e:   # an integer of more digits than Python converts, a bad date
+        raise UserError(f"--rules {source}: a value YAML cannot convert ({str(e).splitlines()[0][:120]})") from None
 
 
 def _flow_list(text: str, source: str):
@@ -286,7 +301,7 @@ def _flow_list(text: str, source: str):
             end = i + 1
             break
     try:
-        return json.loads(re.sub(r",\s*]", "]", body[:end]))
+        return files.loads_json(re.sub(r",\s*]", "]", body[:end]), f"--rules {source}")
     except (ValueError, TypeError):
         raise UserError(f"--rules {source}: not JSON, and not the YAML list form jaxmem reads without PyYAML "
                         "(install pyyaml for any YAML)") from None

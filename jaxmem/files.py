@@ -1,0 +1,188 @@
+"""Reading the files a user names, and writing the files jaxmem writes: one way for every caller.
+
+Reads (rules files, saved plans, calibration files, cache entries) are bounded and never block:
+only a regular file is read (a FIFO, a device, a directory or a socket is refused at once, as the
+model file is), opened with O_NONBLOCK (opening a FIFO waits for no writer) and checked with fstat
+before a byte is read; at most a cap of bytes is read, whatever the file's size claims (/proc files
+say 0); JSON and YAML documents nest at most MAX_DEPTH deep and expand to at most MAX_NODES
+values (a YAML alias bomb). A refusal is a UserError naming the file, what it is, and the fix.
+
+Writes (--out, --html, --png, the cache, the calibration file) go to a temporary file beside the
+target, flushed, then renamed over it: a reader sees the old file or the new one, never part of
+one, and a target that is a symbolic link is replaced (the link), never written through onto the
+file it points at.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from jaxmem.errors import UserError
+
+MAX_DEPTH = 100          # a rules file nests 3 deep, a saved comparison about 10
+MAX_NODES = 10_000_000   # values a parsed document may hold once YAML aliases are expanded
+MiB = 1 << 20
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+class Refused(Exception):
+    """Why a file was not read (the caller says whose file it is and what to do)."""
+
+
+def read_regular(path: str | os.PathLike, limit: int, *, follow: bool = True) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes; else Refused (the
+    reason) or OSError (it cannot be opened). `follow=False`: a symbolic link is refused too."""
+    return read_regular_stat(path, limit, follow=follow)[0]
+
+
+def read_regular_stat(path: str | os.PathLike, limit: int, *, follow: bool = True) -> tuple[bytes, os.stat_result]:
+    """read_regular, and the fstat of the very file read (its owner and mode, without a race)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and os.path.islink(path):
+            raise Refused("a symbolic link") from None
+        if os.path.isdir(path):   # some systems refuse O_RDONLY on a directory outright
+            raise Refused("a directory") from None
+        raise e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(_kind(st.st_mode))
+        if st.st_size > limit:
+            raise Refused(f"{st.st_size:,} bytes, more than the {limit:,} jaxmem reads")
+        data = bytearray()
+        while True:   # never more than limit + 1 bytes, whatever the size said
+            chunk = os.read(fd, min(MiB, limit + 1 - len(data)))
+            if not chunk:
+                return bytes(data), st
+            data += chunk
+            if len(data) > limit:
+                raise Refused(f"more than the {limit:,} bytes jaxmem reads")
+    finally:
+        os.close(fd)
+
+
+def read_user_file(path: str | os.PathLike, limit: int, what: str, fix: str) -> bytes:
+    """read_regular for a file the user named: any refusal or OSError is a UserError
+    `<what> <path>: <why>; <fix>`."""
+    try:
+        return read_regular(path, limit)
+    except Refused as e:
+        raise UserError(f"{what} {path}: is {e}, not a file jaxmem reads; {fix}") from None
+    except OSError as e:
+        raise UserError(f"{what} {path}: cannot read it ({e.strerror or e}); {fix}") from None
+
+
+def check_tree(doc, what: str) -> None:
+    """A parsed document nests at most MAX_DEPTH deep and holds at most MAX_NODES values (counted
+    as expanded: a YAML alias counts each time it is used). UserError naming `what` otherwise.
+    Iterative: the check itself cannot overflow the stack."""
+    todo: list[tuple[object, int]] = [(doc, 0)]
+    nodes = 0
+    while todo:
+        x, depth = todo.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise UserError(f"{what}: nested more than {MAX_DEPTH} levels deep; no file jaxmem reads nests so")
+        if nodes > MAX_NODES:
+            raise UserError(f"{what}: more than {MAX_NODES:,} values (YAML aliases expanded); not a file jaxmem "
+                            "writes or reads")
+        if isinstance(x, dict):
+            todo.extend((v, depth + 1) for kv in x.items() for v in kv)
+        elif isinstance(x, (list, tuple)):
+            todo.extend((v, depth + 1) for v in x)
+
+
+def loads_json(text: str | bytes, what: str):
+    """json.loads, its nesting and its numbers bounded: a document nested past Python's recursion
+    limit, or a number of more digits than Python converts (4300), is a UserError naming `what`;
+    a document that is not JSON raises ValueError (the caller's message: it may try YAML)."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise UserError(f"{what}: nested more than {MAX_DEPTH} levels deep; no file jaxmem reads nests so") from None
+    except ValueError as e:
+        if "Exceeds the limit" in str(e) or "digits" in str(e):
+            raise UserError(f"{what}: holds an integer of more than 4300 digits; no value jaxmem reads is that "
+                            "large") from None
+        raise
+    check_tree(doc, what)
+    return doc
+
+
+# -------------------------------------------------------------------------------------------- writes
+
+def _temp_beside(path: Path) -> tuple[int, Path]:
+    # ".tmp-" first: `jaxmem cache` counts (and --clear removes) what a killed writer left
+    tmp = path.parent / f".tmp-{os.getpid()}-{secrets.token_hex(6)}-{path.name}"[:255]
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(tmp, flags, 0o666), tmp   # 0o666 less the umask, as any file the user writes
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | Callable[[int], None], *, mode: int | None = None,
+                 fsync: bool = True) -> None:
+    """Write `data` (bytes, or a function writing to a file descriptor) to a temporary file beside
+    `path`, flush it, and rename it over `path`. A `path` that is a symbolic link is replaced (the
+    link), never followed. `mode`: the file's permission bits (chmod'ed before the rename: a key
+    is never readable by others, even for a moment). Raises OSError; the temporary file never
+    survives a failure."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            if callable(data):
+                data(fd)
+            else:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _note(line: str) -> None:
+    import sys
+
+    if sys.stderr is not None:
+        sys.stderr.write(f"note: {line}\n")
+
+
+def write_output(path: str | os.PathLike, data: bytes, *, option: str,
+                 on_note: Callable[[str], None] = _note) -> None:
+    """A user-named output (--out, --html, --png): its missing parent folders created (and said
+    so, on stderr), then write_atomic. OSError is the caller's to report."""
+    parent = Path(os.path.abspath(path)).parent
+    if not parent.is_dir():
+        parent.mkdir(parents=True, exist_ok=True)
+        on_note(f"{option} {path}: created the folder {parent}")
+    write_atomic(path, data, fsync=False)
