@@ -8,9 +8,9 @@ import sys
 
 import click
 
-from jaxmem.cli_params import Seconds, Share, WholeNumber, field_option, grid, step_options
+from jaxmem.cli_params import NonNegativeNumber, Seconds, Share, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
-from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS
+from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_GREW
 from jaxmem.exits import run as _run
 from jaxmem.present import outputs
 from jaxmem.program.options import is_cpu_target
@@ -331,19 +331,27 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 
 @main.command("cache")
 @click.option("--clear", is_flag=True, help="Remove every entry (and partial write) of the compile cache.")
+@click.option("--trust", "trust_fp", metavar="FINGERPRINT", default=None,
+              help="Trust the cache's key (a team member's, shown by `jaxmem cache`) for this cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def cache_command(clear, as_json):
-    """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries and their size.
+def cache_command(clear, trust_fp, as_json):
+    """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries, their size, and its key.
+
+    The key signs every entry: its owner, mode and fingerprint say who can sign one
+    (docs/planning.md, "Sharing a cache"). JAXMEM_CACHE_READONLY=1 reads a cache without writing.
 
     \b
     Example:
       jaxmem cache
       jaxmem cache --clear
+      jaxmem cache --trust sha256:0123456789abcdef0123456789abcdef
     """
 
     def go():
         from jaxmem.compiler import cache
 
+        if trust_fp is not None:
+            cache.trust(trust_fp)
         d = cache.clear() if clear else cache.info()
         if as_json:
             click.echo(json.dumps(d, indent=2))
@@ -352,6 +360,43 @@ def cache_command(clear, as_json):
 
         for line in cache_lines(d, cleared=clear):
             click.echo(line)
+
+    _run(go)
+
+
+@main.command()
+@click.argument("old_path", metavar="OLD.json")
+@click.argument("new_path", metavar="NEW.json")
+@click.option("--max-growth", "max_growth", type=NonNegativeNumber(), default=None, metavar="SHARE",
+              help="Exit 4 when the per-device peak grew by more than this share of OLD's (0.05: 5%).")
+@click.option("--top", type=WholeNumber(1, "the number of rows"), default=10, show_default=True,
+              help="Rows of the module and buffer tables.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def diff(old_path, new_path, max_growth, top, as_json):
+    """Two `analyze --json` reports side by side: the peak, each part, the buffers and modules that
+    were added, removed or grew, and the options, versions and XLA flags that differ.
+
+    Exit code: 0, or 4 with --max-growth when the peak grew by more than SHARE; 2 on a user error.
+
+    \b
+    Example (the upgrade canary):
+      jaxmem analyze models/gpt2.py --json > old.json     # in the old environment
+      jaxmem analyze models/gpt2.py --json > new.json     # in the new one
+      jaxmem diff old.json new.json --max-growth 0.05
+    """
+
+    def go():
+        from jaxmem.plan import diff as diff_mod
+
+        d = diff_mod.diff(old_path, new_path, max_growth=max_growth)
+        if as_json:
+            click.echo(json.dumps(d.to_json(), indent=2))
+        else:
+            from jaxmem.present.diff import print_diff
+
+            print_diff(d, top)
+        if d.exceeded:
+            sys.exit(EXIT_GREW)
 
     _run(go)
 

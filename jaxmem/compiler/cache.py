@@ -49,19 +49,20 @@ import hmac
 import json
 import os
 import re
-import secrets
 import stat
 import zlib
 from pathlib import Path
 from typing import Any
 
-from jaxmem import env
+from jaxmem import env, files
+from jaxmem.compiler import cache_key
 
 FORMAT = 2   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC)
 MAGIC = "jaxmem-compile-cache"
 # The most an entry may hold: a buffer-assignment dump of a large model is tens of MB; a file far
 # larger than any entry is not read into memory (it is a miss).
-MAX_ENTRY_BYTES = 1 << 30
+MAX_ENTRY_BYTES = 256 << 20   # decompressed; read at most MAX_RAW_BYTES
+MAX_RAW_BYTES = 64 << 20
 SECRET_BYTES = 32
 _ENTRY = re.compile(r"[0-9a-f]{64}\.json\.gz")
 
@@ -159,98 +160,24 @@ def _path(k: str) -> Path:
 
 
 def _read_regular(path: Path, limit: int) -> bytes | None:
-    """The bytes of `path` if it is a regular file (not a link) of at most `limit` bytes, else None.
-    O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    """The bytes of `path` if it is a regular file (not a link) of at most `limit` bytes, else None
+    (jaxmem.files: O_NONBLOCK, so opening a FIFO waits for no writer; fstat then refuses it)."""
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        return files.read_regular(path, limit, follow=False)
+    except (OSError, files.Refused):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write `data` under a unique temporary name beside `path`, flush it to disk, rename it over
     `path`. Raises OSError; the temporary file never survives a failure."""
-    tmp = path.parent / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
-    # 0o666 less the umask, as any file the user writes: a group's shared cache stays shared
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    files.write_atomic(path, data)
 
 
 def _secret(*, create: bool) -> bytes | None:
-    """This cache's HMAC key; with `create`, made on first use (the first of concurrent writers wins:
-    os.link never replaces). None where there is none and cannot be one."""
-    path = cache_dir() / "secret"
-    data = _read_regular(path, SECRET_BYTES)
-    if data is not None and len(data) == SECRET_BYTES:
-        return data
-    if not create:
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
-        st = None
-    # replace only what is plainly damaged: a readable file of the wrong size, a FIFO, a link; a
-    # secret this user may not read is another user's to keep
-    if st is not None and not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or stat.S_ISLNK(st.st_mode)
-                               or (stat.S_ISREG(st.st_mode) and st.st_size != SECRET_BYTES
-                                   and os.access(path, os.R_OK))):
-        return None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            os.write(fd, secrets.token_bytes(SECRET_BYTES))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            if st is not None:   # damaged: replaced (its entries were misses anyway)
-                os.replace(tmp, path)
-            else:
-                os.link(tmp, path)      # never replaces: of concurrent first writers, the first wins
-        except FileExistsError:
-            pass
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-    except OSError:
-        return None
-    data = _read_regular(path, SECRET_BYTES)
-    return data if data is not None and len(data) == SECRET_BYTES else None
+    """This cache's HMAC key when it is trusted (jaxmem.compiler.cache_key: whose it is, who could
+    have read it); with `create`, made on first use. None where there is none to trust."""
+    return cache_key.for_use(cache_dir(), create=create)
 
 
 def _digest(secret: bytes, header: dict, payload: bytes) -> str:
@@ -259,21 +186,34 @@ def _digest(secret: bytes, header: dict, payload: bytes) -> str:
 
 
 def _decompress(raw: bytes) -> bytes | None:
-    """One whole gzip member of at most MAX_ENTRY_BYTES, else None (truncated, damaged, a bomb)."""
+    """One whole gzip member of at most MAX_ENTRY_BYTES, else None (truncated, damaged, a bomb).
+    In steps of 4 MiB into one growing buffer: a bomb costs the cap, not zlib's guess of the size."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = bytearray()
+    data = raw
     try:
-        out = d.decompress(raw, MAX_ENTRY_BYTES + 1)
+        while not d.eof:
+            chunk = d.decompress(data, 4 << 20)
+            out += chunk
+            if len(out) > MAX_ENTRY_BYTES:
+                return None
+            data = d.unconsumed_tail
+            if not chunk and not data:   # input spent before the member's end: truncated
+                break
     except zlib.error:
         return None
-    if len(out) > MAX_ENTRY_BYTES or not d.eof or d.unused_data:
+    if not d.eof or d.unused_data:
         return None
-    return out
+    return bytes(out)
 
 
 def _discard(path: Path, raw_size: int | None) -> None:
     """Remove an entry found bad, so that it costs one check, not one per run. Best effort: a FIFO,
     a link, a regular file of the size read, an empty directory (never a directory's contents); a
-    writer that renamed a good entry over it meanwhile loses at most one compile."""
+    writer that renamed a good entry over it meanwhile loses at most one compile. Never in
+    read-only mode (JAXMEM_CACHE_READONLY: a reader changes nothing)."""
+    if cache_key.read_only():
+        return
     try:
         st = os.lstat(path)
         if stat.S_ISDIR(st.st_mode):
@@ -289,14 +229,20 @@ def load(k: str, *, parse=None):
     """The stored Artifacts JSON for key `k` (or `parse` of it), or None: a miss when there is none,
     and when the entry is not this key's own, undamaged entry (see the module's docstring), or
     `parse` raises on it (Artifacts.from_json: a payload of the wrong shape). A bad entry is
-    removed; the fresh compile's store puts a good one there."""
+    removed; the fresh compile's store puts a good one there. Without a key this user trusts,
+    every entry is a miss and none is removed (they may be good under their owner's key)."""
     path = _path(k)
-    raw = _read_regular(path, MAX_ENTRY_BYTES)
+    if not os.path.lexists(path):
+        return None
+    secret = _secret(create=False)
+    if secret is None:
+        return None
+    raw = _read_regular(path, MAX_RAW_BYTES)
     if raw is None:
         if os.path.lexists(path):
             _discard(path, None)
         return None
-    out = _verified(k, raw)
+    out = _verified(k, raw, secret)
     if out is not None and parse is not None:
         try:
             out = parse(out)
@@ -307,7 +253,7 @@ def load(k: str, *, parse=None):
     return out
 
 
-def _verified(k: str, raw: bytes) -> dict | None:
+def _verified(k: str, raw: bytes, secret: bytes) -> dict | None:
     data = _decompress(raw)
     if data is None:
         return None
@@ -323,8 +269,7 @@ def _verified(k: str, raw: bytes) -> dict | None:
         return None
     if header.get("versions") != _versions():   # keyed already; checked again in case it was copied in
         return None
-    secret = _secret(create=False)
-    if secret is None or not hmac.compare_digest(_digest(secret, header, body), header["digest"]):
+    if not hmac.compare_digest(_digest(secret, header, body), header["digest"]):
         return None
     try:
         payload = json.loads(body)
@@ -354,7 +299,10 @@ def wait_for_stores() -> None:
 
 
 def store(k: str, payload: dict) -> None:
-    """Write atomically; a cache that cannot be written is skipped, not an error."""
+    """Write atomically; a cache that cannot be written is skipped, not an error, and so is one
+    in read-only mode or whose key this user does not trust (cache_key)."""
+    if cache_key.read_only():
+        return
     path = _path(k)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,7 +325,7 @@ def info() -> dict:
     partial writes (temporary files a killed writer left), and anything else found there."""
     folder = cache_dir() / "compiles"
     out: dict[str, Any] = {"path": str(cache_dir()), "entries": 0, "bytes": 0, "partial_writes": 0, "other": 0,
-           "secret": os.path.isfile(cache_dir() / "secret")}
+           "secret": os.path.isfile(cache_dir() / "secret"), "key": cache_key.inspect(cache_dir()).to_json()}
     try:
         names = os.listdir(folder)
     except OSError:
@@ -396,6 +344,12 @@ def info() -> dict:
         else:
             out["other"] += 1
     return out
+
+
+def trust(fp: str) -> dict:
+    """`jaxmem cache --trust FINGERPRINT`: this user trusts the cache's key (cache_key.trust)."""
+    cache_key.trust(cache_dir(), fp)
+    return info()
 
 
 def clear() -> dict:

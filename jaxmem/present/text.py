@@ -49,7 +49,17 @@ def cache_lines(d: dict, *, cleared: bool) -> list[str]:
     """`jaxmem cache`: where the compile cache is and what it holds (d: jaxmem.compiler.cache.info/clear)."""
     lines = [f"removed {d['removed']} file(s) from {d['path']}"] if cleared else []
     partial = f", {d['partial_writes']} partial write(s) left by killed writers" if d["partial_writes"] else ""
-    return [*lines, f"{d['path']}: {d['entries']} entries, {fmt_bytes(d['bytes'])}{partial}"]
+    lines.append(f"{d['path']}: {d['entries']} entries, {fmt_bytes(d['bytes'])}{partial}")
+    k = d.get("key")
+    if k and k["state"] != "missing":   # who holds the key is who can sign (forge) an entry
+        trust = "trusted" if k["trusted"] else "NOT trusted: its entries are not used"
+        lines.append(f"key {k['path']}: owner {k['owner'] or '?'}, mode {k['mode'] or '?'}, fingerprint "
+                     f"{k['fingerprint'] or '-'}; {trust} ({k['why']})")
+    elif k:
+        lines.append(f"key {k['path']}: none yet (the first compile stored makes one)")
+    if k and k.get("read_only"):
+        lines.append("read-only (JAXMEM_CACHE_READONLY): entries are read, nothing is written")
+    return lines
 
 
 def print_gpus(rows: list[dict]) -> None:
