@@ -373,29 +373,20 @@ def cache_command(clear, trust_fp, as_json):
               help="Rows of the module and buffer tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def diff(old_path, new_path, max_growth, top, as_json):
-    """Two `analyze --json` reports side by side: the peak, each part, the buffers and modules that
-    were added, removed or grew, and the options, versions and XLA flags that differ.
+    """Two `analyze --json` reports side by side: the peak, each part, the modules and buffers added,
+    removed or grown, and the options, versions and XLA flags that differ.
 
     Exit code: 0, or 4 with --max-growth when the peak grew by more than SHARE; 2 on a user error.
 
     \b
-    Example (the upgrade canary):
-      jaxmem analyze models/gpt2.py --json > old.json     # in the old environment
-      jaxmem analyze models/gpt2.py --json > new.json     # in the new one
+    Example (the upgrade canary; docs/planning.md):
       jaxmem diff old.json new.json --max-growth 0.05
     """
 
     def go():
-        from jaxmem.plan import diff as diff_mod
+        from jaxmem.present.diff import show
 
-        d = diff_mod.diff(old_path, new_path, max_growth=max_growth)
-        if as_json:
-            click.echo(json.dumps(d.to_json(), indent=2))
-        else:
-            from jaxmem.present.diff import print_diff
-
-            print_diff(d, top)
-        if d.exceeded:
+        if show(old_path, new_path, max_growth=max_growth, top=top, as_json=as_json):
             sys.exit(EXIT_GREW)
 
     _run(go)
@@ -517,8 +508,9 @@ def calibrate(gpu, repeats, dry_run, as_json):
 
 def entry():
     """The `jaxmem` program (and `python -m jaxmem.cli`): this process ends with the command."""
-    from jaxmem import exits
+    from jaxmem import exits, stdio
 
+    stdio.guard()   # before anything opens a file: a closed fd 1 must not become that file
     exits.standalone()
     main()
 

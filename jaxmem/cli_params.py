@@ -77,6 +77,12 @@ def PositiveNumber() -> Number:  # noqa: N802
                   "{value} is not allowed: give a positive, finite number, e.g. 16")
 
 
+def NonNegativeNumber() -> Number:  # noqa: N802
+    """A finite number of at least 0 (diff's --max-growth: a share that may exceed 1)."""
+    return Number("number", lambda x: x >= 0, "{value!r} is not a number; give a share, e.g. 0.05 for 5%",
+                  "{value} is not allowed: give a finite share of at least 0, e.g. 0.05 for 5%")
+
+
 def Share() -> Number:  # noqa: N802
     """A share of usable memory kept free: a finite number in [0, 1)."""
     return Number("share", lambda x: 0 <= x < 1, "{value!r} is not a number; give a share in [0, 1), e.g. 0.05",

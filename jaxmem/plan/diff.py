@@ -1,0 +1,163 @@
+"""Two analyses side by side: what grew, what appeared, and what differs in how they were made.
+
+The canary for upgrades: the same step analyzed under two jax versions (or two commits of the
+model, two option sets) and diffed -- the per-device peak, each breakdown part, the modules and
+buffers live at the peak that were added, removed, grew or shrank, and the options, versions and
+XLA flags that differ. ``jaxmem diff --max-growth SHARE`` turns it into a gate (exit 4).
+
+The two inputs are ``jaxmem analyze --json`` reports read as JSON, not as :class:`Report`
+objects: a report of an older or newer jaxmem, with keys this one does not know, still diffs on
+what both have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from jaxmem import files
+from jaxmem.errors import UserError
+from jaxmem.report import BREAKDOWN_KEYS
+
+MAX_REPORT_BYTES = 256 << 20   # a report with its timeline is a few MB; far more is not one
+REQUIRED = ("per_device_peak_bytes", "breakdown")
+# The choices and circumstances that make two reports differ, compared key by key.
+SETTINGS = ("model", "source", "layout", "mesh", "options", "target", "versions", "xla_flags")
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One named thing (a breakdown part, a module, a buffer) in both reports or one."""
+
+    name: str
+    old: int
+    new: int
+
+    @property
+    def delta(self) -> int:
+        return self.new - self.old
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportDiff:
+    old_path: str
+    new_path: str
+    old_peak: int
+    new_peak: int
+    breakdown: tuple[Change, ...]
+    modules: tuple[Change, ...]          # modules live at the peak, largest change first
+    buffers: tuple[Change, ...]          # buffers live at the peak, by module, shape and category
+    settings: dict[str, tuple[Any, Any]]  # what differs in how the two were made: key -> (old, new)
+    max_growth: float | None = None
+
+    @property
+    def growth(self) -> float | None:
+        """The peak's growth as a share of the old peak (None when the old peak is 0)."""
+        return None if self.old_peak == 0 else (self.new_peak - self.old_peak) / self.old_peak
+
+    @property
+    def exceeded(self) -> bool:
+        """The gate: the peak grew by more than max_growth."""
+        if self.max_growth is None or self.new_peak <= self.old_peak:
+            return False
+        return self.growth is None or self.growth > self.max_growth
+
+    def to_json(self) -> dict[str, Any]:
+        def rows(changes):
+            return [{"name": c.name, "old": c.old, "new": c.new, "delta": c.delta,
+                     "change": kind(c)} for c in changes]
+
+        return {
+            "schema": "jaxmem.diff/1", "old": self.old_path, "new": self.new_path,
+            "peak": {"old": self.old_peak, "new": self.new_peak, "delta": self.new_peak - self.old_peak,
+                     "growth": self.growth},
+            "breakdown": rows(self.breakdown), "modules": rows(self.modules), "buffers": rows(self.buffers),
+            "settings": {k: {"old": o, "new": n} for k, (o, n) in self.settings.items()},
+            "gate": {"max_growth": self.max_growth, "exceeded": self.exceeded},
+        }
+
+
+def kind(c: Change) -> str:
+    if c.old == 0 and c.new > 0:
+        return "added"
+    if c.new == 0 and c.old > 0:
+        return "removed"
+    return "grown" if c.delta > 0 else "shrunk" if c.delta < 0 else "same"
+
+
+def load(path: str, option: str) -> dict:
+    """An `analyze --json` report from `path` (bounded, regular files only); UserError naming it."""
+    fix = "give the file that `jaxmem analyze ... --json > FILE.json` wrote"
+    data = files.read_user_file(path, MAX_REPORT_BYTES, option, fix)
+    try:
+        d = files.loads_json(data, f"{option} {path}")
+    except ValueError as e:   # UnicodeDecodeError included
+        raise UserError(f"{option} {path}: not JSON ({str(e)[:120]}); {fix}") from None
+    if not isinstance(d, dict) or d.get("schema", "jaxmem.report/1") != "jaxmem.report/1":
+        what = "a list (a `compare` plan?)" if isinstance(d, list) else "not a jaxmem.report/1 object"
+        raise UserError(f"{option} {path}: {what}; {fix}")
+    missing = [k for k in REQUIRED if k not in d]
+    if missing or not isinstance(d.get("breakdown"), dict):
+        raise UserError(f"{option} {path}: not an analysis report (no {', '.join(missing) or 'breakdown'}); {fix}")
+    try:
+        _number(d["per_device_peak_bytes"])
+        for v in d["breakdown"].values():
+            _number(v)
+    except (TypeError, ValueError):
+        raise UserError(f"{option} {path}: its peak or breakdown holds something that is not a byte count; "
+                        f"{fix}") from None
+    return d
+
+
+def _number(x) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ValueError(x)
+    return x
+
+
+def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Change, ...]:
+    names = list(order) if order is not None else sorted(set(old) | set(new))
+    names += [n for n in sorted(set(old) | set(new)) if n not in names]
+    out = [Change(n, int(old.get(n, 0)), int(new.get(n, 0))) for n in names]
+    if order is None:   # largest change first; ties by name
+        out.sort(key=lambda c: (-abs(c.delta), c.name))
+    return tuple(c for c in out if order is not None or c.delta)
+
+
+def _modules(d: dict) -> dict[str, int]:
+    return {str(m["module_path"]): int(m["bytes"]) for m in d.get("modules") or () if isinstance(m, dict)}
+
+
+def _buffers(d: dict) -> dict[str, int]:
+    """The buffers live at the peak, summed by (module, shape, category): a buffer renamed by XLA
+    between versions (fusion.12 -> fusion.13) is the same buffer here."""
+    out: Counter[str] = Counter()
+    for b in d.get("top_buffers") or ():
+        if isinstance(b, dict):
+            out[f"{b.get('module_path') or '-'} {b.get('shape')} {b.get('category')}"] += int(b.get("size", 0))
+    return dict(out)
+
+
+def _settings(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in SETTINGS:
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                if a.get(k) != b.get(k):
+                    out[f"{key}.{k}"] = (a.get(k), b.get(k))
+        elif a != b:
+            out[key] = (a, b)
+    return out
+
+
+def diff(old_path: str, new_path: str, *, max_growth: float | None = None) -> ReportDiff:
+    old, new = load(old_path, "OLD"), load(new_path, "NEW")
+    return ReportDiff(
+        old_path=old_path, new_path=new_path,
+        old_peak=int(old["per_device_peak_bytes"]), new_peak=int(new["per_device_peak_bytes"]),
+        breakdown=_changes(old["breakdown"], new["breakdown"], order=BREAKDOWN_KEYS),
+        modules=_changes(_modules(old), _modules(new)),
+        buffers=_changes(_buffers(old), _buffers(new)),
+        settings=_settings(old, new), max_growth=max_growth)
