@@ -27,6 +27,8 @@ from typing import Any
 from jaxmem.errors import UserError
 from jaxmem.program.options import LAYOUTS
 
+DEFAULT_LAYOUT = "fsdp"   # --layout's default (options.AnalyzeOptions)
+
 # role -> the axis names that take it, the canonical one first
 ROLES: dict[str, tuple[str, ...]] = {
     "data": ("data",),
@@ -135,6 +137,9 @@ def parse_mesh(text: str) -> MeshSpec:
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)", part)
         if not m:
             raise UserError(f"--mesh {text!r}: expected AXIS=N[,AXIS=N], e.g. data=8 or data=4,model=2")
+        if len(m.group(2).lstrip("0")) > 18:   # int() refuses past 4300 digits; no mesh has 10**18 devices
+            raise UserError(f"--mesh {text[:80]!r}{'...' if len(text) > 80 else ''}: axis {m.group(1)} has "
+                            f"{len(m.group(2))} digits of devices; give a device count, e.g. {m.group(1)}=8")
         name, size = m.group(1), int(m.group(2))
         if size < 1:
             raise UserError(f"--mesh {text!r}: axis {name} must have at least 1 device")
@@ -153,15 +158,18 @@ def parse_mesh(text: str) -> MeshSpec:
     return MeshSpec(tuple(axes))
 
 
-def build_mesh(devices, mesh: MeshSpec):
+def build_mesh(devices, mesh: MeshSpec, axis_types: str = "auto"):
     """The jax Mesh for `mesh` over the first devices, in order: one rule for the
-    compile-only devices analyze predicts on and the local ones verify measures on."""
+    compile-only devices analyze predicts on and the local ones verify measures on. Its axes are
+    all Auto or all Explicit (--axis-types), as jax.make_mesh's are."""
     import numpy as np
-    from jax.sharding import Mesh
+    from jax.sharding import AxisType, Mesh
 
     if len(devices) < mesh.size:
         raise UserError(f"the mesh {mesh} needs {mesh.size} devices; there are {len(devices)}")
-    return Mesh(np.array(list(devices)[: mesh.size], dtype=object).reshape(mesh.shape), mesh.names)
+    kind = AxisType.Explicit if axis_types == "explicit" else AxisType.Auto
+    return Mesh(np.array(list(devices)[: mesh.size], dtype=object).reshape(mesh.shape), mesh.names,
+                axis_types=(kind,) * len(mesh.names))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +188,16 @@ def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_
     `own_specs`: the workload shards its state itself (Workload.state_specs): no layout applies."""
     if layout not in LAYOUTS:
         raise UserError(f"unknown layout {layout!r}. Known: {', '.join(LAYOUTS)}.")
+    # the stage axis first: a mesh of only stages has no state axis either, and its message says more
+    stage = mesh.axis_of("stage")
+    if stage and mesh.axis_size(stage) > 1 and not custom_step:
+        raise UserError(f"--mesh {mesh}: the {stage} axis (pipeline stages) needs a pipelined step, which jaxmem does "
+                        "not build; give your own (Workload(step=..., state=..., state_specs=...)), or fold the "
+                        "stage devices into fsdp or data")
     if own_specs:
+        if layout != DEFAULT_LAYOUT:   # as --precision/--accum are refused for a step jaxmem does not build
+            raise UserError(f"--layout {layout}: this workload shards its state itself (Workload(state_specs=...)), "
+                            "so no layout applies; drop --layout (the report's layout is `user`)")
         return
     if layout in ("tp", "fsdp_tp") and mesh.model_axis is None:
         raise UserError(f"--layout {layout} needs a model axis in --mesh (e.g. --mesh data=4,model=2); got {mesh}")
@@ -192,11 +209,6 @@ def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_
         better = "fsdp" if layout == "dp" else "fsdp_tp"
         raise UserError(f"--layout {layout} keeps the state unsharded, but the mesh's {fsdp[0]} axis exists to shard "
                         f"it; use --layout {better}, or name the axis data (replicas) in --mesh")
-    stage = mesh.axis_of("stage")
-    if stage and mesh.axis_size(stage) > 1 and not custom_step:
-        raise UserError(f"--mesh {mesh}: the {stage} axis (pipeline stages) needs a pipelined step, which jaxmem does "
-                        "not build; give your own (Workload(step=..., state=..., state_specs=...)), or fold the "
-                        "stage devices into fsdp or data")
 
 
 def spec_axes(axes: tuple[str, ...]):
