@@ -63,10 +63,11 @@ def analyze(model, **options: Any) -> Report:
         >>> r = jaxmem.analyze("models/mlp.py", args={"preset": "tiny"}, gpu="h100", mesh="data=2")
         >>> r.fits, r.per_device_peak_bytes
     """
-    from jaxmem.pipeline import analyze_model
+    with _session() as cpu_devices:
+        from jaxmem.pipeline import analyze_model
 
-    opts = _options(options)
-    with _session(_mesh_size(opts.mesh) if opts.on_cpu else 0):
+        opts = _options(options)
+        cpu_devices(_mesh_size(opts.mesh) if opts.on_cpu else 0)
         return analyze_model(model, opts)
 
 
@@ -98,14 +99,15 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         ...                       layouts=["dp", "fsdp"], jobs=1)
         >>> [(c.choice["layout"], c.report.per_device_peak_bytes) for c in rows]
     """
-    from jaxmem.plan import compare as compare_mod
+    with _session() as cpu_devices:
+        from jaxmem.plan import compare as compare_mod
 
-    spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
-    base = _options(options, also=(*GRID, "jobs", "executor", "ray_address"))
-    n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
-    executor = _cli_value("compare", "executor", "executor", executor)
-    meshes = spec.get("mesh") or base.mesh
-    with _session(max(_mesh_size(m) for m in meshes.split(";") if m.strip())):
+        spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
+        base = _options(options, also=(*GRID, "jobs", "executor", "ray_address"))
+        n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
+        executor = _cli_value("compare", "executor", "executor", executor)
+        meshes = spec.get("mesh") or base.mesh
+        cpu_devices(max(_mesh_size(m) for m in meshes.split(";") if m.strip()))
         if not _is_path(model) or (n_jobs == 1 and executor == "local"):
             executor = "inline"   # a Workload does not pickle; one job needs no worker to start
         cells = compare_mod.compare(_path_or(model), base, spec, n_jobs=n_jobs, executor=executor,
@@ -139,20 +141,21 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
         ...                   changes=["precision", "remat"], jobs=1)
         >>> [(c.label, c.fits, c.peak) for c in a.candidates]
     """
-    from jaxmem.plan import advise as advise_mod
+    with _session() as cpu_devices:
+        from jaxmem.plan import advise as advise_mod
 
-    base = _options(options, also=("all", "changes", "jobs"))
-    n_jobs = None if jobs is None else _cli_value("advise", "n_jobs", "jobs", jobs)
-    if not isinstance(all, bool):
-        raise UserError(f"all={all!r}: expected True or False")
-    kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
-    path, runner = _path_or(model), None
-    if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time
-        from jaxmem.program.workload import source_label
+        base = _options(options, also=("all", "changes", "jobs"))
+        n_jobs = None if jobs is None else _cli_value("advise", "n_jobs", "jobs", jobs)
+        if not isinstance(all, bool):
+            raise UserError(f"all={all!r}: expected True or False")
+        kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
+        path, runner = _path_or(model), None
+        if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time
+            from jaxmem.program.workload import source_label
 
-        path = source_label(model)   # what the Advice's commands name, as a file's path
-        runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
-    with _session(2 * _mesh_size(base.mesh)):  # a candidate may double the data-parallel devices
+            path = source_label(model)   # what the Advice's commands name, as a file's path
+            runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
+        cpu_devices(2 * _mesh_size(base.mesh))  # a candidate may double the data-parallel devices
         return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False, runner=runner,
                                  changes=tuple(kinds))
 
@@ -275,15 +278,29 @@ def _mesh_size(mesh: str) -> int:
 
 
 @contextlib.contextmanager
-def _session(cpu_devices: int):
+def _session():
     """What the CLI does around a command (jaxmem.cli._run), for a caller that stays alive: the
-    memory variables checked, forced CPU devices asked for before jax starts (no-op after), and one
-    scratch directory, removed after -- without ending the process on a signal mid-compile."""
+    memory variables checked, one scratch directory removed after, and what the body passes to the
+    function it is given: the forced CPU devices to ask for before jax starts (no-op after).
+
+    The whole call runs in the scope, imports and option checks included, so that a ^C anywhere
+    in it is the caller's KeyboardInterrupt, after the clean-up: never a Report (a signal that
+    landed where Python ignores it, or that code on its way swallowed, is raised at the scope's
+    end), and never the error that an interrupted import or plugin made up (a "cannot build a
+    deviceless topology" that was really the ^C) -- without ending the process mid-compile."""
     from jaxmem import env, scratch
-    from jaxmem.compiler import targets
-    from jaxmem.present import notebook  # noqa: F401  (registers how results render in Jupyter)
 
     env.check()
-    targets.ensure_host_devices(max(cpu_devices, HOST_DEVICES))
-    with scratch.run_scope(end_stuck=False):
-        yield
+    try:
+        with scratch.run_scope(end_stuck=False):
+            from jaxmem.compiler import targets
+            from jaxmem.present import notebook  # noqa: F401  (registers how results render in Jupyter)
+
+            yield lambda n: targets.ensure_host_devices(max(n, HOST_DEVICES))
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        signum = scratch.received()
+        if signum is not None:   # what the signal broke on its way out is not the answer
+            raise scratch.Interrupted(signum) from None
+        raise
