@@ -102,7 +102,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     child = early_stop.Child.start(target, now=prestart) if early_stop.applies(target) else None
     try:
         with scratch.phase("building and tracing the step"):
-            mesh = layouts.build_mesh(target.devices, mesh_spec)
+            mesh = layouts.build_mesh(target.devices, mesh_spec, planned.axis_types)
             built = step.build(planned, mesh)
 
         sizes.check_leaves(built.leaves, x64=x64())
@@ -223,6 +223,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
                  **_finetune_options(opts), **_rules_options(opts, planned),
+                 **({"axis_types": "explicit"} if planned.explicit else {}),
                  **{f"arg:{k}": v for k, v in opts.model_args}},
         per_device_peak_bytes=peak,
         breakdown=breakdown,

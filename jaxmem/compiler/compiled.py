@@ -323,6 +323,10 @@ def _explain_trace_error(e: Exception) -> str:
         return (f"the model uses the collective axis {m.group(1)!r} (e.g. BatchNorm(axis_name=...)), written for pmap; "
                 "jaxmem runs the step under jit with global arrays, where cross-device statistics are automatic. "
                 f"Drop axis_name={m.group(1)!r} from the model for the analysis.")
+    if re.search(r"of type:? (AxisType\.)?Auto|axis names that are of type Auto|requires.*Explicit", msg):
+        return (f"the model is written for JAX's explicit sharding (out_sharding=, reshard) and the mesh's axes are "
+                f"Auto: run with --axis-types explicit (API axis_types='explicit'), or give the Workload "
+                f"axis_types='explicit'. ({describe(e)})")
     m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
     if m:
         return f"a sharding does not divide a dimension: {describe(e)}"

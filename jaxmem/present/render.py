@@ -148,7 +148,8 @@ def render(r: Report, console: Console | None = None) -> None:
     if r.mesh_roles:  # each axis with its role and what it splits, on a line of its own
         from jaxmem.program.splits import header
 
-        console.print(f"mesh {header(r.mesh_roles)}")
+        explicit = "  (axes Explicit)" if opts.get("axis_types") == "explicit" else ""
+        console.print(f"mesh {header(r.mesh_roles)}{explicit}")
     lead = "" if r.mesh_roles else f"mesh {mesh}  "
     console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "

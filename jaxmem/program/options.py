@@ -24,6 +24,9 @@ REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_save
                   "checkpoint_dots_with_no_batch_dims", "everything_saveable", "nothing_saveable")
 BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
 OFFLOADS = ("optimizer",)
+# jax.sharding.AxisType of every mesh axis: Auto (XLA's propagation places what the code leaves
+# open) or Explicit (shardings are part of the types: code written with out_sharding=, reshard)
+AXIS_TYPES = ("auto", "explicit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,10 @@ class StepChoice:
         "sharded), tensor (alias model, tp), context (alias sequence), expert (alias ep).", always=True,
         show_default=True))
     layout: str = _opt("fsdp", Flag("--layout", kind="choice", choices=LAYOUTS, always=True, show_default=True))
+    axis_types: str = _opt("auto", Flag(
+        "--axis-types", "The mesh axes' jax.sharding.AxisType: auto, or explicit for code written for explicit "
+        "sharding (out_sharding=, reshard; a mesh from jax.make_mesh). A workload may ask for explicit itself.",
+        kind="choice", choices=AXIS_TYPES, show_default=True))
     rules: str | None = _opt(None, Flag(
         "--rules", "Logical-axis rules, JSON or YAML: a list of [logical_name, mesh_axis | [mesh_axes]] (MaxText's "
         "logical_axis_rules; a MaxText config works), tried before the layout's.", metavar="FILE"))
@@ -106,7 +113,7 @@ class StepChoice:
 
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
-                           self.finetune(), self.rules)
+                           self.finetune(), self.rules, self.axis_types)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -168,6 +175,7 @@ class StepOptions:
     donate: bool = True
     finetune: FineTune = FineTune()
     rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
+    axis_types: str = "auto"        # --axis-types (the workload's own wish is applied in step.plan)
 
 
 def is_cpu_target(gpu: str | None) -> bool:

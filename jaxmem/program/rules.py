@@ -72,6 +72,9 @@ class RuleSet:
     fallback: tuple[tuple[tuple[str, ...], bool], ...]       # (axes, unannotated leaves only), in order
     activations: tuple[tuple[str, Any], ...]                 # flax logical_axis_rules
     tensor_names: tuple[str, ...] = ()                       # the names the tp layouts split (reports)
+    # Explicit sharding (--axis-types explicit): a leaf's metadata names mesh axes, not logical
+    # names (nnx.Param(..., out_sharding=P("fsdp", None))); those entries are placed as written.
+    as_written: bool = False
 
 
 _FREE = object()   # a spec entry no rule has assigned yet
@@ -171,6 +174,11 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
         return set(used_axes([s for s in spec if s is not _FREE]))
 
     failed = []
+    if names and rules.as_written:
+        for i, name in enumerate(names):
+            axes = tuple(name) if isinstance(name, (tuple, list)) else (name,) if name is not None else ()
+            if axes and all(a in mesh.names for a in axes):
+                spec[i] = spec_axes(axes)
     if names:
         for name, axes in rules.params:
             dims = [i for i, n in enumerate(names) if n == name and spec[i] is _FREE]

@@ -141,7 +141,8 @@ def is_nnx(wl: Workload) -> bool:
 def _abstract_linen(wl: Workload, model, batch):
     import flax.linen as nn
 
-    rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
+    # abstract keys: no array is made (under an explicit mesh of compile-only devices none could be)
+    rngs = jax.eval_shape(lambda: {c: jax.random.key(0) for c in ("params", *wl.rng_collections)})
     loss = wl.loss
     assert loss is not None   # a workload without its own step has a loss (Workload.validate)
     try:

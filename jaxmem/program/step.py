@@ -70,6 +70,11 @@ class StepPlan:
     rules_digest: str | None = None   # sha256 of the --rules file's content
     state_specs: list | None = None   # a custom step's own specs (Workload.state_specs), per state leaf
     batch_specs: list | None = None   # ... and per batch leaf (Workload.batch_specs)
+    axis_types: str = "auto"          # the mesh's: --axis-types, or explicit when the workload asks for it
+
+    @property
+    def explicit(self) -> bool:
+        return self.axis_types == "explicit"
 
 
 def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPlan:
@@ -104,7 +109,10 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
     if wl.state_specs is not None:
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), wl.state)
         state_specs = user_specs.resolve(abstract, wl.state_specs, mesh_spec, "state")
-    return StepPlan(wl, opts, mesh_spec, batch, rules, digest, state_specs, batch_specs)
+    axis_types = "explicit" if "explicit" in (opts.axis_types, wl.axis_types) else "auto"
+    if axis_types == "explicit":
+        rules = dataclasses.replace(rules, as_written=True)
+    return StepPlan(wl, opts, mesh_spec, batch, rules, digest, state_specs, batch_specs, axis_types)
 
 
 def build(p: StepPlan, mesh) -> BuiltStep:
@@ -113,9 +121,11 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     if wl.is_custom_step:
         return _build_custom(p, mesh)
 
-    st = state.abstract_state(wl, opts, batch)
+    # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
+        st = state.abstract_state(wl, opts, batch)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec)
-    fn = train_step(wl, st, sh, opts, mesh, mesh_spec)
+    fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit)
     donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
                      sh.shardings(sh.rng), NamedSharding(mesh, P()))
@@ -127,7 +137,8 @@ def build(p: StepPlan, mesh) -> BuiltStep:
                      logical_names=tuple(sorted(names)))
 
 
-def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec):
+def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec,
+               *, explicit: bool = False):
     """`step(*StepArgs) -> StepOut`: (trainable, frozen, opt_state, mutable, rng, batch) ->
     (trainable, opt_state, mutable, rng, loss).
 
@@ -139,8 +150,10 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     assert user_loss is not None   # a workload without its own step has a loss (Workload.validate)
     offload = st.opt_memory == "pinned_host"
     seq = layouts.seq_len([tuple(x.shape) for x in jax.tree.leaves(st.batch)])
-    act_ctx = functools.partial(sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq,
-                                st.kind == "nnx")
+    # Explicit axes: the code places its activations itself (out_sharding=), and a constraint is a reshard
+    act_ctx = (lambda model: contextlib.nullcontext()) if explicit else functools.partial(
+        sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq, st.kind == "nnx")
+    constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
     trainable_sh = sh.shardings(sh.trainable)
 
     def cast_compute(params):
@@ -189,14 +202,14 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
         else:
             micro = jax.tree.map(lambda x: x.reshape((opts.accum, x.shape[0] // opts.accum) + x.shape[1:]), batch)
             micro = jax.tree.map(
-                lambda x, a: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, *micro_spec[id(a)]))),
+                lambda x, a: constrain(x, NamedSharding(mesh, P(None, *micro_spec[id(a)]))),
                 micro, sh.batch)
 
             def body(carry, mb):
                 g_acc, mut, loss_acc, i = carry
                 (loss, mut), g = grad_fn(trainable, frozen, mut, mb, jax.random.fold_in(key, i))
                 g_acc = jax.tree.map(jnp.add, g_acc, g)
-                g_acc = jax.lax.with_sharding_constraint(g_acc, trainable_sh)
+                g_acc = constrain(g_acc, trainable_sh)
                 return (g_acc, mut, loss_acc + loss, i + 1), None
 
             zeros = jax.tree.map(jnp.zeros_like, trainable)
@@ -204,7 +217,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             grads = jax.tree.map(lambda g: g / opts.accum, grads)
             loss = loss / opts.accum
         # Gradients live where their params live: reduce-scatter under FSDP.
-        grads = jax.lax.with_sharding_constraint(grads, trainable_sh)
+        grads = constrain(grads, trainable_sh)
         if offload:  # the state lives in pinned host memory between steps: in for the update, back out
             opt_state = finetune.to_device(opt_state)
         updates, opt_state = tx.update(grads, opt_state, trainable)

@@ -66,6 +66,9 @@ class Workload:
     state_specs / batch_specs: with ``step``, your own shardings: pytrees of
         ``jax.sharding.PartitionSpec`` (None: replicated) matching ``state`` / ``batch``, in the
         axis names of ``--mesh``, used as written (the report's layout is ``user``).
+    axis_types: ``"explicit"`` when the code is written for JAX's explicit sharding (``out_sharding=``,
+        ``jax.sharding.reshard``): the mesh's axes are then Explicit, as ``--axis-types explicit`` makes
+        them. None: as ``--axis-types`` says (default auto).
     """
 
     model: Any = None
@@ -80,12 +83,16 @@ class Workload:
     donate: bool = True
     state_specs: Any = None
     batch_specs: Any = None
+    axis_types: str | None = None
 
     @property
     def is_custom_step(self) -> bool:
         return self.step is not None
 
     def validate(self, source: str) -> None:
+        if self.axis_types not in (None, "auto", "explicit"):
+            raise UserError(f"{source}: Workload(axis_types={self.axis_types!r}): give 'explicit' (or 'auto', or "
+                            "leave it out)")
         if self.batch is None:
             raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
                             "jax.ShapeDtypeStruct.")

@@ -198,7 +198,8 @@ def build_case(case: Case, devices):
 
     wl = load_case_workload(case)
     mesh_spec = layouts.parse_mesh(case.mesh)
-    return step.build(step.plan(wl, case.step_options(), mesh_spec), layouts.build_mesh(devices, mesh_spec))
+    planned = step.plan(wl, case.step_options(), mesh_spec)
+    return step.build(planned, layouts.build_mesh(devices, mesh_spec, planned.axis_types))
 
 
 def random_args(built, seed: int = 0):
