@@ -232,3 +232,60 @@ def test_a_signal_mid_compile_never_ends_the_callers_process():
         assert _wakeup_fd() >= 0
     with api._session(0):
         assert _wakeup_fd() == -1
+
+
+# -- issue 25: ^C during an API call is the caller's KeyboardInterrupt --------------------------------
+
+_SIGINT_CALLER = r'''
+import gc, os, signal, sys, time
+import jaxmem
+from jaxmem import api
+
+def interrupt_in_gc():
+    """SIGINT handled inside a garbage-collection callback, where Python ignores exceptions (jax's
+    _xla_gc_callback): before the fix, during the option checks, outside jaxmem's scope."""
+    def cb(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(cb)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+    gc.callbacks.append(cb)
+    gc.collect()
+
+def swallowed_then_made_up_error():
+    """jax's bare except around a plugin's initialize swallows the interrupt; what fails next is no
+    diagnosis of the user's (the 'cannot build a deviceless topology' of the issue)."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    except BaseException:
+        pass
+    raise jaxmem.UserError("cannot build a deviceless h100 topology (made up by the interrupt)")
+
+mode = sys.argv[1]
+if mode == "gc":
+    real = api._options
+    def options(*a, **k):
+        interrupt_in_gc()
+        return real(*a, **k)
+    api._options = options
+    model = "tests/fixtures/mlp_small.py"
+else:
+    def model():
+        swallowed_then_made_up_error()
+try:
+    r = jaxmem.analyze(model, gpu="cpu", cache=False, explain=False)
+    print("REPORT")
+except KeyboardInterrupt as e:
+    print("KeyboardInterrupt")
+except jaxmem.UserError as e:
+    print("UserError", e)
+'''
+
+
+@pytest.mark.parametrize("mode", ["gc", "swallowed"])
+def test_an_interrupt_during_an_api_call_is_a_keyboard_interrupt(mode):
+    r = subprocess.run([sys.executable, "-c", _SIGINT_CALLER, mode], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.stdout.strip() == "KeyboardInterrupt", (r.stdout, r.stderr[-2000:])
+    assert "Exception ignored" not in r.stderr

@@ -289,3 +289,125 @@ def test_swapped_entries_of_two_steps_give_each_its_own_answer(cache_dir):
     ea.write_bytes(db)
     eb.write_bytes(da)
     assert _json(analyze_file(MLP, a)) == _json(ra) and _json(analyze_file(MLP, b)) == _json(rb)
+
+
+# -- whose key: a key others could read or replace is never trusted silently (issue 25) ------------
+
+from jaxmem.compiler import cache_key  # noqa: E402
+
+
+@pytest.fixture
+def own_config(tmp_path, monkeypatch):
+    """This user's trust records in the test's own folder, and no warning remembered from before."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setattr(cache_key, "_warned", set())
+    return tmp_path / "config"
+
+
+def test_the_key_is_readable_by_no_one_else(cache_dir, own_config):
+    cache.store(K1, _artifacts(1000))
+    assert os.stat(cache_dir / "secret").st_mode & 0o777 == 0o600
+    info = cache.info()["key"]
+    assert info["trusted"] and info["mode"] == "0600" and info["owner_uid"] == os.getuid()
+    assert info["fingerprint"].startswith("sha256:") and len(info["fingerprint"]) == 39
+
+
+def test_in_a_folder_shared_through_its_group_the_key_is_the_groups(cache_dir, own_config):
+    cache_dir.mkdir()
+    os.chmod(cache_dir, 0o2770)
+    cache.store(K1, _artifacts(1000))
+    assert os.stat(cache_dir / "secret").st_mode & 0o777 == 0o640
+    assert _load(K1).stats.temp == 1000
+
+
+def _forge(folder, k, temp):
+    """An entry re-signed with the key now in `folder` (what its holder can do)."""
+    import hmac
+
+    secret = (folder / "secret").read_bytes()
+    data = gzip.decompress(_entry(k).read_bytes())
+    head, _, body = data.partition(b"\n")
+    header = json.loads(head)
+    d = json.loads(body)
+    d["stats"]["temp"] = temp
+    body = json.dumps(d, separators=(",", ":")).encode()
+    header["size"] = len(body)
+    h = json.dumps({x: v for x, v in header.items() if x != "digest"}, sort_keys=True).encode()
+    header["digest"] = hmac.new(secret, h + b"\n" + body, hashlib.sha256).hexdigest()
+    _entry(k).write_bytes(gzip.compress(json.dumps(header, sort_keys=True).encode() + b"\n" + body))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another uid needs root")
+def test_a_key_replaced_by_another_user_is_not_trusted_and_says_so(two_entries, own_config, capsys):
+    # a user who can write the folder puts their own key there and signs an edited entry with it
+    (two_entries / "secret").unlink()
+    (two_entries / "secret").write_bytes(b"k" * 32)
+    os.chmod(two_entries / "secret", 0o600)
+    os.chown(two_entries / "secret", 4242, 4242)
+    _forge(two_entries, K1, 10**15)
+    assert _load(K1) is None and _load(K2) is None       # misses: the forged entry is never the answer
+    assert _entry(K1).exists()                           # and nothing removed: not ours to judge
+    cache.store(K2, _artifacts(7))                       # nothing signed with their key
+    assert json.loads(gzip.decompress(_entry(K2).read_bytes()).partition(b"\n")[2])["stats"]["temp"] == 999_999
+    err = capsys.readouterr().err
+    assert err.count("warning: compile cache") == 1 and "owned by uid 4242, not by you" in err
+    fp = cache.info()["key"]["fingerprint"]
+    assert f"jaxmem cache --trust {fp}" in err
+    # trusted on purpose (a team member's key): its entries answer
+    cache.trust(fp)
+    assert cache.info()["key"]["trusted"] and _load(K1).stats.temp == 10**15
+    # and replaced once more: not the key trusted
+    (two_entries / "secret").unlink()
+    (two_entries / "secret").write_bytes(b"m" * 32)
+    os.chmod(two_entries / "secret", 0o600)
+    os.chown(two_entries / "secret", 4243, 4243)
+    k = cache_key.inspect(two_entries)
+    assert k.state == "replaced" and "not the key you trusted" in k.why and _load(K1) is None
+
+
+def test_a_world_readable_key_of_ones_own_is_replaced(two_entries, own_config):
+    os.chmod(two_entries / "secret", 0o644)               # as jaxmem before issue 25 made it
+    old = (two_entries / "secret").read_bytes()
+    assert cache_key.inspect(two_entries).state == "exposed" and _load(K1) is None
+    cache.store(K1, _artifacts(5))
+    assert (two_entries / "secret").read_bytes() != old and os.stat(two_entries / "secret").st_mode & 0o077 == 0
+    assert _load(K1).stats.temp == 5
+
+
+def test_trusting_a_fingerprint_that_is_not_the_keys_is_refused(two_entries, own_config):
+    from jaxmem.errors import UserError
+
+    with pytest.raises(UserError, match="has the fingerprint sha256:"):
+        cache.trust("sha256:" + "0" * 32)
+
+
+def test_read_only_mode_writes_nothing(cache_dir, own_config, monkeypatch):
+    monkeypatch.setenv("JAXMEM_CACHE_READONLY", "1")
+    cache.store(K1, _artifacts(1000))
+    assert not cache_dir.exists()                         # no key made, no entry stored
+    monkeypatch.delenv("JAXMEM_CACHE_READONLY")
+    cache.store(K1, _artifacts(1000))
+    _rewrite(K1, lambda h, b: h + b"\n" + b[:-3])         # damaged
+    monkeypatch.setenv("JAXMEM_CACHE_READONLY", "1")
+    assert _load(K1) is None and _entry(K1).exists()      # a miss, not removed by a reader
+    assert cache.info()["key"]["read_only"]
+
+
+def test_a_gzip_bomb_costs_the_cap_not_its_size():
+    """A planted entry that inflates to 1 GiB: rejected after MAX_ENTRY_BYTES, and memory stays
+    near that cap (it took 2.6 GB before)."""
+    import subprocess
+    import sys
+
+    code = ("import gzip, resource, zlib\n"
+            "from jaxmem.compiler import cache\n"
+            "c = zlib.compressobj(1, zlib.DEFLATED, 31)\n"
+            "block = bytes(1 << 24)\n"
+            "bomb = b''.join([c.compress(block) for _ in range(64)] + [c.flush()])\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "assert cache._decompress(bomb) is None\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grew_mib = int(out.stdout)
+    assert grew_mib < 600, grew_mib   # the 256 MiB cap and its buffer; a 1 GiB cap took 1 GiB and more

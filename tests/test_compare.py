@@ -156,3 +156,28 @@ def test_a_search_whose_probes_do_not_support_its_answer_is_an_error_row(tmp_pat
     out = json.loads(r.stdout)
     assert r.exit_code == 0 and [x["status"] for x in out] == ["ok", "user_error"]
     assert "do not support its answer" in out[1]["error"] and "row layout=dp" in r.stderr
+
+
+def test_a_plan_without_rows_is_exit_2(tmp_path):
+    r = _from(tmp_path, [])
+    assert r.exit_code == 2 and "holds no rows" in r.stderr
+
+
+def test_from_a_fifo_or_a_device_is_exit_2_at_once(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "rows.json")
+    for path, kind in ((tmp_path / "rows.json", "a FIFO"), ("/dev/zero", "a device")):
+        r = CliRunner().invoke(main, ["compare", "--from", str(path)])
+        assert r.exit_code == 2 and f"--from {path}: is {kind}" in r.stderr, r.output
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    r = CliRunner().invoke(main, ["compare", "--from", str(tmp_path / "deep.json")])
+    assert r.exit_code == 2 and "nested more than" in r.stderr
+
+
+def test_out_through_a_symlink_replaces_the_link_not_its_target(tmp_path, saved_rows):
+    important = tmp_path / "important.txt"
+    important.write_text("keep me")
+    (tmp_path / "link.json").symlink_to(important)
+    compare.save(compare.from_json(saved_rows), str(tmp_path / "link.json"))
+    assert important.read_text() == "keep me" and json.loads((tmp_path / "link.json").read_text()) == saved_rows

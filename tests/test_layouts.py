@@ -145,3 +145,20 @@ def test_the_batch_divides_by_the_axes_that_split_it_and_context_splits_the_sequ
 def test_an_axis_of_size_one_splits_nothing_and_is_never_written_into_a_spec():
     assert spec((1024, 4096), ("embed", "mlp"), "fsdp", mesh="data=1")[0] == (None, None)
     assert spec((1024, 4096), None, "fsdp_tp", mesh="data=1,model=1") == ((None, None), [])
+
+
+def test_a_mesh_of_thousands_of_digits_is_a_user_error():
+    with pytest.raises(UserError, match="axis data has 5000 digits of devices"):
+        layouts.parse_mesh("data=" + "1" * 5000)
+
+
+def test_a_stage_axis_gets_the_pipeline_message_before_the_layouts():
+    with pytest.raises(UserError, match="the stage axis \\(pipeline stages\\) needs a pipelined step"):
+        layouts.check_layout("fsdp", layouts.parse_mesh("stage=2"))
+
+
+def test_a_layout_beside_a_workloads_own_specs_is_refused():
+    mesh = layouts.parse_mesh("fsdp=2,tensor=2")
+    layouts.check_layout("fsdp", mesh, custom_step=True, own_specs=True)   # the default: nothing asked
+    with pytest.raises(UserError, match="--layout tp: this workload shards its state itself"):
+        layouts.check_layout("tp", mesh, custom_step=True, own_specs=True)

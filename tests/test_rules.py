@@ -134,3 +134,35 @@ def test_nnx_sharding_metadata_takes_the_rules_too(tmp_path):
     assert by_rules["params:dense/kernel/value"] == (None, "fsdp")           # (embed, mlp)
     layout = {leaf.path: leaf.spec for leaf in build_step(nnx_model, mesh="fsdp=2,expert=4")[1].leaves}
     assert layout["params:wi/value"] == ("expert", "fsdp", None)
+
+
+# -- issue 25: a rules file is read bounded and without blocking --------------------------------------
+
+def test_a_fifo_or_a_device_as_rules_is_exit_2_at_once(tmp_path):
+    import os
+    import time
+
+    os.mkfifo(tmp_path / "rules.json")
+    t0 = time.monotonic()
+    for path, kind in ((tmp_path / "rules.json", "a FIFO"), ("/dev/zero", "a device")):
+        r = CliRunner().invoke(cli.main, ["analyze", "tests/fixtures/mlp_small.py", "--rules", str(path)])
+        assert r.exit_code == 2 and f"--rules {path}: is {kind}" in r.stderr, r.output
+    assert time.monotonic() - t0 < 20
+    assert rules.digest(str(tmp_path / "rules.json")) is None   # the digest's read never waits either
+
+
+def test_deep_nesting_and_huge_numbers_in_rules_are_exit_2(tmp_path):
+    for name, text, msg in (("deep.json", "[" * 100_000 + "]" * 100_000, "nested more than"),
+                            ("deep.yaml", "- " * 3000 + "x\n", "nested more than"),
+                            ("num.yaml", "- [mlp, " + "1" * 5000 + "]\n", "--rules num.yaml")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=msg):
+            rules.load(str(tmp_path / name))
+
+
+def test_a_rule_naming_one_axis_twice_through_its_alias_is_exit_2():
+    mesh = layouts.parse_mesh("data=2,tensor=2")
+    user = rules.parse(json.dumps([["mlp", ["tensor", "model"]]]), "r.json")
+    with pytest.raises(UserError, match=r"r.json rule 1 \[\"mlp\", \[\"tensor\", \"model\"\]\]: names the axis "
+                                        r"tensor twice"):
+        rules.rule_set("fsdp_tp", mesh, user)
