@@ -101,4 +101,7 @@ ASYNC = frozenset({"async-start", "async-update", "async-done"})
 
 def primitive(op_name: str) -> str:
     """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast'."""
-    return re.sub(r"\.\d+$", "", op_name.rsplit("/", 1)[-1]) if op_name else ""
+    last = op_name.rsplit("/", 1)[-1] if op_name else ""
+    while last.endswith(")") and last.count(")") > last.count("("):   # '.../transpose(jvp(M)/x/mul))': its tail
+        last = last[:-1]
+    return re.sub(r"\.\d+$", "", last)
