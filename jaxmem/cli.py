@@ -512,7 +512,10 @@ def entry():
 
     stdio.guard()   # before anything opens a file: a closed fd 1 must not become that file
     exits.standalone()
-    main()
+    try:
+        main()
+    except OSError as e:   # what click prints itself (--version, --help, gpus): a closed stdout is exit 2
+        stdio.refused_output(e)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,9 @@ from jaxmem.errors import UserError
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
 EXIT_GREW = 4   # jaxmem diff --max-growth: the peak grew by more than the share allowed
 # write errors on stdout (a full device, a closed pipe, a quota): the user's environment, not a jaxmem bug
-_OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, n))
+# (EBADF: stdout closed by the shell, `>&-`: jaxmem.stdio)
+_OUTPUT_ERRNOS = tuple(getattr(errno, n) for n in ("ENOSPC", "EPIPE", "EDQUOT", "EFBIG", "EIO", "EBADF")
+                       if hasattr(errno, n))
 
 
 _standalone = False   # set by the `jaxmem` program (cli.entry), not when a command runs in another's process

@@ -10,6 +10,7 @@ happened: nothing can be told).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -28,7 +29,7 @@ class _Closed(io.TextIOBase):
     def write(self, s: str) -> int:
         if not s:
             return 0
-        raise OSError(errno.EPIPE, "stdout is closed (>&-); nothing can be printed")
+        raise OSError(errno.EBADF, "stdout is closed (>&-); nothing can be printed")
 
     def writable(self) -> bool:
         return True
@@ -61,3 +62,13 @@ def guard() -> None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process's life
     if 0 in closed or sys.stdin is None:
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115
+
+
+def refused_output(e: OSError) -> None:
+    """Output click wrote itself, outside exits.run, failed: a closed stdout is the environment's
+    (exit 2, said on stderr); any other OSError is raised again."""
+    if e.errno != errno.EBADF:
+        raise e
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"error: cannot write the output (stdout): {e.strerror}\n")
+    raise SystemExit(2)
