@@ -67,7 +67,7 @@ if [[ -n "$BUNDLE" ]]; then
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 fi
 python -c "import jaxmem.compiler.versions as v; print(v.installed())" 2>&1 | tee "$OUT/versions.txt"
-step analyze 120 "0 3" bash -c "jaxmem analyze models/llama.py --arg preset=tiny --gpu h200 --mesh data=8 --json > $OUT/analyze.json"
+step analyze 120 "0 3" bash -c "jaxmem analyze models/llama.py --arg preset=tiny --gpu h200 --mesh data=8 --batch 8 --json > $OUT/analyze.json"
 if python -c "import pynvml; pynvml.nvmlInit(); assert pynvml.nvmlDeviceGetCount() > 0" 2>/dev/null; then
   HAVE_GPU=1
 else
