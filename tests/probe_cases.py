@@ -27,6 +27,7 @@ H = FIX / "hostile"
 TINY = str(H / "tiny.py")
 MLP = str(FIX / "mlp_small.py")
 CPU = ("--gpu", "cpu")
+ALIVE_S = 3.0   # every process a run started is gone this long after it ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,9 @@ class Probe:
     signal_every: float = 0.2
     parallel: int = 1                     # run the command this many times at once (concurrent writers)
     cls: str = ""                         # the probe's class in the published table
+    # -- "Trust, round two" (tests/probe_round2.py) ------------------------------------------------
+    close_fds: tuple[int, ...] = ()       # descriptors the run starts without (the shell's `>&-`, `2>&-`, `<&-`)
+    argv: tuple[str, ...] = ()            # run `python ARGV...` instead of `python -m jaxmem.cli ARGS`
 
 
 def _cal(entry: object) -> tuple[tuple[str, bytes], ...]:
@@ -307,8 +311,9 @@ class Outcome:
     seconds: float
     problems: list[str]          # what the probe's promise found wrong (empty: kept)
     after_signal: float | None = None   # seconds from the signal to the exit
-    alive: list[str] = dataclasses.field(default_factory=list)   # processes of the run alive 1 s after it ended
+    alive: list[str] = dataclasses.field(default_factory=list)   # processes of the run alive ALIVE_S after it ended
     signalled: bool = False      # a signal reached the run while it was running
+    rss_mib: int | None = None   # the run's peak RSS (VmHWM, polled while it ran)
 
 
 def _fill(text: str, tmp: str) -> str:
@@ -329,7 +334,7 @@ def judge(p: Probe, out: Outcome, tmp: str) -> list[str]:
     elif out.exit != p.exit and out.exit not in p.exits:
         bad.append(f"exit {out.exit}, expected {p.exit}")
     if out.alive:
-        bad.append(f"{len(out.alive)} process(es) alive 1 s after the run: {out.alive}")
+        bad.append(f"{len(out.alive)} process(es) alive {ALIVE_S:g} s after the run: {out.alive}")
     if out.traceback:
         bad.append("traceback")
     if p.message and p.message not in out.stderr:
@@ -361,6 +366,13 @@ def judge(p: Probe, out: Outcome, tmp: str) -> list[str]:
                 bad.append(f"{arg} was changed")
         elif kind == "no_text" and arg in out.stdout + out.stderr:
             bad.append(f"printed {arg!r}")
+        elif kind == "round2":
+            import probe_round2
+
+            try:
+                bad += probe_round2.check(arg, p, out, tmp)
+            except Exception as e:  # noqa: BLE001 - as below
+                bad.append(f"round2:{arg} could not be checked: {type(e).__name__}: {e}")
         elif kind in ("same_as", "cache_sound"):
             import probe_trust
 
@@ -491,6 +503,7 @@ class _Watch:
         import threading
 
         self.procs, self.seen, self._stop = procs, {}, threading.Event()
+        self.hwm_kib = 0   # the first run's peak RSS
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
@@ -500,6 +513,13 @@ class _Watch:
             self._stop.wait(0.1)
 
     def poll(self):
+        try:
+            with open(f"/proc/{self.procs[0].pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        self.hwm_kib = max(self.hwm_kib, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
         for proc in self.procs:
             if proc.poll() is None:
                 for d in _descendants(proc.pid):
@@ -516,7 +536,7 @@ class _Watch:
 
 def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) -> Outcome:
     """`python -m jaxmem.cli ARGS` with TMPDIR=scratch; a signal probe signals once the model is
-    blocked (or at `signal_at`). Every process the run started must be gone 1 s after it ended."""
+    blocked (or at `signal_at`). Every process the run started must be gone ALIVE_S (3 s) after it ended, waited for by their exit."""
     args, env = _prepare(p, tmp)
     marker = os.path.join(tmp, "blocked")
     env = {**os.environ, **env, "TMPDIR": scratch, "PROBE_MARKER": marker}
@@ -530,12 +550,17 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
     if p.signal_fraction is not None:
         import probe_trust
 
-        signal_at = p.signal_fraction * probe_trust.baseline_seconds(tuple(args), env)
+        signal_at = p.signal_fraction * probe_trust.baseline_seconds(tuple(args), env, p.argv)
     t0 = time.perf_counter()
     t_signal, signalled, extra = None, False, []
     try:
-        procs = [subprocess.Popen([sys.executable, "-m", "jaxmem.cli", *args], stdout=stdout, stderr=subprocess.PIPE,
-                                  env=env, cwd=ROOT) for _ in range(p.parallel)]
+        def close_fds():   # in the child, before exec: it starts as after the shell's `N>&-`
+            for fd in p.close_fds:
+                os.close(fd)
+
+        command = [sys.executable, *p.argv] if p.argv else [sys.executable, "-m", "jaxmem.cli", *args]
+        procs = [subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT,
+                                  preexec_fn=close_fds if p.close_fds else None) for _ in range(p.parallel)]
         proc = procs[0]
         watch = _Watch(procs)
         if p.signal:
@@ -585,9 +610,13 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
     after_signal = t_end - t_signal if t_signal is not None else None
     watch.stop()
     # a crash's clean-up is the helper process's, which may finish just after; and everything
-    # the run started (workers, compile children) must be gone within a second
-    time.sleep(max(0.0, 1.0 - (time.perf_counter() - t_end)))
+    # the run started (workers, compile children) must be gone within ALIVE_S: waited for by their
+    # exit, not a fixed second (a loaded machine took longer to reap two killed compile children)
+    deadline = t_end + ALIVE_S
     alive = watch.alive()
+    while alive and time.perf_counter() < deadline:
+        time.sleep(0.05)
+        alive = watch.alive()
     for pid in [int(a.split()[0]) for a in alive]:  # leave nothing behind for the next probe
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -596,7 +625,7 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
     o = (o or b"").decode(errors="replace")
     e = e.decode(errors="replace")
     out = Outcome(proc.returncode, o, e, "Traceback (most recent call last)" in o + e, _leftovers(scratch), seconds, [],
-                  after_signal, alive, signalled)
+                  after_signal, alive, signalled, watch.hwm_kib // 1024 or None)
     out.problems = judge(p, out, tmp)
     for i, (o2, e2, code) in enumerate(extra, start=2):   # the concurrent runs keep the same promise
         o2, e2 = (o2 or b"").decode(errors="replace"), e2.decode(errors="replace")
@@ -610,3 +639,9 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
 from probe_trust import TRUST_PROBES  # noqa: E402
 
 PROBES += TRUST_PROBES
+
+# "Trust, round two" (issue 25): a second user forging the shared cache, inputs without an end,
+# writes through links, plans without rows, exit 1 escapes, ^C in the API (tests/probe_round2.py).
+from probe_round2 import ROUND2  # noqa: E402
+
+PROBES += ROUND2

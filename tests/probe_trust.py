@@ -352,16 +352,16 @@ CACHE = [
 ]
 
 
-def baseline_seconds(args: tuple, env: dict) -> float:
+def baseline_seconds(args: tuple, env: dict, argv: tuple = ()) -> float:
     """How long an unsignalled run of `args` takes here and now (once per session): random signal
     points are shares of it, so that they land inside the run however loaded the machine is."""
-    key = ("baseline", args)
+    key = ("baseline", args, argv)
     if key not in _session:
         import time
 
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "jaxmem.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                           timeout=600)
+        command = [sys.executable, *argv] if argv else [sys.executable, "-m", "jaxmem.cli", *args]
+        r = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, timeout=600)
         assert r.returncode in (0, 3), r.stderr[-2000:]
         _session[key] = time.perf_counter() - t0
     return _session[key]
