@@ -44,6 +44,7 @@ ENTRY %main (a: f32[16,8], b: bf16[32]) -> f32[16,8] {
   %loop = (s32[], f32[16,8]{1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"6"}}
   %ar = bf16[32]{0} all-reduce(%b), channel_id=2, replica_groups={{0,1},{2,3},{4,5},{6,7}}, use_global_device_ids=true, to_apply=%add
   %rs = f32[4,8]{1,0} reduce-scatter(%a), channel_id=3, replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, dimensions={0}, use_global_device_ids=true, to_apply=%add
+  %rs2 = f32[4,8]{1,0} reduce-scatter(%a), channel_id=6, replica_groups=mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}, dimensions={0}, use_global_device_ids=true, to_apply=%add
   %cp = f32[16,8]{1,0} collective-permute(%a), channel_id=4, source_target_pairs={{0,2},{2,4},{4,6},{6,0}}
   %a2a = f32[16,8]{1,0} all-to-all(%a), channel_id=5, replica_groups={}, dimensions={0}
   ROOT %r = f32[16,8]{1,0} get-tuple-element(%loop), index=1
@@ -57,7 +58,7 @@ def _by_name(cs):
 
 def test_kinds_bytes_and_loop_counts_of_a_synthetic_module():
     cs = _by_name(collectives(SYNTHETIC, MESH_2D))
-    assert set(cs) == {"ag", "ar", "rs", "cp", "a2a"}  # the -done of the async pair is not a second collective
+    assert set(cs) == {"ag", "ar", "rs", "rs2", "cp", "a2a"}  # the -done of the async pair is not a second collective
     ag = cs["ag"]
     assert (ag.kind, ag.bytes, ag.count_in_loop, ag.bytes_per_step) == ("all-gather", 64 * 8 * 4, 6, 6 * 64 * 8 * 4)
     assert ag.computation == "body"
@@ -78,6 +79,10 @@ def test_replica_group_notations_resolve_to_mesh_axes():
     # XLA's named-mesh notation, its own axis names: axis_0 (size 4) is our data axis
     assert cs["rs"].replica_groups == ((0, 2, 4, 6), (1, 3, 5, 7))
     assert cs["rs"].axes == ("data",)
+    # the named mesh over permuted devices (HSDP's data=2,fsdp=4): device_ids=([2,4]T(1,0)) lists the
+    # mesh's devices as 0,4,1,5,2,6,3,7, so axis_0 (size 4) runs over {0,1,2,3} and {4,5,6,7}: fsdp
+    assert cs["rs2"].replica_groups == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert _by_name(collectives(SYNTHETIC, (("data", 2), ("fsdp", 4))))["rs2"].axes == ("fsdp",)
     # no groups: every device
     assert cs["a2a"].replica_groups == (tuple(range(8)),)
     assert cs["a2a"].axes == ("data", "model")
@@ -135,3 +140,20 @@ def test_no_collectives_under_dp_on_one_device():
     _, built = build_step("models/llama.py", gpu="h100", mesh="data=1", layout="dp", model_args={"preset": "tiny"})
     exe, _ = compiled.lower_and_compile(built)
     assert collectives(exe.as_text(), (("data", 1),)) == []
+
+
+def test_hsdp_collectives_span_their_mesh_axes_and_are_costed():
+    """HSDP (data=2, fsdp=4): XLA names its groups on a mesh of permuted devices; every collective
+    that moves data between devices is attributed to the axes it spans (the FSDP all-gathers and
+    reduce-scatters to fsdp, the gradient all-reduce to data) and so costed in the step time."""
+    from jaxmem.compiler import compiled
+
+    _, built = build_step("models/llama.py", gpu="h100", mesh="data=2,fsdp=4", layout="fsdp",
+                          model_args={"preset": "tiny", "batch_size": 8})
+    exe, _ = compiled.lower_and_compile(built)
+    cs = collectives(exe.as_text(), (("data", 2), ("fsdp", 4)))
+    moving = [c for c in cs if any(len(g) > 1 for g in c.replica_groups)]
+    assert moving and all(c.axes for c in moving), [(c.name, c.axes) for c in moving if not c.axes]
+    gathers = [c for c in cs if c.kind == "all-gather" and c.count_in_loop > 1]
+    assert gathers and all(c.axes == ("fsdp",) for c in gathers)
+    assert any(c.kind == "all-reduce" and c.axes == ("data",) for c in cs)

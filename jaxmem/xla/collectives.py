@@ -117,7 +117,11 @@ def _bytes(kind: str, ins: hlo_text.Instruction, src: hlo_text.Instruction, grou
 
 
 _IOTA = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-_MESH = re.compile(r"^mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+# mesh['a'=4,'b'=2] {'a'}, or with the mesh's devices permuted (HSDP's meshes):
+# mesh['a'=4,'b'=2], device_ids=([2,4]T(1,0)) {'a'} (an iota, reshaped, transposed) or device_ids={0,2,...}
+_MESH = re.compile(r"^mesh\[([^\]]*)\]\s*(?:,\s*device_ids=(\(\[[\d,]+\](?:T\([\d,]+\))?\)|\{[\d,\s]*\}))?\s*"
+                   r"\{([^}]*)\}")
+_DEVICE_IOTA = re.compile(r"^\(\[([\d,]+)\](?:T\(([\d,]+)\))?\)$")
 
 
 def _groups(ins: hlo_text.Instruction, n_devices: int) -> tuple[tuple[int, ...], ...]:
@@ -128,6 +132,9 @@ def _groups(ins: hlo_text.Instruction, n_devices: int) -> tuple[tuple[int, ...],
     if text is None or text.strip() in ("{}", ""):
         return (tuple(range(n_devices)),)  # no groups: all devices together
     text = text.strip()
+    if text.startswith("mesh[") and "{" not in text and ins.attr("device_ids"):
+        # the attribute reader stops at the comma: the mesh's device_ids and spanned axes follow it
+        text = f"{text}, device_ids={ins.attr('device_ids')}"
     m = _IOTA.match(text)
     if m:
         out_shape = [int(x) for x in m.group(1).split(",")]
@@ -140,15 +147,30 @@ def _groups(ins: hlo_text.Instruction, n_devices: int) -> tuple[tuple[int, ...],
     m = _MESH.match(text)
     if m:
         axes = [(a.strip().strip("'"), int(s)) for a, s in re.findall(r"([^,=]+)=(\d+)", m.group(1))]
-        spanned = {a.strip().strip("'") for a in m.group(2).split(",") if a.strip()}
+        spanned = {a.strip().strip("'") for a in m.group(3).split(",") if a.strip()}
         sizes = [s for _, s in axes]
-        ids = np.arange(int(np.prod(sizes))).reshape(sizes)
+        ids = _mesh_devices(m.group(2), int(np.prod(sizes))).reshape(sizes)
         inner = [i for i, (a, _) in enumerate(axes) if a in spanned]
         outer = [i for i in range(len(axes)) if i not in inner]
         ids = ids.transpose(outer + inner).reshape(-1, int(np.prod([sizes[i] for i in inner])) if inner else 1)
         return tuple(tuple(int(x) for x in row) for row in ids)
     groups = re.findall(r"\{([\d,\s]*)\}", text)
     return tuple(tuple(int(x) for x in re.findall(r"\d+", g)) for g in groups if g.strip())
+
+
+def _mesh_devices(device_ids: str | None, n: int) -> np.ndarray:
+    """The device ids of a mesh replica-group's mesh, in mesh order: 0..n-1, or its device_ids
+    (an iota reshaped and transposed, or a list)."""
+    if not device_ids:
+        return np.arange(n)
+    m = _DEVICE_IOTA.match(device_ids)
+    if m:
+        dims = [int(x) for x in m.group(1).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m.group(2):
+            ids = ids.transpose([int(x) for x in m.group(2).split(",")])
+        return ids.reshape(-1)
+    return np.array([int(x) for x in re.findall(r"\d+", device_ids)])
 
 
 def _axes(groups, names: tuple[str, ...], shape: tuple[int, ...]) -> tuple[str, ...]:
