@@ -53,12 +53,3 @@ def test_remat_audit_fires_when_activations_dominate():
     assert w and w[0].kind == "remat_saves_too_much" and w[0].bytes == 80
     rows = [BufferRow(30, "(4,)", "f32", "layers", "collectives", "ag", "")]
     assert explain.audits({}, rows, "none", 100)[0].kind == "gathered_params_live"
-
-
-def test_an_op_name_ending_inside_a_transform_names_its_primitive_without_a_stray_parenthesis():
-    from jaxmem.xla.opnames import primitive
-
-    assert primitive("jit(program)/transpose(jvp(GPT))/wte/transpose)") == "transpose"
-    assert primitive("jit(program)/transpose(jvp(Net)/mul))") == "mul"
-    assert primitive("jit(train_step)/jvp()/convert_element_type") == "convert_element_type"
-    assert primitive("broadcast.63") == "broadcast"

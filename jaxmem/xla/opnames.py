@@ -101,7 +101,4 @@ ASYNC = frozenset({"async-start", "async-update", "async-done"})
 
 def primitive(op_name: str) -> str:
     """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast'."""
-    last = op_name.rsplit("/", 1)[-1] if op_name else ""
-    while last.endswith(")") and last.count(")") > last.count("("):   # '.../transpose(jvp(M)/x/mul))': its tail
-        last = last[:-1]
-    return re.sub(r"\.\d+$", "", last)
+    return re.sub(r"\.\d+$", "", op_name.rsplit("/", 1)[-1]) if op_name else ""
