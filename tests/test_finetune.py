@@ -297,3 +297,11 @@ def test_a_quantized_base_leaves_conv_weights_in_their_dtype():
 def test_fine_tuning_a_custom_step_is_refused_before_compiling():
     with pytest.raises(UserError, match="own `step`"):
         analyze(FIX / "custom_step.py", lora_rank=4, optimizer=None)
+
+
+def test_lora_on_an_nnx_model_whose_loss_passes_its_own_rngs():
+    """Flax's Gemma train step calls model(x, rngs=...): qwix takes its adapters' RNGs as that same
+    keyword and calls the model without it. Both adapters (r=4) are added and the base is frozen."""
+    r = analyze_file(str(FIX / "lora_nnx_rngs.py"), AnalyzeOptions(gpu="h100", lora_rank=4))
+    assert r.trainable_param_count == (64 * 4 + 4 * 256) + (256 * 4 + 4 * 64)
+    assert r.frozen_param_count == 64 * 256 + 256 + 256 * 64 + 64

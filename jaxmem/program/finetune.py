@@ -244,7 +244,17 @@ def wrap_nnx(make_model, ft: FineTune, loss, batch):
         if "args" not in seen:
             raise UserError("--lora on an NNX model: loss(model, batch) never calls model(...), so qwix cannot "
                             "initialize the adapters (it runs the model's __call__ once)")
-        return qwix.apply_lora_to_model(model, provider(ft), *seen["args"], rngs=nnx.Rngs(0), **seen["kwargs"])
+        if "rngs" not in seen["kwargs"]:
+            return qwix.apply_lora_to_model(model, provider(ft), *seen["args"], rngs=nnx.Rngs(0), **seen["kwargs"])
+        # The model's call takes its own rngs= (the loss passes them, as Gemma's train step does), and qwix
+        # takes the adapters' RNGs as that same keyword and calls the model without it: qwix sets the
+        # adapters up without its first call, which is made here with the loss's own arguments (with what
+        # qwix sets for its own first call, and unsets after it, set around this one).
+        model = qwix.apply_lora_to_model(model, provider(ft), rngs=nnx.Rngs(0), skip_nnx_init=True)
+        model.set_attributes(disable_quant_stats_update=True, qwix_rngs=nnx.Rngs(0))
+        model(*seen["args"], **seen["kwargs"])
+        model.set_attributes(disable_quant_stats_update=False, qwix_rngs=None)
+        return model
 
     with nnx.use_eager_sharding(False):
         return nnx.eval_shape(build)
