@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 
 HOW_TO_REPORT = ("This is not your mistake. Please report it to the jaxmem maintainers with the command line, "
@@ -14,12 +15,23 @@ class UserError(Exception):
     exit_code = 2
 
 
+# The installed jaxmem package: a frame is jaxmem's own when its file is in here, wherever the
+# checkout or the user's files live (a clone named jaxmem/ holds user files too).
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def in_package(filename: str, package_dir: str = PACKAGE_DIR) -> bool:
+    """`filename` is a file of the package installed at `package_dir`."""
+    return os.path.abspath(filename).startswith(package_dir + os.sep)
+
+
 def bug_summary(e: BaseException) -> str:
     """`ExcType: first line (module.py:line in function)` for the innermost jaxmem frame."""
     where = ""
     for frame in traceback.extract_tb(e.__traceback__):
-        if "/jaxmem/" in frame.filename.replace("\\", "/"):
-            where = f" ({frame.filename.replace(chr(92), '/').rsplit('/jaxmem/', 1)[1]}:{frame.lineno} in {frame.name})"
+        if in_package(frame.filename):
+            inner = os.path.relpath(os.path.abspath(frame.filename), PACKAGE_DIR).replace(os.sep, "/")
+            where = f" ({inner}:{frame.lineno} in {frame.name})"
     text = str(e).strip()
     first = text.splitlines()[0][:300] if text else ""
     return f"{type(e).__name__}: {first}{where}" if first else f"{type(e).__name__}{where}"

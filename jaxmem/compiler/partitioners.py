@@ -18,6 +18,7 @@ arguments), so the same op caches across runs and a changed partitioning rule mi
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 
@@ -112,8 +113,13 @@ def rule_failure(xla_message: str) -> str | None:
         return None
     text = text.split("Suspected Python Code Location:")[0]
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    import jax
+
+    from jaxmem.errors import in_package
+
+    jax_dir = os.path.dirname(os.path.abspath(jax.__file__))   # jax's and jaxmem's own frames, by where they live
     frames = [f"{m.group(1)}:{m.group(2)} in {m.group(3)}" for ln in lines if (m := _FRAME.search(ln))
-              and "/jax/" not in m.group(1) and "/jaxmem/" not in m.group(1)]
+              and not in_package(m.group(1)) and not in_package(m.group(1), jax_dir)]
     error = next((ln for ln in reversed(lines) if not ln.startswith(("File ", "Traceback"))
                   and not _FRAME.search(ln)), "")
     return error[:1000] + (f" (at {', '.join(frames[-3:])})" if frames else "")
