@@ -46,3 +46,15 @@ def test_one_huge_line_is_cut_at_the_character_limit():
 def test_a_message_within_the_limits_is_unchanged():
     msg = "\n".join(f"row {i}" for i in range(DESCRIBE_LINES - 1))
     assert describe(TypeError(msg)) == f"TypeError: {msg}"
+
+
+def test_a_frame_is_jaxmems_own_by_the_installed_package_not_by_jaxmem_in_its_path(tmp_path):
+    import os
+
+    from jaxmem import errors
+
+    clone = tmp_path / "jaxmem" / "tests" / "fixtures" / "model.py"     # a user's file in a clone named jaxmem
+    assert not errors.in_package(str(clone))
+    assert errors.in_package(errors.__file__)
+    assert errors.in_package(os.path.join(errors.PACKAGE_DIR, "compiler", "early_stop.py"))
+    assert not errors.in_package(errors.PACKAGE_DIR + "_other/x.py")
