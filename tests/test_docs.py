@@ -118,6 +118,7 @@ def test_model_file_example_runs_at_the_default_remat_none(tmp_path):
 SAMPLES = _script("gen_samples").SAMPLES
 
 
+@pytest.mark.holds_for(_script("gen_samples").SAMPLES_JAX)
 @pytest.mark.parametrize("name", [s.name for s in SAMPLES])
 def test_pasted_output_equals_a_fresh_run(name):
     """Each output pasted in README.md / docs/*.md is what its command prints now (timing lines aside)."""
