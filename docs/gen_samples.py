@@ -189,4 +189,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # the test suite's environment (tests/conftest.py), before jax starts: its forced CPU devices are
+    # in XLA_FLAGS, which the JSON samples' xla_flags report (as dropped from the GPU compile)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
     sys.exit(main(sys.argv[1:]))
