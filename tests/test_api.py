@@ -230,7 +230,8 @@ def test_a_signal_mid_compile_never_ends_the_callers_process():
 
     with scratch.run_scope():
         assert _wakeup_fd() >= 0
-    with api._session(0):
+    with api._session() as cpu_devices:
+        cpu_devices(0)
         assert _wakeup_fd() == -1
 
 
