@@ -337,8 +337,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 def cache_command(clear, trust_fp, as_json):
     """Where the compile cache is ($JAXMEM_CACHE, else ~/.cache/jaxmem), its entries, their size, and its key.
 
-    The key signs every entry: its owner, mode and fingerprint say who can sign one
-    (docs/planning.md, "Sharing a cache"). JAXMEM_CACHE_READONLY=1 reads a cache without writing.
+    The key's owner says who can sign entries (docs/planning.md); JAXMEM_CACHE_READONLY=1 never writes.
 
     \b
     Example:
@@ -512,10 +511,7 @@ def entry():
 
     stdio.guard()   # before anything opens a file: a closed fd 1 must not become that file
     exits.standalone()
-    try:
-        main()
-    except OSError as e:   # what click prints itself (--version, --help, gpus): a closed stdout is exit 2
-        stdio.refused_output(e)
+    stdio.run(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -64,11 +64,14 @@ def guard() -> None:
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115
 
 
-def refused_output(e: OSError) -> None:
-    """Output click wrote itself, outside exits.run, failed: a closed stdout is the environment's
-    (exit 2, said on stderr); any other OSError is raised again."""
-    if e.errno != errno.EBADF:
-        raise e
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"error: cannot write the output (stdout): {e.strerror}\n")
-    raise SystemExit(2)
+def run(main) -> None:
+    """main(), where output click writes itself, outside exits.run (--version, --help, gpus), into a
+    closed stdout is the environment's: exit 2, said on stderr. Any other OSError is raised again."""
+    try:
+        main()
+    except OSError as e:
+        if e.errno != errno.EBADF:
+            raise
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"error: cannot write the output (stdout): {e.strerror}\n")
+        raise SystemExit(2) from None
