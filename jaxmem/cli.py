@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from jaxmem import cli_params
 from jaxmem.cli_params import NonNegativeNumber, Seconds, Share, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_GREW
@@ -179,7 +180,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                     raise UserError(f"{option} applies to a fit search; add --find-batch, --find-seq ARG or "
                                     f"--find-devices, or drop {option}")
         if from_path:
-            _only_rendering_beside_from(click.get_current_context())
+            cli_params.only_rendering_beside_from(click.get_current_context())
             cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
@@ -219,22 +220,9 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     _run(go)
 
 
-def _only_rendering_beside_from(ctx: click.Context) -> None:
-    """--from re-renders saved rows: an option that would change a row (a grid, a step option, a
-    search) is the user's mistake, not silently ignored."""
-    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache"}  # change no row
-    given = [p for p in ctx.command.params if p.name not in rendering
-             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
-    if given:
-        names = ", ".join(p.opts[0] if p.opts[0].startswith("-") else p.name.upper() for p in given)
-        raise UserError(f"--from re-renders saved rows as they were computed; {names} would change them: drop "
-                        f"{'it' if len(given) == 1 else 'them'}, or run compare on MODEL_FILE instead of --from")
-
-
 # compare prints many reports: its --json is a list, not analyze's one object.
-for _p in compare.params:
-    if _p.name == "as_json":
-        _p.help = "Print a JSON list instead of tables: one object per row, each with its full report."
+cli_params.set_help(compare, "as_json",
+                    "Print a JSON list instead of tables: one object per row, each with its full report.")
 
 
 @main.command()
@@ -373,15 +361,8 @@ def cache_command(clear, trust_fp, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def diff(old_path, new_path, max_growth, top, as_json):
     """Two `analyze --json` reports side by side: the peak, each part, the modules and buffers added,
-    removed or grown, and the options, versions and XLA flags that differ.
-
-    Exit code: 0, or 4 with --max-growth when the peak grew by more than SHARE; 2 on a user error.
-
-    \b
-    Example (the upgrade canary; docs/planning.md):
-      jaxmem diff old.json new.json --max-growth 0.05
-    """
-
+    removed or grown, and the options, versions and XLA flags that differ (docs/planning.md). Exit code:
+    0, or 4 with --max-growth when the peak grew by more than SHARE; 2 on a user error."""
     def go():
         from jaxmem.present.diff import show
 

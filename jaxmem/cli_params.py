@@ -175,3 +175,22 @@ def step_options(f=None, *, model_file_required: bool = True):
                   *(field_option(field.name) for field, flag in flagged() if flag.shared),
                   click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
+
+
+def only_rendering_beside_from(ctx: click.Context) -> None:
+    """compare --from re-renders saved rows: an option that would change a row (a grid, a step option, a
+    search) is the user's mistake, not silently ignored."""
+    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache"}  # change no row
+    given = [p for p in ctx.command.params if p.name not in rendering
+             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        names = ", ".join(p.opts[0] if p.opts[0].startswith("-") else (p.name or "").upper() for p in given)
+        raise UserError(f"--from re-renders saved rows as they were computed; {names} would change them: drop "
+                        f"{'it' if len(given) == 1 else 'them'}, or run compare on MODEL_FILE instead of --from")
+
+
+def set_help(command: click.Command, name: str, text: str) -> None:
+    """Give the option `name` of `command` its own help text (a shared option that reads otherwise)."""
+    for p in command.params:
+        if p.name == name and isinstance(p, click.Option):
+            p.help = text

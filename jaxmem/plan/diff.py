@@ -135,7 +135,8 @@ def _buffers(d: dict) -> dict[str, int]:
     out: Counter[str] = Counter()
     for b in d.get("top_buffers") or ():
         if isinstance(b, dict):
-            out[f"{b.get('module_path') or '-'} {b.get('dtype', '')}{b.get('shape')} {b.get('category')}"] += int(b.get("size", 0))
+            key = f"{b.get('module_path') or '-'} {b.get('dtype', '')}{b.get('shape')} {b.get('category')}"
+            out[key] += int(b.get("size", 0))
     return dict(out)
 
 

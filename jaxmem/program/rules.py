@@ -176,9 +176,10 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
     failed = []
     if names and rules.as_written:
         for i, name in enumerate(names):
-            axes = tuple(name) if isinstance(name, (tuple, list)) else (name,) if name is not None else ()
-            if axes and all(a in mesh.names for a in axes):
-                spec[i] = spec_axes(axes)
+            written: tuple[str, ...] = (tuple(name) if isinstance(name, (tuple, list))
+                                        else (name,) if name is not None else ())
+            if written and all(a in mesh.names for a in written):
+                spec[i] = spec_axes(written)
     if names:
         for name, axes in rules.params:
             dims = [i for i, n in enumerate(names) if n == name and spec[i] is _FREE]
