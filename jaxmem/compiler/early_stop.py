@@ -260,6 +260,7 @@ class Child:
         if proc.poll() is None:
             proc.kill()
         self._close_pipes(proc)
+        self._close_log()
         self._reaped = True
         threading.Thread(target=proc.wait, name="jaxmem-reap-compile", daemon=True).start()
 
@@ -292,6 +293,13 @@ class Child:
         except subprocess.TimeoutExpired:
             pass
         self._close_pipes(self._proc)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        """Our handle on the child's stderr file (the child writes through its own)."""
+        log = getattr(self, "_log", None)
+        if log is not None:
+            log.close()
 
     @staticmethod
     def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
