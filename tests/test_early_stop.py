@@ -80,9 +80,23 @@ def _assert_stopped_equals_whole(target, built, opts):
     # the step-time estimate costs the module the text was printed from; parsed back, it costs the same
     printed = steptime._xla_cost(stopped.hlo_text)
     assert steptime._printed is not None and steptime._printed[0] is stopped.hlo_text
-    reparsed = steptime._xla_cost(stopped.hlo_text[:1] + stopped.hlo_text[1:])   # an equal text, not the same one
-    assert printed == reparsed and printed["flops"] > 0
+    assert stopped.cost == printed and printed["flops"] > 0   # kept with the text: a cached answer costs the same
+    if _parses_as_printed(stopped.hlo_text):
+        reparsed = steptime._xla_cost(stopped.hlo_text[:1] + stopped.hlo_text[1:])   # an equal text, not the same
+        assert printed == reparsed
     return stopped
+
+
+def _parses_as_printed(text: str) -> bool:
+    """The text parsed back costs what its module did. So up to jaxlib 0.11; jaxlib 0.12's printer
+    writes all-reduce-start's output_to_operand_aliasing, which its parser refuses (jaxmem.compiler.versions
+    strips it), and a parsed-back module with host memory spaces costs other bytes: the cost is kept
+    with the text instead (Artifacts.cost), which the assertions above check."""
+    import jaxlib
+
+    from jaxmem.compiler import versions
+
+    return versions.parse(jaxlib.__version__) < (0, 12)
 
 
 def test_the_child_prints_the_module_while_the_parent_reads_the_dump(models_dir, monkeypatch):
@@ -93,7 +107,9 @@ def test_the_child_prints_the_module_while_the_parent_reads_the_dump(models_dir,
     monkeypatch.setattr(early_stop, "print_module", here)
     text, cost = early_stop.print_module(art.dump)              # what the parent would have printed
     assert art.hlo_text == text and steptime._printed == (art.hlo_text, cost)
-    assert steptime._xla_cost(art.hlo_text) == cost == steptime._xla_cost(art.hlo_text[:1] + art.hlo_text[1:])
+    assert steptime._xla_cost(art.hlo_text) == cost == art.cost
+    if _parses_as_printed(art.hlo_text):
+        assert steptime._xla_cost(art.hlo_text[:1] + art.hlo_text[1:]) == cost
 
 
 def test_a_child_gone_before_printing_leaves_the_print_to_the_parent(models_dir, monkeypatch):

@@ -186,6 +186,9 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
                 # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
                 art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
                 if art is not None:
+                    from jaxmem.compiler import steptime
+
+                    steptime.remember_cost(art.hlo_text, art.cost)   # the cost stored with the text, if any
                     # this run's costs: it lowered, and compiled nothing
                     return dataclasses.replace(art, dump=art.dump if explain else None,
                                                stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
@@ -278,8 +281,13 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
         host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],
     )
     # the deviceless compile-only executable has no cost analysis either: the step-time estimate
-    # reads the optimized HLO itself
-    return Artifacts(stats=stats, cost={}, hlo_text=text, dump=raw, assignment=assignment)
+    # reads the optimized HLO itself, and XLA's cost of the module the text was printed from is kept
+    # with it, so that an answer from the cache costs what the fresh one did (some XLA versions print
+    # text their own parser refuses as it is: jaxmem.compiler.versions.hlo_module_from_text)
+    from jaxmem.compiler import steptime
+
+    return Artifacts(stats=stats, cost=steptime.printed_cost(text) or {}, hlo_text=text, dump=raw,
+                     assignment=assignment)
 
 
 @contextlib.contextmanager

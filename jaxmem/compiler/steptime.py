@@ -101,6 +101,22 @@ def printed_from(text: str, cost: dict[str, float]) -> None:
     _printed = (text, dict(cost))
 
 
+_MODULE_COST_KEYS = {"flops", "bytes accessed", "transcendentals"}
+
+
+def printed_cost(text: str) -> dict[str, float] | None:
+    """The module cost remembered for `text` (printed_from), or None."""
+    printed = _printed
+    return dict(printed[1]) if printed is not None and printed[0] is text else None
+
+
+def remember_cost(text: str, cost: dict) -> None:
+    """A cached compile's text with the module cost stored beside it (an early-stopped compile's
+    Artifacts.cost: exactly module_cost's keys; a whole compile's cost_analysis() has others)."""
+    if set(cost) == _MODULE_COST_KEYS:
+        printed_from(text, cost)
+
+
 def module_cost(module, client=None) -> dict[str, float]:
     """XLA's HloCostAnalysis of an XLA HloModule (backend-neutral for FLOPs and bytes; the CPU
     client only provides its shape-size function)."""

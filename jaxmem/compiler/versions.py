@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import sys
 from importlib import metadata
 
@@ -149,13 +150,59 @@ def hlo_module_class():
         return _jax.HloModule
 
 
-def hlo_module_from_text(text: str):
+def _parser():
     try:
         from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-        return _hlo.hlo_module_from_text(text)
+        return _hlo.hlo_module_from_text
     except ImportError:
         from jax._src.lib import _jax
-        return _jax.hlo_module_from_text(text)
+        return _jax.hlo_module_from_text
+
+
+_UNEXPECTED = re.compile(r'unexpected attribute "(\w+)"')
+_MAX_STRIPPED = 8
+
+
+def hlo_module_from_text(text: str):
+    """XLA's HloModule parsed from HLO text. Some XLA versions print attributes their own parser then
+    refuses (jaxlib 0.12's all-reduce-start with output_to_operand_aliasing): such an attribute, named
+    by the parser's error, is taken out of the text and the parse tried again (nothing jaxmem reads
+    from a parsed module, its cost, depends on them); at most a few, then the error stands."""
+    parse = _parser()
+    for _ in range(_MAX_STRIPPED):
+        try:
+            return parse(text)
+        except Exception as e:   # jaxlib raises its own runtime error type
+            m = _UNEXPECTED.search(str(e))
+            if m is None:
+                raise
+            stripped = strip_attribute(text, m.group(1))
+            if stripped == text:
+                raise
+            text = stripped
+    return parse(text)
+
+
+def strip_attribute(text: str, name: str) -> str:
+    """`text` without every `, name=<value>` (the value's brackets balanced)."""
+    out, i, key = [], 0, f", {name}="
+    while (j := text.find(key, i)) >= 0:
+        out.append(text[i:j])
+        k, depth = j + len(key), 0
+        while k < len(text):
+            ch = text[k]
+            if ch in "{[(":
+                depth += 1
+            elif ch in "}])":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch in ",\n" and depth == 0:
+                break
+            k += 1
+        i = k
+    out.append(text[i:])
+    return "".join(out)
 
 
 # Flags of XLA_FLAGS that do not reach the compile as given, and why.
