@@ -4,6 +4,8 @@ import json
 import os
 
 import pynvml
+import jax
+import jaxlib
 import pytest
 from click.testing import CliRunner
 
@@ -42,7 +44,7 @@ def test_without_a_gpu_doctor_says_so_and_proves_analyze_works(clean_memory_env,
     # the versions the CUDA plugin would check are still shown, from the plugin's own extension
     v = checks["versions"]
     assert v["status"] == "skip" and "needs an NVIDIA driver" in v["summary"]
-    assert v["details"]["packages"]["jax"] == v["details"]["packages"]["jaxlib"] == "0.10.2"
+    assert v["details"]["packages"]["jax"] == jax.__version__ and v["details"]["packages"]["jaxlib"] == jaxlib.__version__
     assert v["details"]["cuda_components"]["cudnn"]["installed"] > 0
     assert checks["memory_settings"]["status"] == "pass" and "75%" in checks["memory_settings"]["summary"]
     assert checks["calibration"]["status"] == "pass" and "none yet" in checks["calibration"]["summary"]

@@ -127,6 +127,7 @@ def test_linen_batch_stats_are_carried():
     assert r.breakdown["other_state"] > 1000   # batch_stats means and variances
 
 
+@pytest.mark.holds_for("0.9.0", "0.10.2")   # jaxlib 0.12's XLA:GPU finds a tiling: nothing to fall back from
 def test_triton_tiling_failure_falls_back_and_says_so():
     # XLA:GPU without autotuning finds no Triton tiling for a 1088-row dot (1088 = 64 x 17 tokens)
     r = run(MODELS / "gpt2.py", model_args=(("preset", "tiny"), ("seq_len", 17)), batch=64)

@@ -10,6 +10,7 @@ _SCAFFOLD = frozenset({
     "while", "body", "cond", "branch", "checkpoint", "remat", "rematted_computation",
     "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr",
     "shard_map", "scan",
+    "eval_jaxpr",   # jax 0.11+: the body of a scan (nn.scan's layers/eval_jaxpr/attn is layers/attn)
 })
 _CALL = re.compile(r"^([\w.\-]+)\((.*)\)$")
 # Wrappers naming a called *function*, not a scope: the whole component goes.
