@@ -57,7 +57,8 @@ from typing import Any
 from jaxmem import env, files
 from jaxmem.compiler import cache_key
 
-FORMAT = 2   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC)
+FORMAT = 3   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
+# early-stopped compile keeps its module's cost: an entry without it would cost its text differently)
 MAGIC = "jaxmem-compile-cache"
 # The most an entry may hold: a buffer-assignment dump of a large model is tens of MB; a file far
 # larger than any entry is not read into memory (it is a miss).
