@@ -32,6 +32,7 @@ def test_ruff_clean():
 
 
 @pytest.mark.slow  # about 20 s from a cold cache
+@pytest.mark.holds_for("0.10.2")   # the type: ignores are written against that jax's stubs (.ci/run: mypy there)
 def test_mypy_clean():
     errors = [ln for ln in _run("mypy", "jaxmem") if ": error:" in ln]
     assert not errors, "mypy jaxmem:\n" + "\n".join(errors)

@@ -19,9 +19,10 @@ import re
 import sys
 from importlib import metadata
 
-# The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
-TESTED = ((0, 9, 0), (0, 12))          # from 0.9.0 up to every 0.12.x
-TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
+# The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between. (0.9.x
+# installs and analyzes, with the warning: the suite is not yet clean there.)
+TESTED = ((0, 10, 2), (0, 12))          # from 0.10.2 up to every 0.12.x
+TESTED_TEXT = "jax/jaxlib 0.10.2 through 0.12.x"
 PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")   # the first installed one is the one jax loads first
 
 # What the target description says when no plugin reports its build (only reachable on a GPU
