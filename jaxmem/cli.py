@@ -360,9 +360,9 @@ def cache_command(clear, trust_fp, as_json):
               help="Rows of the module and buffer tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def diff(old_path, new_path, max_growth, top, as_json):
-    """Two `analyze --json` reports side by side: the peak, each part, the modules and buffers added,
-    removed or grown, and the options, versions and XLA flags that differ (docs/planning.md). Exit code:
-    0, or 4 with --max-growth when the peak grew by more than SHARE; 2 on a user error."""
+    """Two `analyze --json` reports side by side: the peak, each part, the modules and buffers added, removed
+    or grown, and the options, versions, XLA flags that differ (docs/planning.md). Exit code: 0, or 4 with
+    --max-growth when the peak grew by more than SHARE; 2 on a user error. Example: jaxmem diff old.json new.json"""
     def go():
         from jaxmem.present.diff import show
 
