@@ -266,7 +266,8 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
             raise env.started_too_early(f"cannot build a deviceless {spec.key} topology") from None
         raise UserError(
             f"cannot build a deviceless {spec.key} topology ({type(e).__name__}: {str(e).splitlines()[0]}). "
-            "Deviceless GPU compilation needs the CUDA plugin: pip install 'jax[cuda12]==0.10.2' (Linux)."
+            "Deviceless GPU compilation needs the CUDA plugin of your jax: "
+            "pip install 'jax[cuda12]==<your jax version>' (or jax[cuda13]; Linux)."
         ) from None
     return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, tuple(topo.devices), hosts)
 

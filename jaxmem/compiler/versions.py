@@ -23,7 +23,8 @@ from importlib import metadata
 # installs and analyzes, with the warning: the suite is not yet clean there.)
 TESTED = ((0, 10, 2), (0, 12))          # from 0.10.2 up to every 0.12.x
 TESTED_TEXT = "jax/jaxlib 0.10.2 through 0.12.x"
-PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")   # the first installed one is the one jax loads first
+# Where both are installed the CUDA 13 one is named (which one jax loads then was not checked)
+PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 
 # What the target description says when no plugin reports its build (only reachable on a GPU
 # compile without a plugin, which fails right after with the install hint): the values this

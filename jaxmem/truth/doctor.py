@@ -43,7 +43,8 @@ EXIT_CHECK_FAILED = 3
 # Files the NVIDIA kernel driver creates: present means a driver is installed even if NVML cannot be loaded.
 DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
 SMOKE_TIMEOUT_S = 300
-INSTALL = "pip install -U 'jax[cuda12]==0.10.2' (its wheels bring the CUDA libraries jaxlib was built with)"
+INSTALL = ("pip install 'jax[cuda12]==<your jax version>' (or jax[cuda13]; its wheels bring the CUDA libraries jaxlib "
+           "was built with)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +208,7 @@ def check_versions(gpu_present: bool) -> Check:
         return Check("versions", "fail" if gpu_present else "warn",
                      f"jax {versions['jax']} has no CUDA plugin installed: no GPU backend, and no deviceless "
                      "GPU compile",
-                     "pip install 'jax[cuda12]==0.10.2' (Linux)", details)
+                     "pip install 'jax[cuda12]==<your jax version>' or jax[cuda13] (Linux)", details)
     components = {}
     for name, get, built in (("cuda_runtime", "cuda_runtime_get_version", "cuda_runtime_build_version"),
                              ("cudnn", "cudnn_get_version", "cudnn_build_version"),
