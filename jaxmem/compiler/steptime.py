@@ -130,10 +130,8 @@ def _xla_cost(text: str) -> dict[str, float]:
     """module_cost of an HLO module given as text."""
     from jaxmem.compiler import versions
 
-    printed = _printed
-    if printed is not None and printed[0] is text:
-        return dict(printed[1])
-    return module_cost(versions.hlo_module_from_text(text))
+    remembered = printed_cost(text)
+    return remembered if remembered is not None else module_cost(versions.hlo_module_from_text(text))
 
 
 def program_cost(module: hlo_text.Module) -> ProgramCost:
