@@ -9,7 +9,7 @@ import functools
 import click
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, REMAT_POLICIES
+from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, remat_problem, split_remats
 
 
 def _pairs(ctx, param, values):
@@ -44,6 +44,18 @@ class WholeNumber(click.ParamType):
         if n > 2**63 - 1:
             self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
         return n
+
+
+class RematPolicy(click.ParamType):
+    """--remat: a checkpoint policy's name, or offload:NAME[,NAME]."""
+
+    name = "policy"
+
+    def convert(self, value, param, ctx):
+        problem = remat_problem(str(value))
+        if problem:
+            self.fail(problem, param, ctx)
+        return str(value)
 
 
 class Number(click.ParamType):
@@ -103,7 +115,7 @@ def grid(kind: str):
         if value is None:
             return value
         sep = ";" if kind == "mesh" else ","
-        items = [v.strip() for v in value.split(sep)]
+        items = split_remats(value) if kind == "remat" else [v.strip() for v in value.split(sep)]
         if not any(items) or (kind != "mesh" and not all(items)):
             raise click.BadParameter(f"{value!r}: expected {kind} values separated by '{sep}'", ctx, param)
         for v in filter(None, items):
@@ -129,8 +141,8 @@ def _check_grid_value(kind: str, v: str) -> None:
     elif kind == "layout":
         if v not in LAYOUTS:
             raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
-    elif kind == "remat" and v not in REMAT_POLICIES:
-        raise ValueError(f"unknown remat policy; known: {', '.join(REMAT_POLICIES)}")
+    elif kind == "remat" and remat_problem(v):
+        raise ValueError(remat_problem(v))
     elif kind == "precision":
         if v not in PRECISIONS:
             raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
@@ -159,7 +171,7 @@ def field_option(name: str):
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
     kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": PositiveNumber, "fraction": Fraction,
-            "text": lambda: None}[flag.kind]()
+            "remat": RematPolicy, "text": lambda: None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
                         help=help_, metavar=metavar)
 

@@ -10,7 +10,7 @@ from jaxmem.compiler import cache, runtime, targets, versions
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.errors import UserError
 from jaxmem.program import layouts, sizes, splits, step, train_state
-from jaxmem.program.options import AnalyzeOptions, command_line  # noqa: F401  (public here too)
+from jaxmem.program.options import AnalyzeOptions, command_line, offloads_activations  # noqa: F401  (public here too)
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
 
@@ -92,6 +92,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.offload is not None and target.platform == "cpu":
         raise UserError(OFFLOAD_ON_CPU)
+    if offloads_activations(opts.remat) and target.platform == "cpu":
+        raise UserError(f"--remat {opts.remat} offloads activations to pinned host memory, which needs a GPU target: "
+                        "the CPU backend has no device memory apart from the host's; pick a GPU (--gpu h100, jaxmem "
+                        "gpus) or another --remat policy")
     if opts.mem_fraction is not None and target.memory_bytes is None:
         raise UserError(f"--mem-fraction {opts.mem_fraction}: --gpu cpu has no fixed device memory to take a share of "
                         "(the OS decides); drop --mem-fraction, or pick a GPU (jaxmem gpus).")
@@ -202,7 +206,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     state_bytes = state.params + state.optimizer_state + state.other_state
     for message, cost in splits.idle_axes(roles, opts.layout, state_bytes, breakdown["activations_and_temporaries"]):
         warnings.append(report.ReportWarning("axis_splits_nothing", message, cost))
-    host = _host(state, stats, warnings)
+    host = _host(state, stats, warnings, opts.remat)
+    if not _host_fits(host, target.gpu, warnings) and fits:
+        fits = False
 
     top: tuple = ()
     modules: tuple = ()
@@ -285,18 +291,42 @@ def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
 
 
-def _host(state: train_state.StateBytes, stats, warnings: list) -> dict[str, int]:
+def _host(state: train_state.StateBytes, stats, warnings: list, remat: str) -> dict[str, int]:
     """Per-device pinned-host bytes when something is offloaded. XLA's host_argument must be the
     offloaded state's bytes; if XLA kept some of it on the device, say so (the device numbers
-    already count it: it is in XLA's device arguments)."""
-    if not state.host:
+    already count it: it is in XLA's device arguments). Under an offloading --remat policy XLA's
+    host temporaries are the offloaded activations (the only host buffers the step makes)."""
+    offloading = offloads_activations(remat)
+    if offloading and not stats.host_temp:
+        warnings.append(report.ReportWarning(
+            "remat_offloaded_nothing", f"--remat {remat} moved no activation to host memory: the model saves none "
+            "that the policy offloads (offload:NAME needs activations named with checkpoint_name inside layers "
+            "wrapped in nn.remat/jax.checkpoint with jaxmem.remat_policy(remat); offload_dots needs dots without "
+            "batch dimensions there)"))
+    if not state.host and not stats.host_temp:
         return {}
-    if stats.host_argument != state.host_arguments:
+    if state.host and stats.host_argument != state.host_arguments:
         warnings.append(report.ReportWarning(
             "offload_not_placed", f"--offload: XLA placed {stats.host_argument:,} bytes of arguments in host memory, "
             f"not the {state.host_arguments:,} offloaded; the device numbers count what stayed on the device",
             max(state.host_arguments - stats.host_argument, 0)))
-    return {**state.host, "temporaries": stats.host_temp}
+    return {**state.host, ("activations" if offloading else "temporaries"): stats.host_temp}
+
+
+def _host_fits(host: dict[str, int], gpu: str, warnings: list) -> bool:
+    """Pinned host memory within the reference system's RAM per GPU (targets.Performance.host_memory)."""
+    perf = targets.performance(gpu)
+    total = sum(host.values())
+    if not total or perf is None or perf.host_memory is None:
+        return True
+    if total <= perf.host_memory:
+        return True
+    warnings.append(report.ReportWarning(
+        "host_memory_exceeded", f"{total / 2**30:.1f} GiB of pinned host memory per device exceeds the "
+        f"{perf.host_memory / 2**30:.0f} GiB per GPU of the reference system's RAM (jaxmem gpus --json: host_memory): "
+        "offload less (fewer offloaded names, --remat full) or spread the state over more devices",
+        total - perf.host_memory))
+    return False
 
 
 def _optimizer_name(wl: Workload) -> str:

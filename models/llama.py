@@ -288,12 +288,7 @@ CHECKPOINT_NAMES = ("query_proj", "key_proj", "value_proj", "context", "out_proj
 
 def _policy(cfg: Config):
     """The --remat policy, plus the named activations of ``remat_save``."""
-    policy = jaxmem.remat_policy(cfg.remat)
-    names = [n for n in cfg.remat_save.split(",") if n]
-    if names:
-        policy = jax.checkpoint_policies.save_from_both_policies(
-            policy, jax.checkpoint_policies.save_only_these_names(*names))
-    return policy
+    return jaxmem.remat_policy(cfg.remat, save=[n for n in cfg.remat_save.split(",") if n])
 
 
 def loss_fn(model, batch):
@@ -335,6 +330,11 @@ def _config(preset: str, overrides: dict) -> Config:
     unknown = [n for n in cfg.remat_save.split(",") if n and n not in CHECKPOINT_NAMES]
     if unknown:
         raise UserError(f"llama: remat_save names {', '.join(unknown)}; known: {', '.join(CHECKPOINT_NAMES)}")
+    if cfg.remat.startswith("offload:"):
+        unknown = [n for n in cfg.remat[len("offload:"):].split(",") if n not in CHECKPOINT_NAMES]
+        if unknown:
+            raise UserError(f"llama: --remat {cfg.remat} offloads {', '.join(unknown)}, which no layer names; "
+                            f"known: {', '.join(CHECKPOINT_NAMES)}")
     if cfg.remat_save and cfg.remat == "none":
         raise UserError("llama: remat_save names what a remat policy also saves; give --remat too "
                         "(--remat full: only the named activations are saved)")

@@ -66,5 +66,6 @@ def test_the_choices_are_the_names_the_implementations_know():
 
     assert tuple(state.OPTIMIZERS) == options.OPTIMIZER_NAMES
     assert layouts.LAYOUTS is options.LAYOUTS and finetune.BASE_DTYPES is options.BASE_DTYPES
-    for name in options.REMAT_POLICIES[2:]:   # the rest are jax.checkpoint_policies of that name
-        assert callable(getattr(jax.checkpoint_policies, name))
+    for name in options.REMAT_POLICIES[2:]:   # the rest are jax.checkpoint_policies of that name ...
+        if name != "offload_dots":   # ... but offload_dots, jax's offload_dot_with_no_batch_dims to pinned host
+            assert callable(getattr(jax.checkpoint_policies, name))

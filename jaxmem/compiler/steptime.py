@@ -350,17 +350,27 @@ def _link(c: Collective, devices_per_host: int, perf) -> tuple[str, float]:
 
 def host_transfer_bytes(module: hlo_text.Module) -> int:
     """Bytes moved between device and pinned host memory (memory space S(5)) per step: the
-    ``copy-start``/``copy`` instructions whose source or destination lives on the host, and the
-    entry parameters that live there (read over PCIe by the kernels that use them, once)."""
+    ``copy-start``/``copy`` instructions whose source or destination lives on the host, the
+    ``dynamic-update-slice`` writes into a host buffer and the ``dynamic-slice`` reads from one
+    (how XLA's host offloader moves a scanned layer's offloaded activations, one layer per
+    iteration), and the entry parameters that live there (read over PCIe by the kernels that use
+    them, once)."""
     mult = module.multiplicity
     by_name = module.by_name
     total = sum(hlo_text.shape_bytes(ins.shape) for ins in module.computations[module.entry].instructions
                 if ins.opcode == "parameter" and "S(5)" in ins.shape_text)
     for ins in module.instructions():
-        if ins.opcode not in ("copy-start", "copy") or ins.computation not in mult:
+        if ins.computation not in mult or ins.opcode not in ("copy-start", "copy", "dynamic-update-slice",
+                                                             "dynamic-slice"):
             continue
         operands = [by_name[n] for n in re.findall(r"%([\w.\-]+)", ins.operands) if n in by_name]
-        if "S(5)" in ins.shape_text or any("S(5)" in o.shape_text for o in operands):
+        if ins.opcode == "dynamic-update-slice":
+            if "S(5)" in ins.shape_text and len(operands) > 1:   # the update goes to the host
+                total += hlo_text.shape_bytes(operands[1].shape) * mult[ins.computation]
+        elif ins.opcode == "dynamic-slice":
+            if operands and "S(5)" in operands[0].shape_text and "S(5)" not in ins.shape_text:
+                total += hlo_text.shape_bytes(ins.shape) * mult[ins.computation]
+        elif "S(5)" in ins.shape_text or any("S(5)" in o.shape_text for o in operands):
             shape = ins.shape[0] if isinstance(ins.shape, tuple) else ins.shape  # copy-start: (dest, src, ctx)
             total += hlo_text.shape_bytes(shape) * mult[ins.computation]
     return total

@@ -108,8 +108,13 @@ class Performance:
     host_bandwidth: float = 0.0  # bytes/s per GPU, one way, to the host's memory (PCIe): offloaded state
     fp8_flops: float | None = None   # dense fp8 tensor-core FLOP/s (None: no fp8 tensor cores)
     int8_ops: float | None = None    # dense int8 tensor-core OP/s
+    # the reference system's memory per GPU (its RAM / its GPUs): what pinned host buffers may take
+    host_memory: int | None = None
 
 
+# DGX A100 (640 GB), H100, H200 and B200 user guides: 2 TB of system memory for 8 GPUs (read as 2 TiB)
+_DGX_RAM = 2**41 // 8
+_DGX_RAM_SOURCE = "NVIDIA DGX {0} user guide: 2 TB system memory for 8 GPUs (256 GiB per GPU, read as 2 TiB)"
 _DGX_NET = "NVIDIA DGX {0} user guide: 8 x ConnectX-7 400 Gb/s InfiniBand, one per GPU (50 GB/s each way)"
 PERFORMANCE: dict[str, Performance] = {
     "a100-80g": Performance(
@@ -120,8 +125,9 @@ PERFORMANCE: dict[str, Performance] = {
          ("inter_host_bandwidth", ("NVIDIA DGX A100 user guide: 8 x ConnectX-6 200 Gb/s HDR InfiniBand for compute, "
           "one per GPU (25 GB/s each way)")),
          ("host_bandwidth", "NVIDIA A100 datasheet: PCIe Gen4 64 GB/s (bidirectional), 32 GB/s each way"),
+         ("host_memory", _DGX_RAM_SOURCE.format("A100")),
          ("int8_ops", "NVIDIA A100 datasheet: INT8 Tensor Core 624 TOPS dense (1,248 sparse); Ampere has no FP8")),
-        host_bandwidth=32e9, int8_ops=624e12),
+        host_bandwidth=32e9, int8_ops=624e12, host_memory=_DGX_RAM),
     "h100": Performance(
         989.4e12, 494.7e12, 66.9e12, 3.35e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
@@ -129,9 +135,10 @@ PERFORMANCE: dict[str, Performance] = {
            "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 3.35 TB/s HBM3, NVLink 900 GB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("H100")),
          ("host_bandwidth", "NVIDIA H100 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
+         ("host_memory", _DGX_RAM_SOURCE.format("H100")),
          ("fp8_flops, int8_ops", ("NVIDIA H100 datasheet, H100 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
           "(1,979 dense)"))),
-        host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12),
+        host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12, host_memory=_DGX_RAM),
     "h200": Performance(
         989.4e12, 494.7e12, 66.9e12, 4.8e12, 450e9, 50e9, "NVLink 4", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
@@ -139,9 +146,10 @@ PERFORMANCE: dict[str, Performance] = {
            "TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4.8 TB/s HBM3e, NVLink 900 GB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("H200")),
          ("host_bandwidth", "NVIDIA H200 datasheet: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
+         ("host_memory", _DGX_RAM_SOURCE.format("H200")),
          ("fp8_flops, int8_ops", ("NVIDIA H200 datasheet, H200 SXM: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
           "(1,979 dense)"))),
-        host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12),
+        host_bandwidth=64e9, fp8_flops=1978.9e12, int8_ops=1978.9e12, host_memory=_DGX_RAM),
     "b200": Performance(
         2.25e15, 1.1e15, 75e12, 7.7e12, 900e9, 50e9, "NVLink 5", "NDR InfiniBand 400 Gb/s per GPU",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
@@ -149,9 +157,10 @@ PERFORMANCE: dict[str, Performance] = {
            "PFLOPS with sparsity (1.1 dense), FP32 75 TFLOPS, 7.7 TB/s HBM3e, NVLink 5 1.8 TB/s (bidirectional)")),
          ("inter_host_bandwidth", _DGX_NET.format("B200")),
          ("host_bandwidth", "NVIDIA HGX B200 specifications: PCIe Gen5 128 GB/s (bidirectional), 64 GB/s each way"),
+         ("host_memory", _DGX_RAM_SOURCE.format("B200")),
          ("fp8_flops, int8_ops", ("NVIDIA HGX B200 specifications (per GPU): FP8 9 PFLOPS and INT8 9 POPS with "
           "sparsity (4.5 dense)"))),
-        host_bandwidth=64e9, fp8_flops=4.5e15, int8_ops=4.5e15),
+        host_bandwidth=64e9, fp8_flops=4.5e15, int8_ops=4.5e15, host_memory=_DGX_RAM),
     "rtx-a6000": Performance(
         154.8e12, 77.4e12, 38.7e12, 768e9, 32e9, 25e9, "PCIe 4.0 x16", "200 Gb/s per GPU (assumed)",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth",

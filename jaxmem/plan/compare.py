@@ -24,6 +24,7 @@ from jaxmem.errors import UserError
 from jaxmem.pipeline import OFFLOAD_ON_CPU, AnalyzeOptions
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
+from jaxmem.program.options import split_remats
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
@@ -86,7 +87,8 @@ def grid(spec: dict[str, str | None]) -> list[dict[str, Any]]:  # AnalyzeOptions
         if text is None:
             continue
         conv = AXES[name]
-        values = [v.strip() for v in text.split(";" if name == "mesh" else ",") if v.strip()]
+        parts = split_remats(text) if name == "remat" else text.split(";" if name == "mesh" else ",")
+        values = [v.strip() for v in parts if v.strip()]
         try:
             axes.append([(name, conv(v)) for v in values])
         except ValueError:

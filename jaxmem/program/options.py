@@ -21,7 +21,10 @@ PRECISIONS = ("fp32", "bf16", "bf16-pure")
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adafactor", "lion")
 # "none" and "full" are jaxmem's; the rest are jax.checkpoint_policies of the same name
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable", "checkpoint_dots",
-                  "checkpoint_dots_with_no_batch_dims", "everything_saveable", "nothing_saveable")
+                  "checkpoint_dots_with_no_batch_dims", "everything_saveable", "nothing_saveable", "offload_dots")
+# policies that keep what they save in pinned host memory: offload_dots (jax's offload_dot_with_no_batch_dims)
+# and offload:NAME,NAME (save_and_offload_only_these_names over the model's checkpoint_name()s)
+OFFLOAD_PREFIX = "offload:"
 BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
 OFFLOADS = ("optimizer",)
 # jax.sharding.AxisType of every mesh axis: Auto (XLA's propagation places what the code leaves
@@ -81,7 +84,10 @@ class StepChoice:
     precision: str = _opt("fp32", Flag(
         "--precision", "bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16.",
         kind="choice", choices=PRECISIONS, always=True, show_default=True))
-    remat: str = _opt("none", Flag("--remat", kind="choice", choices=REMAT_POLICIES, always=True, show_default=True))
+    remat: str = _opt("none", Flag(
+        "--remat", f"Checkpoint policy of the model's layers: {', '.join(REMAT_POLICIES)}, or offload:NAME[,NAME] "
+        "(the activations the model names with checkpoint_name go to pinned host memory; offload_dots sends the "
+        "dots without batch dimensions there).", kind="remat", metavar="POLICY", always=True, show_default=True))
     accum: int = _opt(1, Flag("--accum", "Gradient-accumulation microbatches.", kind="count", minimum=1,
                               show_default=True))
     donate: bool = _opt(True, Flag("--no-donate", "Do not donate the train state (shows the cost).",
@@ -176,6 +182,44 @@ class StepOptions:
     finetune: FineTune = FineTune()
     rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
     axis_types: str = "auto"        # --axis-types (the workload's own wish is applied in step.plan)
+
+
+def remat_problem(name: str) -> str | None:
+    """Why `name` is no --remat policy (None when it is one): a REMAT_POLICIES name, or offload:NAME[,NAME]."""
+    if name in REMAT_POLICIES:
+        return None
+    if name.startswith(OFFLOAD_PREFIX):
+        names = name[len(OFFLOAD_PREFIX):].split(",")
+        if all(n.strip() for n in names):
+            return None
+        return (f"{name!r}: offload: takes the checkpoint names of the activations to offload, e.g. "
+                "offload:query_proj,key_proj,value_proj")
+    return f"remat={name!r} is no checkpoint policy; known: {', '.join(REMAT_POLICIES)}, offload:NAME[,NAME]"
+
+
+def offloaded_names(name: str) -> tuple[str, ...]:
+    """The checkpoint names an offload:NAME,... policy sends to the host (() for any other policy)."""
+    if not name.startswith(OFFLOAD_PREFIX):
+        return ()
+    return tuple(n.strip() for n in name[len(OFFLOAD_PREFIX):].split(","))
+
+
+def offloads_activations(name: str) -> bool:
+    """The --remat policy keeps saved activations in pinned host memory."""
+    return name == "offload_dots" or name.startswith(OFFLOAD_PREFIX)
+
+
+def split_remats(text: str) -> list[str]:
+    """compare's --remats list: comma-separated policies, where the names after offload: belong to it
+    (`none,offload:query_proj,key_proj,full` is three policies)."""
+    out: list[str] = []
+    for item in (v.strip() for v in text.split(",")):
+        if out and out[-1].startswith(OFFLOAD_PREFIX) and item and item not in REMAT_POLICIES \
+                and not item.startswith(OFFLOAD_PREFIX):
+            out[-1] = f"{out[-1]},{item}"
+        else:
+            out.append(item)
+    return out
 
 
 def is_cpu_target(gpu: str | None) -> bool:

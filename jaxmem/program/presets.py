@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 from jaxmem.errors import UserError
-from jaxmem.program.options import REMAT_POLICIES
+from jaxmem.program.options import remat_problem
 
 C = TypeVar("C", bound="DataclassInstance")
 
@@ -30,8 +30,9 @@ def choose_preset(family: str, presets: Mapping[str, C], preset: str, overrides:
     if unknown:
         known = ", ".join(["preset", *extra_args, *fields])
         raise UserError(f"{family}: unknown argument(s) {', '.join(unknown)}; known: {known}")
-    if overrides.get("remat", "none") not in REMAT_POLICIES:
-        raise UserError(f"{family}: remat={overrides['remat']!r}; choose one of {', '.join(REMAT_POLICIES)}")
+    problem = remat_problem(str(overrides.get("remat", "none")))
+    if problem:
+        raise UserError(f"{family}: {problem}")
     values = dict(overrides)
     for name, value in overrides.items():
         if isinstance(getattr(base, name), bool) and not isinstance(value, bool):

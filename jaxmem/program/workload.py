@@ -29,23 +29,48 @@ from jaxmem.errors import UserError, describe
 from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
 
 
-def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy for a ``--remat`` name, for every name in REMAT_POLICIES.
+def remat_policy(name: str, save: tuple[str, ...] | list[str] = ()):
+    """The ``jax.checkpoint`` policy for a ``--remat`` name: every name in REMAT_POLICIES, or
+    ``offload:NAME[,NAME]``.
 
     Models use it as ``nn.remat(Block, policy=jaxmem.remat_policy(remat))``. ``full`` saves
     nothing (everything is recomputed); ``none`` saves everything, so a layer wrapped at the
     default ``--remat none`` recomputes nothing. nn.remat's ``prevent_cse=True`` barriers still
     change XLA:GPU's schedule, so models skip nn.remat at ``none`` (docs/model-files.md, "Remat").
+    ``offload_dots`` is ``jax.checkpoint_policies.offload_dot_with_no_batch_dims`` and
+    ``offload:NAME,...`` is ``save_and_offload_only_these_names`` (the activations named with
+    ``checkpoint_name``): what they save lives in pinned host memory until the backward pass.
+    `save`: checkpoint names kept on the device on top of the policy (MaxText's named policies).
     """
     import jax
 
-    if name not in REMAT_POLICIES:
-        raise ValueError(f"no checkpoint policy for remat={name!r}; choose one of {', '.join(REMAT_POLICIES)}")
+    from jaxmem.program.options import offloaded_names, remat_problem
+
+    problem = remat_problem(name)
+    if problem:
+        raise ValueError(problem)
+    cp = jax.checkpoint_policies
     if name == "full":
-        return jax.checkpoint_policies.nothing_saveable
-    if name == "none":
-        return jax.checkpoint_policies.everything_saveable
-    return getattr(jax.checkpoint_policies, name)
+        policy = cp.nothing_saveable
+    elif name == "none":
+        policy = cp.everything_saveable
+    elif name == "offload_dots":
+        policy = cp.offload_dot_with_no_batch_dims("device", "pinned_host")
+    elif offloaded_names(name):
+        policy = cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=list(offloaded_names(name)),
+            offload_src="device", offload_dst="pinned_host")
+    else:
+        policy = getattr(cp, name)
+    if not save:
+        return policy
+    on_device = cp.save_only_these_names(*save)
+
+    def policy_and_save(prim, *args, **params):
+        # a named activation saved on the device wins; else the policy decides (it may offload)
+        return True if on_device(prim, *args, **params) else policy(prim, *args, **params)
+
+    return policy_and_save
 
 
 @dataclasses.dataclass(frozen=True)

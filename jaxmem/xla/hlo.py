@@ -13,6 +13,7 @@ from jaxmem.xla import opnames, wire
 from jaxmem.xla import timeline as timeline_mod
 from jaxmem.xla.buffers import Buffer, BufferAssignment
 from jaxmem.xla.categories import is_float
+from jaxmem.xla.memory_stats import HOST_MEMORY_SPACE
 
 # Field numbers (xla/service/hlo.proto, xla/xla_data.proto).
 _HLO_PROTO = frozenset({1, 3})                 # hlo_module, buffer_assignment
@@ -25,7 +26,7 @@ _METADATA = frozenset({2})                     # op_name
 _ASSIGNMENT = frozenset({1, 3, 4})             # logical_buffers, buffer_allocations, heap_simulator_traces
 _LOGICAL = frozenset({1, 2, 3})                # id, size, defined_at
 _LOCATION = frozenset({3, 4})                  # shape_index, instruction_id
-_ALLOCATION = frozenset({1, 2, 3, 5, 6, 7, 9, 10, 12})
+_ALLOCATION = frozenset({1, 2, 3, 5, 6, 7, 8, 9, 10, 12})
 _ASSIGNED = frozenset({1, 2})                  # logical_buffer_id, offset
 _TRACE = frozenset({1})                        # events
 _EVENT = frozenset({1, 2, 5})                  # kind, buffer_id, share_with_canonical_id
@@ -175,9 +176,11 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
     offset_of = [0] * n
     alloc_info: dict[int, tuple] = {}
     static_roots: list[int] = []          # buffer positions holding one static reference each
+    on_host: set[int] = set()             # buffer positions in pinned host memory (their own heap)
     for a, b in ba.get(3, ()):
         al = wire.fields(buf, a, b, _ALLOCATION)
         index = wire.integer(al.get(1))
+        host = wire.integer(al.get(8)) == HOST_MEMORY_SPACE
         thread_local = bool(wire.integer(al.get(3)))
         is_param = bool(wire.integer(al.get(5)))
         live_out = bool(wire.integer(al.get(7)))
@@ -192,9 +195,11 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
                 continue
             alloc_of[i] = index
             offset_of[i] = wire.integer(asg.get(2))
+            if host:
+                on_host.add(i)
             if sizes[i] > largest_size:
                 largest, largest_size = i, sizes[i]
-        if not thread_local and (is_param or is_const or live_out) and largest >= 0:
+        if not thread_local and (is_param or is_const or live_out) and largest >= 0 and not host:
             static_roots.append(largest)
 
     # Heap-simulator events of all traces, chained in proto order.
@@ -208,6 +213,8 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
         for x, y in tr.get(1, ()):
             ev = wire.fields(buf, x, y, _EVENT)
             kind = wire.integer(ev.get(1))
+            if index_of.get(wire.integer(ev.get(2))) in on_host:
+                continue   # the device's memory curve: host buffers (offloaded state, activations) are not on it
             try:
                 who.append(index_of[wire.integer(ev.get(2))])
                 canon.append(index_of[wire.integer(ev.get(5))] if kind == _SHARE_WITH else -1)
@@ -230,7 +237,7 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
         is_param, pnum, pidx, live_out, is_const, thread_local = alloc_info.get(
             alloc_of[i], (False, None, (), False, False, False))
         start, end = b_start[i], b_end[i]
-        if alloc_of[i] in alloc_info and (is_param or live_out or is_const) and not thread_local:
+        if alloc_of[i] in alloc_info and (is_param or live_out or is_const) and not thread_local and i not in on_host:
             start, end = 0, last
         buffers.append(Buffer(
             id=ids[i], size=sizes[i], instruction=name, shape_index=shape_index, shape=shape, dtype=dtype,
