@@ -117,6 +117,25 @@ def test_axes_of_change_keep_the_global_batch():
     assert (opts.layout, opts.mesh) == ("fsdp_tp", "data=8,model=2")
 
 
+def test_activation_offload_is_a_candidate_when_activations_dominate_and_the_host_has_room():
+    import types
+
+    base = AnalyzeOptions(mesh="data=8", layout="fsdp", precision="bf16", remat="none", gpu="h100")
+
+    def report(acts, peak, host=None, gpu="h100"):
+        return types.SimpleNamespace(target=types.SimpleNamespace(gpu=gpu, hosts=1), host=host or {},
+                                     breakdown={"activations_and_temporaries": acts}, per_device_peak_bytes=peak,
+                                     step_time={}, sequence_length=None, logical_names=())
+
+    ladder = ["dots_saveable", "dots_with_no_batch_dims_saveable", "offload_dots", "full"]
+    assert advise_mod.axes(base, 64, report(60, 100))["remat"] == ladder
+    # activations are not most of the peak; the host is full; a card without a reference host; already full remat
+    assert "offload_dots" not in advise_mod.axes(base, 64, report(40, 100))["remat"]
+    assert "offload_dots" not in advise_mod.axes(base, 64, report(60, 100, {"optimizer_state": 2**40}))["remat"]
+    assert "offload_dots" not in advise_mod.axes(base, 64, report(60, 100, gpu="rtx-a6000"))["remat"]
+    assert advise_mod.axes(dataclasses.replace(base, remat="full"), 64, report(60, 100))["remat"] == []
+
+
 def test_round_two_compiles_a_combination_that_differs_from_a_probe_only_in_offload():
     """The "already compiled" key is the whole option set: (bf16 + offload) is not (bf16) compiled again."""
     import types

@@ -6,6 +6,8 @@ The changes users actually make, each a field of the analysis options
 * layout: more state sharding, dp -> fsdp -> fsdp_tp (a model axis of 2 split off the data axis);
 * precision: bf16 compute (fp32 params and optimizer state kept);
 * remat: from the least recompute to the most: dots_saveable, dots_with_no_batch_dims_saveable, full;
+  and offload_dots (those dots saved in pinned host memory) when activations are most of the peak
+  and the host has RAM left (targets.Performance.host_memory);
 * microbatch: gradient accumulation over 2, 4, ... microbatches, keeping the global batch;
 * devices: twice the data-parallel devices, keeping the global batch;
 * offload: the optimizer state in pinned host memory (same training, PCIe traffic);
@@ -52,7 +54,7 @@ LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
 # recompute, least to most; aliases share a rank (checkpoint_dots is dots_saveable)
 REMAT_RANK = {"none": 0, "everything_saveable": 0, "dots_saveable": 1, "checkpoint_dots": 1,
               "dots_with_no_batch_dims_saveable": 2, "checkpoint_dots_with_no_batch_dims": 2,
-              "full": 3, "nothing_saveable": 3}
+              "full": 3, "nothing_saveable": 3, "offload_dots": 2}
 REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
 LORA_RANK = 16
 LONG_SEQUENCE = 1024   # tokens: where context parallelism starts to be what MaxText recipes use
@@ -119,6 +121,8 @@ def _describe(axis: str, value) -> str:
         return f"{axis} parallelism over {spec.axis_size(spec.axis_of(axis))} (mesh {value})"
     if axis == "offload":
         return "optimizer state offloaded to host memory"
+    if axis == "remat" and value == "offload_dots":
+        return "remat offload_dots (the saved dots in pinned host memory)"
     if axis == "lora":
         rank, base = value
         return (f"QLoRA rank {rank} on a {base} base (trains adapters only)" if base
@@ -221,6 +225,8 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
     out["precision"] = ["bf16"] if base.precision == "fp32" else []
     rank = REMAT_RANK.get(base.remat, 0)
     out["remat"] = [r for r in REMAT_LADDER if REMAT_RANK[r] > rank]
+    if _offload_room(base, report):   # the same recompute as dots_with_no_batch_dims, the saved dots on the host
+        out["remat"].insert(out["remat"].index("full") if "full" in out["remat"] else 0, "offload_dots")
     # microbatches: the global batch kept; each microbatch still split over every data device
     acc = []
     if global_batch:
@@ -240,6 +246,21 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
     out["lora"] = [(LORA_RANK, None), (LORA_RANK, "nf4")] if plain else []
     out.update(mesh_changes(base, report))
     return out
+
+
+def _offload_room(base: AnalyzeOptions, report) -> bool:
+    """Activation offload is worth a probe: activations are most of the peak, the remat policy keeps
+    its activations on the device, and the target's host has RAM left beside what is offloaded."""
+    from jaxmem.compiler import targets
+    from jaxmem.program.options import offloads_activations
+
+    if report is None or offloads_activations(base.remat) or REMAT_RANK.get(base.remat, 0) >= 3:
+        return False
+    perf = targets.performance(getattr(report.target, "gpu", "") or "")
+    acts = report.breakdown.get("activations_and_temporaries", 0)
+    on_host = sum((getattr(report, "host", None) or {}).values())   # saved reports before `host` have none
+    return (perf is not None and perf.host_memory is not None and perf.host_bandwidth > 0
+            and 2 * acts >= report.per_device_peak_bytes and on_host < perf.host_memory)
 
 
 def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
