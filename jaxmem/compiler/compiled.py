@@ -276,7 +276,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     stats = CompiledStats(
         argument=m["argument"], output=m["output"], alias=m["alias"], temp=m["temp"],
         generated_code=0,   # what a compile-only executable reports: no code is loaded
-        peak=assignment.peak_bytes, host_temp=m["host_temp"],
+        peak=assignment.xla_peak, host_temp=m["host_temp"],
         lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes),
         host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],
     )

@@ -75,7 +75,9 @@ class BufferAssignment:
 
     ``timeline[0]`` is the memory before the first heap event (entry parameters, constants,
     live-out allocations); ``timeline[i]`` for ``i >= 1`` is the memory after the ``i``-th event.
-    ``peak_bytes == timeline.max() == memory_analysis().peak_memory_in_bytes``.
+    ``peak_bytes == timeline.max() == memory_analysis().peak_memory_in_bytes`` -- except where
+    buffers live in pinned host memory: the timeline is the device's alone, while XLA chains the
+    host allocations' heap simulation after the device's into its number (``xla_peak_bytes``).
     """
 
     buffers: tuple[Buffer, ...]
@@ -94,6 +96,11 @@ class BufferAssignment:
     backward_end: int | None = None      # timeline index of its last allocation
     # (shape, dtype) -> flat argument indices of the entry parameters with that shape
     param_shapes: dict = field(default_factory=dict, repr=False)
+    xla_peak_bytes: int = -1             # memory_analysis().peak_memory_in_bytes (host buffers too); -1: peak_bytes
+
+    @property
+    def xla_peak(self) -> int:
+        return self.peak_bytes if self.xla_peak_bytes < 0 else self.xla_peak_bytes
 
     def live_at(self, index: int, *, include_shared: bool = False) -> list[Buffer]:
         """The buffers whose bytes make up ``timeline[index]``: their sizes sum to it exactly.

@@ -176,6 +176,7 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
     offset_of = [0] * n
     alloc_info: dict[int, tuple] = {}
     static_roots: list[int] = []          # buffer positions holding one static reference each
+    host_roots: list[int] = []            # ... of host allocations (in XLA's own peak only)
     on_host: set[int] = set()             # buffer positions in pinned host memory (their own heap)
     for a, b in ba.get(3, ()):
         al = wire.fields(buf, a, b, _ALLOCATION)
@@ -199,29 +200,33 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
                 on_host.add(i)
             if sizes[i] > largest_size:
                 largest, largest_size = i, sizes[i]
-        if not thread_local and (is_param or is_const or live_out) and largest >= 0 and not host:
-            static_roots.append(largest)
+        if not thread_local and (is_param or is_const or live_out) and largest >= 0:
+            (host_roots if host else static_roots).append(largest)
 
     # Heap-simulator events of all traces, chained in proto order.
     kinds: list[int] = []
     who: list[int] = []
     canon: list[int] = []
     traces: list[int] = []
+    every: list[tuple[int, int, int]] = []   # (kind, who, canon) of host buffers' events too: XLA's own peak
     for a, b in ba.get(4, ()):
         tr = wire.fields(buf, a, b, _TRACE)
         traces.append(len(kinds) + 1)
         for x, y in tr.get(1, ()):
             ev = wire.fields(buf, x, y, _EVENT)
             kind = wire.integer(ev.get(1))
-            if index_of.get(wire.integer(ev.get(2))) in on_host:
-                continue   # the device's memory curve: host buffers (offloaded state, activations) are not on it
             try:
-                who.append(index_of[wire.integer(ev.get(2))])
-                canon.append(index_of[wire.integer(ev.get(5))] if kind == _SHARE_WITH else -1)
+                event = (kind, index_of[wire.integer(ev.get(2))],
+                         index_of[wire.integer(ev.get(5))] if kind == _SHARE_WITH else -1)
             except KeyError as e:
                 raise ValueError(f"heap-simulator event names logical buffer {e.args[0]}, which the "
                                  "assignment does not define") from None
+            every.append(event)
+            if event[1] in on_host:
+                continue   # the device's memory curve: host buffers (offloaded state, activations) are not on it
             kinds.append(kind)
+            who.append(event[1])
+            canon.append(event[2])
 
     timeline, owner, o_start, o_end, b_start, b_end = timeline_mod.simulate(np.asarray(sizes, np.int64), static_roots,
                                                                 kinds, who, canon)
@@ -254,10 +259,15 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
     backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
 
     peak_index = int(np.argmax(timeline))
+    xla_peak = -1
+    if on_host:   # XLA's peak_memory_in_bytes replays the host allocations' heap too, chained after the device's
+        xla_peak = int(timeline_mod.simulate(np.asarray(sizes, np.int64), static_roots + host_roots,
+                                             [e[0] for e in every], [e[1] for e in every],
+                                             [e[2] for e in every])[0].max())
     return BufferAssignment(
         buffers=tuple(buffers), timeline=timeline, peak_bytes=int(timeline[peak_index]), peak_index=peak_index,
         module_name=module_name, owner=owner, traces=tuple(traces), owner_start=o_start, owner_end=o_end,
-        backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes,
+        backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes, xla_peak_bytes=xla_peak,
     )
 
 
