@@ -141,8 +141,8 @@ def _check_grid_value(kind: str, v: str) -> None:
     elif kind == "layout":
         if v not in LAYOUTS:
             raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
-    elif kind == "remat" and remat_problem(v):
-        raise ValueError(remat_problem(v))
+    elif kind == "remat" and (problem := remat_problem(v)):
+        raise ValueError(problem)
     elif kind == "precision":
         if v not in PRECISIONS:
             raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
