@@ -92,6 +92,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
     if opts.offload is not None and target.platform == "cpu":
         raise UserError(OFFLOAD_ON_CPU)
+    if opts.precision == "fp8":
+        _check_fp8(target.gpu)
     if offloads_activations(opts.remat) and target.platform == "cpu":
         raise UserError(f"--remat {opts.remat} offloads activations to pinned host memory, which needs a GPU target: "
                         "the CPU backend has no device memory apart from the host's; pick a GPU (--gpu h100, jaxmem "
@@ -152,7 +154,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         "optimizer_state": state.optimizer_state,
         "gradients": gradients,
         "batch": state.batch,
-        "other_state": state.other_state,
+        "other_state": state.other_state - state.fp8_state,
+        **({"fp8_state": state.fp8_state} if state.fp8_state else {}),
         "activations_and_temporaries": stats.temp - gradients,
         "outputs_not_aliased": stats.output - stats.alias,
         "generated_code": stats.generated_code,
@@ -311,6 +314,14 @@ def _host(state: train_state.StateBytes, stats, warnings: list, remat: str) -> d
             f"not the {state.host_arguments:,} offloaded; the device numbers count what stayed on the device",
             max(state.host_arguments - stats.host_argument, 0)))
     return {**state.host, ("activations" if offloading else "temporaries"): stats.host_temp}
+
+
+def _check_fp8(gpu: str) -> None:
+    perf = targets.performance(gpu)
+    if perf is None or perf.fp8_flops is None:
+        have = ", ".join(k for k, p in targets.PERFORMANCE.items() if p.fp8_flops)
+        raise UserError(f"--precision fp8 needs FP8 tensor cores, which {gpu} has not; the catalogue's cards with "
+                        f"them: {have} (--gpu NAME). Or use --precision bf16.")
 
 
 def _host_fits(host: dict[str, int], gpu: str, warnings: list) -> bool:

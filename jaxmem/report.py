@@ -28,6 +28,7 @@ BREAKDOWN_HELP = {
     "gradients": "gradients, live as XLA temporaries",
     "batch": "the input batch shard",
     "other_state": "mutable collections (BatchNorm stats), RNG keys",
+    "fp8_state": "FP8 delayed scaling: scales and amax histories (--precision fp8)",
     "activations_and_temporaries": "activations saved for backward, fusion temporaries, collective buffers, workspaces",
     "outputs_not_aliased": "outputs that could not reuse a donated input buffer",
     "generated_code": "compiled kernels",

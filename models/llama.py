@@ -266,7 +266,8 @@ class Llama(nn.Module):
             layer = nn.remat(layer, policy=_policy(cfg), prevent_cse=False)
         layers = nn.scan(
             layer,
-            variable_axes={"params": 0},  # every parameter gets a leading (n_layers,) axis ...
+            # every parameter (and --precision fp8's scaling state, as MaxText's decoder) gets a leading (n_layers,) axis
+            variable_axes={"params": 0, "_overwrite_with_gradient": 0},
             split_rngs={"params": True},  # ... initialized independently per layer
             in_axes=(nn.broadcast, nn.broadcast),  # cos, sin: the same for every layer
             length=cfg.n_layers,

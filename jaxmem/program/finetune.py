@@ -59,6 +59,9 @@ def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", d
     if ft.base_dtype is not None and not ft.lora_rank:
         raise UserError(f"--base-dtype {ft.base_dtype} stores the frozen base of a LoRA fine-tune; add --lora RANK "
                         "(a quantized weight cannot be trained)")
+    if ft.lora_rank and precision == "fp8":
+        raise UserError("--precision fp8 with --lora: both put qwix under the model's matmuls, and jaxmem does not "
+                        "combine them yet; use --precision bf16 for the LoRA step")
     if ft.base_dtype == "bf16" and precision == "fp32":
         raise UserError("--base-dtype bf16 with --precision fp32: a bf16 base in an fp32 step mixes dtypes inside "
                         "the model (and would be upcast per layer); use --precision bf16 (or bf16-pure)")
@@ -219,45 +222,53 @@ def wrap_nnx(make_model, ft: FineTune, loss, batch):
     import qwix
     from flax import nnx
 
-    class _Captured(Exception):
-        pass
-
     def build():
         model = make_model()
-        cls = type(model)
-        orig = cls.__call__
-        seen: dict[str, Any] = {}
-
-        def capture(self, *a, **k):
-            if self is model:
-                seen["args"], seen["kwargs"] = a, k
-                raise _Captured
-            return orig(self, *a, **k)
-
-        cls.__call__ = capture
-        try:
-            loss(model, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch))
-        except _Captured:
-            pass
-        finally:
-            cls.__call__ = orig
-        if "args" not in seen:
-            raise UserError("--lora on an NNX model: loss(model, batch) never calls model(...), so qwix cannot "
-                            "initialize the adapters (it runs the model's __call__ once)")
-        if "rngs" not in seen["kwargs"]:
-            return qwix.apply_lora_to_model(model, provider(ft), *seen["args"], rngs=nnx.Rngs(0), **seen["kwargs"])
+        args, kwargs = first_call(model, loss, batch, "--lora")
+        if "rngs" not in kwargs:
+            return qwix.apply_lora_to_model(model, provider(ft), *args, rngs=nnx.Rngs(0), **kwargs)
         # The model's call takes its own rngs= (the loss passes them, as Gemma's train step does), and qwix
         # takes the adapters' RNGs as that same keyword and calls the model without it: qwix sets the
         # adapters up without its first call, which is made here with the loss's own arguments (with what
         # qwix sets for its own first call, and unsets after it, set around this one).
         model = qwix.apply_lora_to_model(model, provider(ft), rngs=nnx.Rngs(0), skip_nnx_init=True)
         model.set_attributes(disable_quant_stats_update=True, qwix_rngs=nnx.Rngs(0))
-        model(*seen["args"], **seen["kwargs"])
+        model(*args, **kwargs)
         model.set_attributes(disable_quant_stats_update=False, qwix_rngs=None)
         return model
 
     with nnx.use_eager_sharding(False):
         return nnx.eval_shape(build)
+
+
+def first_call(model, loss, batch, flag: str) -> tuple[tuple, dict]:
+    """The arguments `loss(model, batch)` calls the NNX `model` with (on zeros of the batch's shapes),
+    captured without running the model: qwix initializes what it adds by calling the model once."""
+
+    class _Captured(Exception):
+        pass
+
+    cls = type(model)
+    orig = cls.__call__
+    seen: dict[str, Any] = {}
+
+    def capture(self, *a, **k):
+        if self is model:
+            seen["args"], seen["kwargs"] = a, k
+            raise _Captured
+        return orig(self, *a, **k)
+
+    cls.__call__ = capture
+    try:
+        loss(model, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), batch))
+    except _Captured:
+        pass
+    finally:
+        cls.__call__ = orig
+    if "args" not in seen:
+        raise UserError(f"{flag} on an NNX model: loss(model, batch) never calls model(...), so qwix cannot "
+                        "initialize what it adds (it runs the model's __call__ once)")
+    return seen["args"], seen["kwargs"]
 
 
 # ---------------------------------------------------------------- trainable / frozen

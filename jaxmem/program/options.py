@@ -17,7 +17,7 @@ import shlex
 from typing import Any
 
 LAYOUTS = ("dp", "fsdp", "tp", "fsdp_tp")
-PRECISIONS = ("fp32", "bf16", "bf16-pure")
+PRECISIONS = ("fp32", "bf16", "bf16-pure", "fp8")
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam", "adamw", "adafactor", "lion")
 # "none" and "full" are jaxmem's; the rest are jax.checkpoint_policies of the same name
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable", "checkpoint_dots",
@@ -82,7 +82,8 @@ class StepChoice:
     optimizer: str | None = _opt(None, Flag(
         "--optimizer", f"{', '.join(OPTIMIZER_NAMES)} (default: the workload's, else adamw)."))
     precision: str = _opt("fp32", Flag(
-        "--precision", "bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16.",
+        "--precision", "bf16: bf16 compute, fp32 params and optimizer state; bf16-pure: everything bf16; fp8: as "
+        "bf16, with the dense/einsum matmuls in FP8 (E4M3, E5M2 gradients, delayed scaling; Hopper and newer).",
         kind="choice", choices=PRECISIONS, always=True, show_default=True))
     remat: str = _opt("none", Flag(
         "--remat", f"Checkpoint policy of the model's layers: {', '.join(REMAT_POLICIES)}, or offload:NAME[,NAME] "

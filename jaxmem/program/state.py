@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from jaxmem.errors import UserError, describe
-from jaxmem.program import finetune
+from jaxmem.program import finetune, fp8
 from jaxmem.program.options import FineTune, StepOptions
 from jaxmem.program.tree import is_float
 from jaxmem.program.workload import Workload
@@ -65,13 +65,15 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
     tx = optimizer(wl, opts)
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, opts.accum))
+        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, opts.accum), opts.precision)
     else:
         import flax.linen as nn
 
         if not isinstance(wl.model, nn.Module):
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
         kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
+        if opts.precision == "fp8":
+            model = fp8.wrap_linen(model)
         params, mutable, param_names = _abstract_linen(wl, model, micro(batch, opts.accum))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
@@ -150,7 +152,12 @@ def _abstract_linen(wl: Workload, model, batch):
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
-        raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}") from None
+        hint = ""
+        if fp8.COLLECTION in str(e):
+            hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer; a model "
+                    f"that scans its layers lists it in nn.scan's variable_axes, as MaxText's decoder does: "
+                    f"variable_axes={{'params': 0, {fp8.COLLECTION!r}: 0}})")
+        raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}{hint}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
     params = variables.get("params", {})
@@ -159,7 +166,7 @@ def _abstract_linen(wl: Workload, model, batch):
     return params, mutable, param_names
 
 
-def _abstract_nnx(wl: Workload, ft: FineTune, batch):
+def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
     from flax import nnx
     from jax.sharding import PartitionSpec as P
 
@@ -172,6 +179,13 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch):
             raise
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
             raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
+    elif precision == "fp8":
+        try:
+            model = fp8.wrap_nnx(make, wl.loss, batch)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
+            raise UserError(f"putting the NNX model's matmuls in FP8 (qwix) failed: {describe(e)}") from None
     elif not isinstance(model, nnx.Module):
         with nnx.use_eager_sharding(False):
             try:

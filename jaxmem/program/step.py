@@ -157,12 +157,12 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     trainable_sh = sh.shardings(sh.trainable)
 
     def cast_compute(params):
-        if opts.precision == "bf16":
+        if opts.precision in ("bf16", "fp8"):
             return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, params)
         return params
 
     def cast_batch(b):
-        if opts.precision in ("bf16", "bf16-pure"):
+        if opts.precision in ("bf16", "bf16-pure", "fp8"):
             return jax.tree.map(lambda x: x.astype(jnp.bfloat16) if tree.is_float(x.dtype) else x, b)
         return b
 

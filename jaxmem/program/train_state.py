@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from jaxmem.program import fp8
 from jaxmem.program.finetune import QUANT_SCALE
 from jaxmem.program.sharding import LeafInfo
 
@@ -37,6 +38,7 @@ class StateBytes:
     trainable_params: int | None = None    # per-device bytes of the trainable / frozen parameters
     frozen_params: int | None = None
     host: dict[str, int] = dataclasses.field(default_factory=dict)   # category -> per-device host bytes
+    fp8_state: int = 0        # the part of other_state that is FP8 scaling state (--precision fp8)
 
     @property
     def arguments(self) -> int:
@@ -55,9 +57,12 @@ def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
     grads = 0
     known = True
     split = {True: [0, 0], False: [0, 0]}   # trainable? -> [count, device bytes]
+    fp8_state = 0
     for leaf in leaves:
         if leaf.memory_kind == "device":
             dev[leaf.category] += leaf.device_bytes
+            if leaf.category == "other_state" and fp8.is_meta(leaf.path):
+                fp8_state += leaf.device_bytes
         else:
             host[leaf.category] = host.get(leaf.category, 0) + leaf.device_bytes
         if leaf.category in glob:
@@ -76,7 +81,7 @@ def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
     return StateBytes(dev["params"], dev["optimizer_state"], dev["other_state"], dev["batch"], grads, count,
                       glob["params"], glob["optimizer_state"],
                       split[True][0] if known else None, split[False][0] if known else None,
-                      split[True][1] if known else None, split[False][1] if known else None, host)
+                      split[True][1] if known else None, split[False][1] if known else None, host, fp8_state)
 
 
 # Optimizer slots per parameter in the classic rule (Adam: m and v; Lion and

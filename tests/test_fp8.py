@@ -1,0 +1,77 @@
+"""--precision fp8 (jaxmem/program/fp8.py): the dense/einsum matmuls in FP8 with delayed scaling,
+their scaling state in the breakdown, the step time at the card's FP8 rate, and the refusals."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import jaxmem
+from jaxmem import cli
+from jaxmem.compiler import compiled, steptime
+from jaxmem.xla import hlo_text
+
+from conftest import build_step  # noqa: I001
+
+# per op: three scales of one float32 and three amax histories of 1024 (Flax's Fp8DotGeneralBase)
+META_BYTES = 3 * 4 + 3 * 1024 * 4
+
+
+def _fp8(model, **args):
+    return jaxmem.analyze(model, gpu="h100", precision="fp8", cache=False, args=args)
+
+
+def test_every_dense_layer_runs_its_dots_in_fp8_and_keeps_its_scaling_state():
+    r = _fp8("models/mlp.py", preset="tiny")   # 4 Dense layers, nothing else multiplies a weight
+    assert r.breakdown["fp8_state"] == 4 * META_BYTES
+    peaks = {p["kind"]: p["flops"] for p in r.step_time["compute_peaks"]}
+    dots = sum(f for k, f in peaks.items() if k != "non-dot")
+    assert peaks["fp8"] / dots > 0.9
+    # master weights and optimizer state as under bf16: fp32
+    bf16 = jaxmem.analyze("models/mlp.py", gpu="h100", precision="bf16", cache=False, args={"preset": "tiny"})
+    assert (r.breakdown["params"], r.breakdown["optimizer_state"]) == (bf16.breakdown["params"],
+                                                                       bf16.breakdown["optimizer_state"])
+    assert "fp8_state" not in bf16.breakdown
+
+
+def test_the_compiled_program_holds_e4m3_and_e5m2_dot_operands():
+    _, built = build_step("models/mlp.py", precision="fp8", model_args={"preset": "tiny"})
+    art = compiled.compile_step(built, explain=False, cache=False)
+    module = hlo_text.parse_module(art.hlo_text)
+    kinds = [k for k, _, _ in steptime.dot_flops(module)]
+    assert kinds and set(kinds) == {"fp8"}
+    assert re.search(r"f8e4m3fn\[", art.hlo_text) and re.search(r"f8e5m2\[", art.hlo_text)  # forward; gradients
+
+
+def test_llama_scanned_layers_and_tied_head_all_take_fp8():
+    r = _fp8("models/llama.py", preset="tiny")
+    # 2 scanned layers x (q, k, v, o, gate, up, down) + the tied embedding's attend
+    assert r.breakdown["fp8_state"] == (2 * 7 + 1) * META_BYTES
+    peaks = {p["kind"]: p["flops"] for p in r.step_time["compute_peaks"]}
+    assert peaks["fp8"] > 10 * peaks.get("bf16", 0) / 2   # attention's q.k and p.v stay bf16: no weight in them
+
+
+def test_an_nnx_model_takes_fp8_too():
+    r = _fp8("models/mlp_nnx.py")
+    assert r.breakdown["fp8_state"] > 0 and r.breakdown["fp8_state"] % META_BYTES == 0
+
+
+@pytest.mark.parametrize("gpu", ["a100", "rtx-a6000"])
+def test_fp8_on_a_card_without_fp8_is_exit_2_naming_the_cards_that_have_it(gpu):
+    r = CliRunner().invoke(cli.main, ["analyze", "models/mlp.py", "--arg", "preset=tiny", "--gpu", gpu,
+                                      "--precision", "fp8"])
+    assert r.exit_code == 2 and "h100, h200, b200" in r.output
+
+
+def test_fp8_with_lora_is_exit_2():
+    r = CliRunner().invoke(cli.main, ["analyze", "models/mlp.py", "--arg", "preset=tiny", "--gpu", "h100",
+                                      "--precision", "fp8", "--lora", "4"])
+    assert r.exit_code == 2 and "--lora" in r.output
+
+
+def test_a_scan_without_room_for_the_scaling_state_says_what_to_add():
+    r = CliRunner().invoke(cli.main, ["analyze", "tests/fixtures/fp8_scan_params_only.py", "--gpu", "h100",
+                                      "--precision", "fp8"])
+    assert r.exit_code == 2 and "variable_axes" in r.output and "_overwrite_with_gradient" in r.output
