@@ -8,8 +8,8 @@ E5M2, each with a scale derived from a 1024-step amax history. The op is Flax's 
 qwix's interception (as for LoRA), so the model needs no ``dot_general_cls=`` of its own, linen
 or NNX. Each such op gets six float32 variables (three scales of 1, three histories of 1024) in
 Flax's ``_overwrite_with_gradient`` collection (a model that scans its layers lists it in
-``nn.scan``'s ``variable_axes``, as MaxText's decoder does): the breakdown's ``fp8_state``. Master weights and optimizer state
-are as under ``bf16`` (fp32), the compute dtype bf16.
+``nn.scan``'s ``variable_axes``, as MaxText's decoder does): the breakdown's ``fp8_state``.
+Master weights and optimizer state are as under ``bf16`` (fp32), the compute dtype bf16.
 
 The residuals ``fp8_scaled_dot_general`` keeps for the backward pass are the bf16 input and
 weight *and* their E4M3 copies: where FP8 training spends more memory than expected, XLA's
@@ -20,7 +20,6 @@ the cotangents of those variables; jaxmem's step does not write them back (Flax'
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -68,12 +67,12 @@ def _provider_class():
                 return jnp.einsum(eqn, *operands, precision=precision, preferred_element_type=preferred_element_type,
                                   _dot_general=_dot_general, out_sharding=out_sharding)
             lhs, rhs = operands
-            scaled = functools.partial(fp8_ops.fp8_scaled_dot_general, quantize_compute_type=rhs.dtype,
-                                       **self._meta(op_id))
+            meta = self._meta(op_id)
 
             def dot(a, b, dimension_numbers, precision=None, preferred_element_type=None, **_):
-                # einsum may swap its operands: the scales follow the keywords, not the order
-                return scaled(a, b, dimension_numbers, preferred_element_type=rhs.dtype)
+                # einsum may pass the weight first: the per-tensor scales then swap names, not bytes
+                return fp8_ops.fp8_scaled_dot_general(a, b, dimension_numbers, preferred_element_type=rhs.dtype,
+                                                      quantize_compute_type=rhs.dtype, **meta)
 
             return jnp.einsum(eqn, lhs.astype(rhs.dtype), rhs, _dot_general=dot)
 
