@@ -100,7 +100,7 @@ def test_an_unknown_option_is_named_with_the_closest_and_every_valid_one():
 
 @pytest.mark.parametrize("keyword, value, flag", [
     ("layout", "xx", "--layout"), ("batch", 0, "--batch"), ("batch", "8.5", "--batch"),
-    ("mem_fraction", 2, "--mem-fraction"), ("precision", "fp8", "--precision"), ("lora", -1, "--lora"),
+    ("mem_fraction", 2, "--mem-fraction"), ("precision", "fp4", "--precision"), ("lora", -1, "--lora"),
     ("depth", 0, "--depth"), ("lora_alpha", float("nan"), "--lora-alpha")])
 def test_a_bad_value_gets_the_clis_message(keyword, value, flag):
     res = _cli("analyze", MLP, flag, value)
