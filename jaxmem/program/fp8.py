@@ -20,6 +20,7 @@ the cotangents of those variables; jaxmem's step does not write them back (Flax'
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -31,6 +32,9 @@ HISTORY = 1024   # Flax's Fp8DotGeneralBase.amax_history_length (MaxText's and T
 META = {"lhs_scale": "input_scale", "rhs_scale": "kernel_scale", "grad_scale": "output_grad_scale",
         "lhs_amax_history": "input_amax_history", "rhs_amax_history": "kernel_amax_history",
         "grad_amax_history": "output_grad_amax_history"}
+
+
+_META_NAME = re.compile(rf"(?:dot_general|einsum)\d+_(?:{'|'.join(META.values())})")
 
 
 def _provider_class():
@@ -116,6 +120,7 @@ def wrap_nnx(make_model, loss, batch):
 
 
 def is_meta(path: str) -> bool:
-    """A state leaf's path (as the report prints it) is FP8 scaling state (named `<op>_<META name>`)."""
+    """A state leaf's path (as the report prints it) is FP8 scaling state: the variables _meta makes,
+    named after qwix's op ids (`dot_general0_input_scale`, `einsum1_kernel_amax_history`, ...)."""
     parts = [p for p in path.split("/") if p not in ("value", "raw_value")]
-    return bool(parts) and parts[-1].endswith(tuple(META.values()))
+    return bool(parts) and _META_NAME.fullmatch(parts[-1]) is not None
