@@ -240,3 +240,45 @@ def test_every_catalogue_gpu_has_sourced_peak_rates_in_gpus_json():
     h100 = next(r for r in rows if r["name"] == "h100")["performance"]
     assert (h100["bf16_flops"], h100["fp32_flops"]) == (989.4e12, 66.9e12)  # the H100 SXM datasheet, dense
     assert (h100["fp8_flops"], h100["int8_ops"]) == (1978.9e12, 1978.9e12)
+
+
+ALL_REDUCE_16 = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[1048576]) -> f32[1048576] {
+  %p = f32[1048576]{0} parameter(0)
+  ROOT %ar = f32[1048576]{0} all-reduce(%p), replica_groups={{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15}}, to_apply=%add
+}
+"""
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gh200"])
+def test_a_collective_inside_an_nvlink_domain_that_spans_hosts_runs_at_the_nvlink_rate(gpu):
+    # 16 GPUs on 2 hosts: the H100's all-reduce crosses the network; GB200 NVL72's and DGX GH200's stay on NVLink
+    kw = dict(mesh_axes=(("data", 16),), hosts=2)
+    h100, spans = (steptime.estimate(ALL_REDUCE_16, gpu=g, **kw) for g in ("h100", gpu))
+    perf = targets.PERFORMANCE[gpu]
+    assert [r["link"] for r in h100["collectives"]] == ["network"]
+    assert [r["link"] for r in spans["collectives"]] == [perf.intra_host_link]
+    assert spans["communication_s"] == pytest.approx(4 * 2**20 * 2 * 15 / 16 / perf.intra_host_bandwidth, rel=1e-12)
+
+
+TO_HOST = """HloModule m
+
+ENTRY %main (p: f32[64,256]) -> f32[64,256] {
+  %p = f32[64,256]{1,0} parameter(0)
+  ROOT %c = f32[64,256]{1,0:S(5)} copy(%p)
+}
+"""
+
+
+def test_grace_superchips_move_offloaded_bytes_over_nvlink_c2c_not_pcie():
+    per = {g: steptime.estimate(TO_HOST, mesh_axes=(("data", 1),), hosts=1, gpu=g)["host_transfer_s"]
+           for g in ("h100", "gh200", "gb200")}
+    moved = 64 * 256 * 4
+    assert per == pytest.approx({"h100": moved / 64e9, "gh200": moved / 450e9, "gb200": moved / 225e9}, rel=1e-12)

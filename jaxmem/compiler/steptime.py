@@ -331,7 +331,8 @@ def _wire_factor(c: Collective) -> float:
 def _link(c: Collective, devices_per_host: int, perf) -> tuple[str, float]:
     """The link a collective's groups cross and the bandwidth each member sees on it.
 
-    Within a host: NVLink (PCIe). Across hosts, NCCL runs one ring per network rail, and each
+    Within a host, or an NVLink domain that spans hosts (GB200 NVL72, DGX GH200): NVLink (PCIe).
+    Across hosts, NCCL runs one ring per network rail, and each
     GPU of a host has its own NIC, so a group with k members per host moves its data through k
     NICs at once: k x the per-GPU network bandwidth, but never more than the host's own links.
     """
@@ -467,7 +468,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
     peaks = compute_peaks(cost, perf)
     compute_s = sum(r["time_s"] for r in peaks)
     memory_s = cost.bytes_accessed / perf.hbm_bandwidth
-    comm_s, rows = communication(colls, perf, per_host)
+    comm_s, rows = communication(colls, perf, max(per_host, perf.nvlink_domain or 0))
     host_s = host_bytes / perf.host_bandwidth if host_bytes else 0.0
     return {
         "label": "estimate",

@@ -78,6 +78,13 @@ CATALOGUE: dict[str, GpuSpec] = {
                 4800000000000, 52428800, 1.98, ("h200-141g",)),
         GpuSpec("b200", "NVIDIA B200", 191514411008, (10, 0), 148, 128, 233472, 232448, 2048,
                 7672320000000, 132644864, 1.965, ()),
+        # GH200 (96 GB HBM3): XLA ships no spec file for it; the H100 die's values, NVIDIA's 4 TB/s, and
+        # the 97,871 MiB total that nvidia-smi prints on GH200 machines
+        GpuSpec("gh200", "NVIDIA GH200 480GB", 102625181696, (9, 0), 132, 128, 233472, 232448, 2048,
+                4000000000000, 52428800, 1.98, ("gh200-96g",)),
+        # XLA's own spec (xla/backends/gpu/target_config/specs/gb200.txtpb)
+        GpuSpec("gb200", "NVIDIA GB200", 197897748480, (10, 0), 152, 128, 233472, 232448, 2048,
+                7928064000000, 135528448, 2.062, ("gb200-nvl72",)),
         GpuSpec("rtx-a6000", "NVIDIA RTX A6000", 51041271808, (8, 6), 84, 128, 102400, 101376, 1536,
                 768096000000, 6291456, 1.8, ("a6000",)),
     )
@@ -110,6 +117,9 @@ class Performance:
     int8_ops: float | None = None    # dense int8 tensor-core OP/s
     # the reference system's memory per GPU (its RAM / its GPUs): what pinned host buffers may take
     host_memory: int | None = None
+    # GPUs one NVLink switch fabric joins across hosts (None: the host is the NVLink domain); a
+    # collective inside it runs at the NVLink rate whatever --hosts says
+    nvlink_domain: int | None = None
 
 
 # DGX A100 (640 GB), H100, H200 and B200 user guides: 2 TB of system memory for 8 GPUs (read as 2 TiB)
@@ -161,6 +171,35 @@ PERFORMANCE: dict[str, Performance] = {
          ("fp8_flops, int8_ops", ("NVIDIA HGX B200 specifications (per GPU): FP8 9 PFLOPS and INT8 9 POPS with "
           "sparsity (4.5 dense)"))),
         host_bandwidth=64e9, fp8_flops=4.5e15, int8_ops=4.5e15, host_memory=_DGX_RAM),
+    "gh200": Performance(
+        989.4e12, 494.7e12, 66.9e12, 4.0e12, 450e9, 50e9, "NVLink 4 (NVLink Switch System)",
+        "NDR InfiniBand 400 Gb/s per superchip",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          ("NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3): BF16 1,979 TFLOPS with sparsity (989.4 "
+           "dense), TF32 989 with sparsity (494.7 dense), FP32 67 TFLOPS, 4 TB/s HBM3; NVIDIA DGX GH200: NVLink 4 "
+           "900 GB/s (bidirectional) per GPU through the NVLink Switch System")),
+         ("nvlink_domain", "NVIDIA DGX GH200: 256 superchips in one NVLink domain"),
+         ("inter_host_bandwidth", "NVIDIA DGX GH200: one ConnectX-7 400 Gb/s per superchip (50 GB/s each way)"),
+         ("host_bandwidth", ("NVIDIA GH200 datasheet: NVLink-C2C 900 GB/s (bidirectional) to the Grace CPU, "
+                             "450 GB/s each way")),
+         ("host_memory", "NVIDIA GH200 datasheet: up to 480 GB LPDDR5X per superchip (one GPU)"),
+         ("fp8_flops, int8_ops", ("NVIDIA GH200 datasheet: FP8 3,958 TFLOPS and INT8 3,958 TOPS with sparsity "
+          "(1,979 dense)"))),
+        host_bandwidth=450e9, fp8_flops=1978.9e12, int8_ops=1978.9e12, host_memory=480 * 10**9, nvlink_domain=256),
+    "gb200": Performance(
+        2.5e15, 1.25e15, 80e12, 8e12, 900e9, 50e9, "NVLink 5 (NVL72)", "NDR InfiniBand 400 Gb/s per GPU",
+        (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth, intra_host_bandwidth",
+          ("NVIDIA GB200 NVL72 specifications, per rack of 72 GPUs: FP16/BF16 360 PFLOPS with sparsity (2.5 "
+           "dense per GPU), TF32 180 PFLOPS with sparsity (1.25 dense per GPU), FP32 5,760 TFLOPS (80 per GPU), "
+           "HBM3e 576 TB/s (8 per GPU), NVLink 130 TB/s (1.8 TB/s bidirectional per GPU)")),
+         ("nvlink_domain", "NVIDIA GB200 NVL72: 72 GPUs in one NVLink domain"),
+         ("inter_host_bandwidth", "NVIDIA DGX GB200 user guide: ConnectX-7 400 Gb/s per GPU (50 GB/s each way)"),
+         ("host_bandwidth", ("NVIDIA GB200 NVL72 specifications: NVLink-C2C 900 GB/s (bidirectional) per Grace "
+          "CPU, which two GPUs share: 225 GB/s each way per GPU (an even split, assumed)")),
+         ("host_memory", "NVIDIA GB200 NVL72 specifications: 17 TB LPDDR5X per 72 GPUs (236 GB per GPU)"),
+         ("fp8_flops, int8_ops", ("NVIDIA GB200 NVL72 specifications: FP8/FP6 720 PFLOPS and INT8 720 POPS with "
+          "sparsity per rack (5 dense per GPU)"))),
+        host_bandwidth=225e9, fp8_flops=5e15, int8_ops=5e15, host_memory=17 * 10**12 // 72, nvlink_domain=72),
     "rtx-a6000": Performance(
         154.8e12, 77.4e12, 38.7e12, 768e9, 32e9, 25e9, "PCIe 4.0 x16", "200 Gb/s per GPU (assumed)",
         (("bf16_flops, tf32_flops, fp32_flops, hbm_bandwidth",
