@@ -30,7 +30,9 @@ Numerics (``--arg numerics=...``): parameters are always fp32.
              ``--precision bf16`` casts the parameters in the step.
     maxtext  MaxText's defaults (``weight_dtype: float32``, ``dtype: bfloat16``): the
              embedding output, every matmul and the activations between them in bf16,
-             whatever ``--precision`` says; the fp32 weights are cast at each use.
+             whatever ``--precision`` says; the fp32 weights are cast at each use. Under
+             ``--precision fp8`` the output head (``lm_head``, or the tied embedding's
+             ``attend``) stays in bf16, as MaxText's ``quantization=fp8`` leaves the logits.
 
 Either way RMSNorm, RoPE, the softmax and the cross-entropy compute in fp32, and cast back.
 
@@ -316,7 +318,9 @@ def workload(
         "targets": jax.ShapeDtypeStruct((B, T), jnp.int32),
     }
     return jaxmem.Workload(
-        model=Llama(cfg), batch=batch, loss=loss_fn, optimizer=optax.adamw(3e-4), name=f"llama-{preset}"
+        model=Llama(cfg), batch=batch, loss=loss_fn, optimizer=optax.adamw(3e-4), name=f"llama-{preset}",
+        # MaxText does not quantize the logits matmul (its decoder's logits_dense, or the embedding's attend)
+        fp8_exclude=r"(^|/)(lm_head|embed)$" if cfg.numerics == "maxtext" else None,
     )
 
 

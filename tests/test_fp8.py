@@ -53,6 +53,27 @@ def test_llama_scanned_layers_and_tied_head_all_take_fp8():
     assert peaks["fp8"] > 10 * peaks.get("bf16", 0) / 2   # attention's q.k and p.v stay bf16: no weight in them
 
 
+def test_llama_with_maxtext_numerics_keeps_its_output_head_out_of_fp8_as_maxtext_does():
+    r = _fp8("models/llama.py", preset="tiny", numerics="maxtext")
+    assert r.breakdown["fp8_state"] == 2 * 7 * META_BYTES   # the layers' seven matmuls; not the tied attend
+    untied = _fp8("models/llama.py", preset="tiny", numerics="maxtext", tie_embeddings=False)
+    assert untied.breakdown["fp8_state"] == 2 * 7 * META_BYTES   # nor an lm_head Dense
+
+
+def test_a_workload_excludes_modules_from_fp8_by_path(tmp_path):
+    f = tmp_path / "excl.py"
+    f.write_text("import runpy, dataclasses\n"
+                 "mlp = runpy.run_path('models/mlp.py')\n"
+                 "def workload(**kw):\n"
+                 "    return dataclasses.replace(mlp['workload']('tiny'), fp8_exclude='head$')\n")
+    r = jaxmem.analyze(str(f), gpu="h100", precision="fp8", cache=False)
+    assert r.breakdown["fp8_state"] == 3 * META_BYTES   # 4 Dense layers, the head excluded
+    bad = tmp_path / "bad.py"
+    bad.write_text(f.read_text().replace("'head$'", "'head('"))
+    res = CliRunner().invoke(cli.main, ["analyze", str(bad), "--gpu", "h100", "--precision", "fp8", "--no-cache"])
+    assert res.exit_code == 2 and "fp8_exclude='head('" in res.output and "regular expression" in res.output
+
+
 def test_an_nnx_model_takes_fp8_too():
     r = _fp8("models/mlp_nnx.py")
     assert r.breakdown["fp8_state"] > 0 and r.breakdown["fp8_state"] % META_BYTES == 0

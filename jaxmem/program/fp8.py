@@ -87,20 +87,22 @@ def _provider_class():
     return Fp8Provider
 
 
-def provider():
+def provider(exclude: str | None = None):
+    """Every module's weight matmuls in FP8, but those of modules whose path `exclude` finds."""
     from qwix._src import qconfig
 
-    return _provider_class()([qconfig.QuantizationRule(module_path=".*")])
+    path = ".*" if exclude is None else f"(?!.*(?:{exclude})).*"   # qwix fullmatches the module path
+    return _provider_class()([qconfig.QuantizationRule(module_path=path)])
 
 
-def wrap_linen(model):
+def wrap_linen(model, exclude: str | None = None):
     """The linen model with its dense/einsum weights' matmuls in FP8."""
     import qwix
 
-    return qwix.quantize_model(model, provider())
+    return qwix.quantize_model(model, provider(exclude))
 
 
-def wrap_nnx(make_model, loss, batch):
+def wrap_nnx(make_model, loss, batch, exclude: str | None = None):
     """An NNX model with its dense/einsum weights' matmuls in FP8, built abstractly (qwix creates
     the FP8 variables on a first call, with the inputs the loss gives the model)."""
     import qwix
@@ -113,7 +115,7 @@ def wrap_nnx(make_model, loss, batch):
     def build():
         model = make_model()
         args, kwargs = finetune.first_call(model, loss, batch, "--precision fp8")
-        return qwix.quantize_model(model, provider(), *args, **kwargs)
+        return qwix.quantize_model(model, provider(exclude), *args, **kwargs)
 
     with nnx.use_eager_sharding(False):
         return nnx.eval_shape(build)

@@ -73,7 +73,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
         kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
         if opts.precision == "fp8":
-            model = fp8.wrap_linen(model)
+            model = fp8.wrap_linen(model, wl.fp8_exclude)
         params, mutable, param_names = _abstract_linen(wl, model, micro(batch, opts.accum))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
@@ -181,7 +181,7 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
             raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
     elif precision == "fp8":
         try:
-            model = fp8.wrap_nnx(make, wl.loss, batch)
+            model = fp8.wrap_nnx(make, wl.loss, batch, wl.fp8_exclude)
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole

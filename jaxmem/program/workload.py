@@ -19,6 +19,7 @@ import dataclasses
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -94,6 +95,9 @@ class Workload:
     axis_types: ``"explicit"`` when the code is written for JAX's explicit sharding (``out_sharding=``,
         ``jax.sharding.reshard``): the mesh's axes are then Explicit, as ``--axis-types explicit`` makes
         them. None: as ``--axis-types`` says (default auto).
+    fp8_exclude: under ``--precision fp8``, a regular expression of module paths (``re.search``, as
+        qwix prints them: ``lm_head``, ``layers/attn/q``) whose matmuls stay in the compute dtype, as
+        MaxText and Transformer Engine recipes keep the output head. None: every weight matmul in FP8.
     """
 
     model: Any = None
@@ -109,6 +113,7 @@ class Workload:
     state_specs: Any = None
     batch_specs: Any = None
     axis_types: str | None = None
+    fp8_exclude: str | None = None
 
     @property
     def is_custom_step(self) -> bool:
@@ -118,6 +123,12 @@ class Workload:
         if self.axis_types not in (None, "auto", "explicit"):
             raise UserError(f"{source}: Workload(axis_types={self.axis_types!r}): give 'explicit' (or 'auto', or "
                             "leave it out)")
+        if self.fp8_exclude is not None:
+            try:
+                re.compile(self.fp8_exclude)
+            except re.error as e:
+                raise UserError(f"{source}: Workload(fp8_exclude={self.fp8_exclude!r}) is not a regular expression "
+                                f"({e})") from None
         if self.batch is None:
             raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
                             "jax.ShapeDtypeStruct.")
