@@ -282,3 +282,21 @@ def test_grace_superchips_move_offloaded_bytes_over_nvlink_c2c_not_pcie():
            for g in ("h100", "gh200", "gb200")}
     moved = 64 * 256 * 4
     assert per == pytest.approx({"h100": moved / 64e9, "gh200": moved / 450e9, "gb200": moved / 225e9}, rel=1e-12)
+
+
+FP8_GEMM = """HloModule m
+
+ENTRY %main (a: f8e4m3fn[16,64], b: f8e4m3fn[32,64], s: f32[]) -> bf16[16,32] {
+  %a = f8e4m3fn[16,64]{1,0} parameter(0)
+  %b = f8e4m3fn[32,64]{1,0} parameter(1)
+  %s = f32[] parameter(2)
+  %g = (bf16[16,32]{1,0}, s8[33554432]{0}) custom-call(%a, %b, %s, %s, %s, %s), custom_call_target="__cublas$lt$matmul$f8", backend_config={"gemm_backend_config": {"dot_dimension_numbers": {"lhs_contracting_dimensions": ["1"], "rhs_contracting_dimensions": ["1"], "lhs_batch_dimensions": [], "rhs_batch_dimensions": []}}}
+  ROOT %r = bf16[16,32]{1,0} get-tuple-element(%g), index=0
+}
+"""
+
+
+def test_cublaslt_fp8_gemms_are_costed_as_fp8_dots():
+    # XLA turns FP8 dots of GEMM size into __cublas$lt$matmul$f8 calls: their FLOPs are the dot's, at the fp8 rate
+    m = hlo_text.parse_module(FP8_GEMM)
+    assert steptime.dot_flops(m) == (("fp8", 1, 2.0 * 16 * 32 * 64),)

@@ -288,7 +288,7 @@ _BTHD_SCORES = {"lhs_contracting_dimensions": [3], "rhs_contracting_dimensions":
 def _custom_call_flops(module: hlo_text.Module, ins: hlo_text.Instruction) -> float:
     """FLOPs of the custom calls XLA's cost analysis counts as zero.
 
-    cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``): from the operand shapes and
+    cuBLAS GEMMs (``__cublas$gemm``, ``__cublas$lt$matmul``, ``...$f8``): from the operand shapes and
     the dot dimension numbers in their backend config. cuDNN fused attention
     (``__cudnn$fmha*``): the forward pass is two GEMMs of the size of Q·Kᵀ (scores, then
     probabilities·V), the backward five (recomputed scores, dV, dP, dQ, dK); a causal mask
@@ -298,7 +298,9 @@ def _custom_call_flops(module: hlo_text.Module, ins: hlo_text.Instruction) -> fl
     cfg = ins.backend_config
     shapes = _operand_shapes(module, ins)
     arrays = [s for s in shapes if isinstance(s, hlo_text.Array)]
-    if (target.startswith("__cublas$") and "gemm" in target.lower()) or target == "__cublas$lt$matmul":
+    # cuBLASLt's targets: ``__cublas$lt$matmul`` and its FP8 form ``__cublas$lt$matmul$f8`` (operands A, B,
+    # then the scales): XLA rewrites FP8 dots of GEMM size into the latter
+    if (target.startswith("__cublas$") and "gemm" in target.lower()) or target.startswith("__cublas$lt$matmul"):
         dn = cfg.get("gemm_backend_config", {}).get("dot_dimension_numbers")
         if dn is None or len(arrays) < 2:
             return 0.0
