@@ -136,6 +136,17 @@ def test_activation_offload_is_a_candidate_when_activations_dominate_and_the_hos
     assert advise_mod.axes(dataclasses.replace(base, remat="full"), 64, report(60, 100))["remat"] == []
 
 
+def test_fp8_is_a_precision_candidate_only_on_cards_with_fp8_tensor_cores_and_never_beside_lora():
+    base = AnalyzeOptions(mesh="data=8", layout="fsdp", precision="fp32", remat="none")
+    on = {g: advise_mod.axes(dataclasses.replace(base, gpu=g), 64)["precision"] for g in ("h100", "gb200", "a100-80g")}
+    assert on == {"h100": ["bf16", "fp8"], "gb200": ["bf16", "fp8"], "a100-80g": ["bf16"]}
+    assert advise_mod.axes(dataclasses.replace(base, gpu="h100", precision="bf16"), 64)["precision"] == ["fp8"]
+    assert advise_mod.axes(dataclasses.replace(base, gpu="h100", lora_rank=8), 64)["precision"] == ["bf16"]
+    # a combination of LoRA and fp8 is never compiled (analyze refuses it)
+    assert advise_mod._apply(base, (("precision", "fp8"), ("lora", (16, None)))) is None
+    assert advise_mod._apply(base, (("precision", "fp8"),)).precision == "fp8"
+
+
 def test_round_two_compiles_a_combination_that_differs_from_a_probe_only_in_offload():
     """The "already compiled" key is the whole option set: (bf16 + offload) is not (bf16) compiled again."""
     import types

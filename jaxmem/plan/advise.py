@@ -4,7 +4,8 @@ The changes users actually make, each a field of the analysis options
 (``dataclasses.replace(options, ...)``), on axes ordered from cheapest to dearest:
 
 * layout: more state sharding, dp -> fsdp -> fsdp_tp (a model axis of 2 split off the data axis);
-* precision: bf16 compute (fp32 params and optimizer state kept);
+* precision: bf16 compute (fp32 params and optimizer state kept); fp8 matmuls on cards with FP8
+  tensor cores (targets.Performance.fp8_flops), never with LoRA (both put qwix under the matmuls);
 * remat: from the least recompute to the most: dots_saveable, dots_with_no_batch_dims_saveable, full;
   and offload_dots (those dots saved in pinned host memory) when activations are most of the peak
   and the host has RAM left (targets.Performance.host_memory);
@@ -222,7 +223,7 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
         elif not (lo == "dp" and spec.with_role("fsdp")):
             lay.append((lo, base.mesh))
     out["layout"] = lay
-    out["precision"] = ["bf16"] if base.precision == "fp32" else []
+    out["precision"] = (["bf16"] if base.precision == "fp32" else []) + (["fp8"] if _fp8_room(base, report) else [])
     rank = REMAT_RANK.get(base.remat, 0)
     out["remat"] = [r for r in REMAT_LADDER if REMAT_RANK[r] > rank]
     if _offload_room(base, report):   # the same recompute as dots_with_no_batch_dims, the saved dots on the host
@@ -246,6 +247,15 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
     out["lora"] = [(LORA_RANK, None), (LORA_RANK, "nf4")] if plain else []
     out.update(mesh_changes(base, report))
     return out
+
+
+def _fp8_room(base: AnalyzeOptions, report) -> bool:
+    """FP8 is a candidate where the card has FP8 tensor cores and the step computes in fp32/bf16."""
+    from jaxmem.compiler import targets
+
+    perf = targets.performance(getattr(getattr(report, "target", None), "gpu", "") or base.gpu or "")
+    return (perf is not None and perf.fp8_flops is not None and base.precision in ("fp32", "bf16")
+            and not base.lora_rank)
 
 
 def _offload_room(base: AnalyzeOptions, report) -> bool:
@@ -300,6 +310,8 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> Analyz
             kw["_devices"] = value
         elif axis == "lora":
             kw["lora_rank"], kw["base_dtype"] = value
+            if dict(changes).get("precision") == "fp8":
+                return None   # refused: LoRA and FP8 both put qwix under the matmuls
         else:
             kw[axis] = value
     if len(new_meshes) > 1:
