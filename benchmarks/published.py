@@ -125,10 +125,11 @@ _MAXTEXT_NUMERICS = ("numerics", "maxtext")
 _MAXTEXT_PRECISION = "fp32"   # the parameters' and optimizer state's dtype; the compute is numerics=maxtext's
 
 
-def _dgxc_flags(nodes: int, perf: bool = True) -> str:
-    """NVIDIA/dgxc-benchmarking maxtext/configure.sh (v25.01 / v25.02), DTYPE=bf16, performance run."""
+def _dgxc_flags(nodes: int, perf: bool = True, fp8: bool = False) -> str:
+    """NVIDIA/dgxc-benchmarking maxtext/configure.sh (v25.01 / v25.02), DTYPE=bf16 (or fp8: its
+    reduce-scatter threshold is twice bf16's), performance run."""
     base = 8 * 1073741824
-    rs = base // (512 if nodes >= 64 else 256)
+    rs = base // ((256 if fp8 else 512) if nodes >= 64 else (128 if fp8 else 256))
     flags = ("--xla_gpu_enable_triton_gemm=false --xla_gpu_graph_level=0 "
              "--xla_gpu_enable_highest_priority_async_stream=true "
              f"--xla_gpu_all_reduce_combine_threshold_bytes={base // 4} "
@@ -171,6 +172,15 @@ _DGXC_L3_CONFIG = {"model": "Llama 3 70B (80 layers, d 8192, 64 heads, 8 KV head
                    "scan_layers": "true"}
 _DGXC_L3_ARGS = (("preset", "70b"), ("seq_len", 8192), ("remat_save", "query_proj,key_proj,value_proj"),
                  _MAXTEXT_NUMERICS)
+
+# DTYPE=fp8: the same recipe with MaxText's quantization=fp8 (Flax's nn.Fp8DotGeneralOp on every
+# DenseGeneral: delayed scaling, E4M3 forward, E5M2 gradients; the logits matmul is not quantized).
+_DGXC_L3_FP8 = {**_DGXC_L3, "precision": "fp8"}
+_DGXC_L3_FP8_CONFIG = {**_DGXC_L3_CONFIG, "precision": "fp8 (DTYPE=fp8: quantization=fp8)"}
+_FP8_APPROX = ("save_qkv_proj reproduced with remat_save; quantization=fp8 as --precision fp8 with numerics=maxtext "
+               "(the logits matmul kept in bf16, as MaxText's). jaxmem casts the fp32 weights to bf16 once at the "
+               "top of the step (gradients in bf16) where MaxText casts each at its use; on the bf16 rows the same "
+               "difference (--precision bf16 against numerics=maxtext) moved the peak by +0.15 to -2.81 GiB")
 
 _AXLEARN = dict(
     source="apple/axlearn: axlearn/experiments/text/gpt/fuji.py (mesh_rules comments)",
@@ -372,6 +382,30 @@ RECIPES: tuple[Recipe, ...] = (
              "GiB activation stacks as the 128-GPU row, two 2.5 GiB K and V stacks, the bf16 logits (3.91 "
              "GiB), and the fp32 state of a 1/64 shard (params 4.11, Adam moments 8.21, gradients 3.98 "
              "GiB). The README's sentence is a sizing statement (no bytes)."),
+    ),
+    Recipe(
+        key="dgxc-maxtext-llama3-70b-fp8-128gpu",
+        title="Llama-3 70B FP8, 128 x H100, FSDP 128 (DGXC MaxText 25.02)",
+        gpus=128, **_DGXC_L3_FP8,
+        published={**_DGXC_L3_FP8_CONFIG, "sharding": "ici_FSDP 8 x dcn_FSDP 16 (FSDP 128), GBS 256"},
+        xla_flags=_dgxc_flags(16, fp8=True), outcome="ran",
+        documented="ran: 9.074 s/step (README table 'Maxtext Llama3 70b FP8', 128 x H100; 43.88% MFU of the "
+                   "1,979 TFLOPS FP8 peak)",
+        step_s=9.074, step_how="published step time (table)",
+        args=_DGXC_L3_ARGS, mesh="data=128", layout="fsdp", batch=256,
+        approximations=_FP8_APPROX,
+    ),
+    Recipe(
+        key="dgxc-maxtext-llama3-70b-fp8-256gpu",
+        title="Llama-3 70B FP8, 256 x H100, FSDP 256 (DGXC MaxText 25.02)",
+        gpus=256, **_DGXC_L3_FP8,
+        published={**_DGXC_L3_FP8_CONFIG, "sharding": "ici_FSDP 8 x dcn_FSDP 32 (FSDP 256), GBS 512"},
+        xla_flags=_dgxc_flags(32, fp8=True), outcome="ran",
+        documented="ran: 9.488 s/step (README table 'Maxtext Llama3 70b FP8', 256 x H100; 41.97% MFU of the "
+                   "1,979 TFLOPS FP8 peak)",
+        step_s=9.488, step_how="published step time (table)",
+        args=_DGXC_L3_ARGS, mesh="data=256", layout="fsdp", batch=512,
+        approximations=_FP8_APPROX,
     ),
     Recipe(
         key="axlearn-fuji-7b-v2-256gpu",
