@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from jaxmem import report
 from jaxmem.compiler import cache, runtime, targets, versions
@@ -36,7 +37,7 @@ def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> r
 
     t0 = time.perf_counter()
     with scratch.phase("loading the model file"):
-        wl = load_workload(path, remat=opts.remat, **dict(opts.model_args))
+        wl = load_workload(path, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
     return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
 
 
@@ -46,7 +47,7 @@ def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> repo
     if isinstance(model, (str, os.PathLike)):
         return analyze_file(os.fspath(model), opts, prestart=prestart)
     t0 = time.perf_counter()
-    wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args))
+    wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args), remat_at=opts.remat_at)
     return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
 
 
@@ -201,6 +202,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("untested_jax", untested))
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
+    if opts.remat_at is not None and wl.remat_hook:
+        warnings.append(report.ReportWarning(
+            "remat_at_ignored", f"--remat-at {opts.remat_at!r} is not applied: this model's workload() takes `remat` "
+            f"and places its own checkpoints (--remat {opts.remat} went there)"))
     for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
         warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on "
                                                                f"{issue.axis}: "
@@ -231,6 +236,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         layout="user" if planned.state_specs is not None else opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
                  "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
+                 **_remat_at_options(wl, built),
                  **_finetune_options(opts), **_rules_options(opts, planned),
                  **({"axis_types": "explicit"} if planned.explicit else {}),
                  **{f"arg:{k}": v for k, v in opts.model_args}},
@@ -292,6 +298,35 @@ def _context_hint(e: UserError, mesh_spec) -> UserError:
 def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     """--rules, with the sha256 of the file's content (the content decides the step, not the name)."""
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
+
+
+def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
+    """For `compare --remats` and advise's remat changes on a model without a remat hook: a
+    --remat-at regex naming the model's repeated block (jaxmem.program.calls.CallLog.repeated_block),
+    found by tracing its step once (no compile). None when the model places its own checkpoints,
+    names them itself (Workload.remat_at), or has no repeated block."""
+    import re
+
+    from jaxmem.compiler import targets as targets_mod
+
+    wl = load_workload(path, remat="none", **dict(opts.model_args))
+    if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
+        return None
+    mesh_spec = layouts.parse_mesh(opts.mesh)
+    with running_user_code(path):
+        planned = step.plan(wl.checked(path), opts.step_options(), mesh_spec)
+        target = targets_mod.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+        built = step.build(planned, layouts.build_mesh(target.devices, mesh_spec, planned.axis_types))
+        compiled_mod.lower(built)
+    block = built.calls.repeated_block() if built.calls is not None else None
+    return None if block is None else f"^{re.escape(block)}$"
+
+
+def _remat_at_options(wl: Workload, built) -> dict[str, Any]:
+    """Where jaxmem checkpointed (Workload.remat_at / --remat-at): the regex and the module paths."""
+    if wl.remat_at is None or built.calls is None:
+        return {}
+    return {"remat_at": wl.remat_at, "remat_placed": sorted(built.calls.placed, key=lambda p: (p.count("/"), p))}
 
 
 def _host(state: train_state.StateBytes, stats, warnings: list, remat: str) -> dict[str, int]:

@@ -50,6 +50,8 @@ def lower(built: BuiltStep):
         raise
     except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
         raise UserError(_explain_trace_error(e)) from None
+    if built.calls is not None:
+        built.calls.check()   # what the trace found (a --remat-at that placed nothing), before any compile
     return lowered, time.perf_counter() - t0
 
 

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem import pipeline
 from jaxmem.errors import UserError
 from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import meshes
@@ -295,8 +296,10 @@ def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
     return out
 
 
-def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> AnalyzeOptions | None:
-    """The options with `changes`; None when two changes contradict (two different meshes)."""
+def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...],
+           remat_block: str | None = None) -> AnalyzeOptions | None:
+    """The options with `changes`; None when two changes contradict (two different meshes).
+    `remat_block`: where a remat change checkpoints on a model without a remat hook (--remat-at)."""
     kw: dict[str, Any] = {}
     new_meshes = []
     for axis, value in changes:
@@ -314,6 +317,8 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...]) -> Analyz
                 return None   # refused: LoRA and FP8 both put qwix under the matmuls
         else:
             kw[axis] = value
+            if axis == "remat" and remat_block is not None and base.remat_at is None:
+                kw["remat_at"] = remat_block
     if len(new_meshes) > 1:
         return None
     mesh = new_meshes[0] if new_meshes else base.mesh
@@ -455,11 +460,13 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         return Advice(path, original, (), compiles, cached, time.perf_counter() - t0, searched=False)
 
     ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
+    # a model without a remat hook is checkpointed at its repeated block (--remat-at)
+    block = pipeline.remat_block(path, base) if ax.get("remat") and base.remat_at is None else None
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = []
     for single in singles:
-        opts = _apply(base, (single,))
+        opts = _apply(base, (single,), block)
         if opts is not None:
             probe_items.append(((single,), opts))
     probes = compile_all(probe_items, 1)
@@ -486,7 +493,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
             batch: list[tuple[tuple, AnalyzeOptions]] = []
             while queue and len(batch) < combinations:
                 ch = queue.pop(0)
-                opts = _apply(base, ch)
+                opts = _apply(base, ch, block)
                 if opts is None or _opts_key(opts) in done:
                     continue
                 done.add(_opts_key(opts))

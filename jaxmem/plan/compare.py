@@ -109,6 +109,21 @@ def _finetune_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     return out
 
 
+def _remat_at_block(path: str, rows: list[tuple[dict, AnalyzeOptions]]) -> list[tuple[dict, AnalyzeOptions]]:
+    """Rows that rematerialize, on a model without a remat hook of its own: checkpointed at its
+    repeated block (--remat-at, found by tracing the step once), as advise does."""
+    wants = [o for _, o in rows if o.remat != "none" and o.remat_at is None]
+    if not wants:
+        return rows
+    from jaxmem import pipeline
+
+    block = pipeline.remat_block(path, wants[0])
+    if block is None:
+        return rows
+    return [(c, dataclasses.replace(o, remat_at=block) if o.remat != "none" and o.remat_at is None else o)
+            for c, o in rows]
+
+
 def label(choice: dict[str, object]) -> str:
     return " ".join(f"{k}={v}" for k, v in choice.items()) or "row"
 
@@ -122,7 +137,7 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
     if find_batch and find is None:
         find = Find("batch")
     choices = grid(spec)
-    rows = [(choice, dataclasses.replace(base, **choice)) for choice in choices]
+    rows = _remat_at_block(path, [(choice, dataclasses.replace(base, **choice)) for choice in choices])
     for _, opts in rows:
         _check(opts, find)
     if find is not None:

@@ -156,6 +156,10 @@ def render(r: Report, console: Console | None = None) -> None:
                   f"params {r.param_count / 1e6:,.1f} M")
     for line in finetune_lines(r):
         console.print(escape(line))
+    if opts.get("remat_at"):
+        placed = opts.get("remat_placed") or []
+        shown = ", ".join(placed[:6]) + (f", ... ({len(placed)} in all)" if len(placed) > 6 else "")
+        console.print(escape(f"checkpoints (--remat-at {opts['remat_at']}, policy {opts['remat']}): {shown}"))
 
     table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
     table.add_column("part", footer="per-device peak")

@@ -89,6 +89,10 @@ class StepChoice:
         "--remat", f"Checkpoint policy of the model's layers: {', '.join(REMAT_POLICIES)}, or offload:NAME[,NAME] "
         "(the activations the model names with checkpoint_name go to pinned host memory; offload_dots sends the "
         "dots without batch dimensions there).", kind="remat", metavar="POLICY", always=True, show_default=True))
+    remat_at: str | None = _opt(None, Flag(
+        "--remat-at", "Checkpoint, with the --remat policy, the calls of the linen/NNX modules whose class name or "
+        "path this finds (e.g. Block, 'layers/\\d+$'): for models without a remat hook of their own.",
+        metavar="REGEX"))
     accum: int = _opt(1, Flag("--accum", "Gradient-accumulation microbatches.", kind="count", minimum=1,
                               show_default=True))
     donate: bool = _opt(True, Flag("--no-donate", "Do not donate the train state (shows the cost).",
@@ -120,7 +124,7 @@ class StepChoice:
 
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
-                           self.finetune(), self.rules, self.axis_types)
+                           self.finetune(), self.rules, self.axis_types, self.remat)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -183,6 +187,7 @@ class StepOptions:
     finetune: FineTune = FineTune()
     rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
     axis_types: str = "auto"        # --axis-types (the workload's own wish is applied in step.plan)
+    remat: str = "none"             # the policy of the checkpoints Workload.remat_at places (jaxmem.program.calls)
 
 
 def remat_problem(name: str) -> str | None:

@@ -29,8 +29,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
+from jaxmem.program import calls as calls_mod
 from jaxmem.program import finetune, layouts, sharding, sizes, state, tree, user_specs
 from jaxmem.program import rules as rules_mod
+from jaxmem.program import workload as workload_mod
 from jaxmem.program.options import PRECISIONS, StepOptions
 from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, is_nnx  # noqa: F401  (public names of the step)
@@ -52,6 +54,7 @@ class BuiltStep:
     out_shardings: Any = None
     trace_context: Callable[[], Any] = contextlib.nullcontext
     logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
+    calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -125,7 +128,8 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
         st = state.abstract_state(wl, opts, batch)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec)
-    fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit)
+    log = calls_mod.CallLog(wl.remat_at)
+    fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit, log=log)
     donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
                      sh.shardings(sh.rng), NamedSharding(mesh, P()))
@@ -134,11 +138,11 @@ def build(p: StepPlan, mesh) -> BuiltStep:
              if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
                      trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
-                     logical_names=tuple(sorted(names)))
+                     logical_names=tuple(sorted(names)), calls=log)
 
 
 def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec,
-               *, explicit: bool = False):
+               *, explicit: bool = False, log: calls_mod.CallLog | None = None):
     """`step(*StepArgs) -> StepOut`: (trainable, frozen, opt_state, mutable, rng, batch) ->
     (trainable, opt_state, mutable, rng, loss).
 
@@ -155,6 +159,8 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
         sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq, st.kind == "nnx")
     constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
     trainable_sh = sh.shardings(sh.trainable)
+    log = calls_mod.CallLog(wl.remat_at) if log is None else log
+    at_policy = workload_mod.remat_policy(opts.remat) if wl.remat_at is not None else None
 
     def cast_compute(params):
         if opts.precision in ("bf16", "fp8"):
@@ -173,7 +179,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             # copy=True: the state was made at the jit trace; grad traces deeper and NNX refuses
             # to mutate (RNG counters, BatchStats) variables across trace levels.
             model = nnx.merge(st.model, cast_compute(st.params(trainable, frozen)), mut, copy=True)
-            with act_ctx(model):
+            with act_ctx(model), calls_mod.nnx_calls(model, remat_at=wl.remat_at, policy=at_policy, log=log):
                 loss = user_loss(model, cast_batch(b))
             _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
             return jnp.asarray(loss, jnp.float32), new_mut
@@ -184,7 +190,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
             bound = st.model.bind({"params": cast_compute(st.params(trainable, frozen)), **mut},
                                   rngs={c: jax.random.fold_in(key, i) for i, c in enumerate(wl.rng_collections)},
                                   mutable=collections)
-            with act_ctx(None):
+            with act_ctx(None), calls_mod.linen_calls(wl.remat_at, at_policy, log):
                 loss = user_loss(bound, cast_batch(b))
             _, new_vars = bound.unbind()
             new_mut = {c: new_vars[c] for c in collections if c in new_vars}

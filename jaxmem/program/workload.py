@@ -95,6 +95,9 @@ class Workload:
     axis_types: ``"explicit"`` when the code is written for JAX's explicit sharding (``out_sharding=``,
         ``jax.sharding.reshard``): the mesh's axes are then Explicit, as ``--axis-types explicit`` makes
         them. None: as ``--axis-types`` says (default auto).
+    remat_at: a regular expression of the linen/NNX modules (class name or module path, ``re.search``)
+        whose calls jaxmem checkpoints with the ``--remat`` policy (``--remat-at`` sets it for a model
+        file whose ``workload()`` takes no ``remat``): jaxmem.program.calls.
     fp8_exclude: under ``--precision fp8``, a regular expression of module paths (``re.search``, as
         qwix prints them: ``lm_head``, ``layers/attn/q``) whose matmuls stay in the compute dtype, as
         MaxText and Transformer Engine recipes keep the output head. None: every weight matmul in FP8.
@@ -114,6 +117,8 @@ class Workload:
     batch_specs: Any = None
     axis_types: str | None = None
     fp8_exclude: str | None = None
+    remat_at: str | None = None
+    remat_hook: bool = False   # set by jaxmem: workload() took `remat` (the model places its checkpoints)
 
     @property
     def is_custom_step(self) -> bool:
@@ -123,12 +128,15 @@ class Workload:
         if self.axis_types not in (None, "auto", "explicit"):
             raise UserError(f"{source}: Workload(axis_types={self.axis_types!r}): give 'explicit' (or 'auto', or "
                             "leave it out)")
-        if self.fp8_exclude is not None:
+        for field in ("fp8_exclude", "remat_at"):
+            value = getattr(self, field)
+            if value is None:
+                continue
             try:
-                re.compile(self.fp8_exclude)
+                re.compile(value)
             except re.error as e:
-                raise UserError(f"{source}: Workload(fp8_exclude={self.fp8_exclude!r}) is not a regular expression "
-                                f"({e})") from None
+                flag = "--remat-at" if field == "remat_at" else f"Workload({field}=...)"
+                raise UserError(f"{source}: {flag} {value!r} is not a regular expression ({e})") from None
         if self.batch is None:
             raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
                             "jax.ShapeDtypeStruct.")
@@ -286,14 +294,14 @@ def _where(e: BaseException, path: Path) -> str:
     return where
 
 
-def load_workload(path: str | Path, *, remat: str = "none", **model_args: Any) -> Workload:
+def load_workload(path: str | Path, *, remat: str = "none", remat_at: str | None = None, **model_args: Any) -> Workload:
     """Import a model file and call its ``workload(**model_args)``.
 
     Errors in the user's file become one UserError that quotes the user's own
     frame, not ours. The model's code runs under :func:`running_user_code`.
     """
     with running_user_code(path):
-        return _load_workload(Path(path), remat, model_args)
+        return _load_workload(Path(path), remat, model_args, remat_at)
 
 
 def source_label(model: Workload | Callable[..., Workload]) -> str:
@@ -304,7 +312,7 @@ def source_label(model: Workload | Callable[..., Workload]) -> str:
 
 
 def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none",
-                model_args: dict[str, Any] | None = None) -> tuple[Workload, str]:
+                model_args: dict[str, Any] | None = None, remat_at: str | None = None) -> tuple[Workload, str]:
     """The workload of a model given in Python (the API's `jaxmem.analyze(workload_fn)`), and the
     source label its report and errors name: a Workload as it is, or a function called as a model
     file's ``workload()`` is (model arguments, ``remat``)."""
@@ -314,23 +322,26 @@ def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none
         if model_args:
             raise UserError(f"{source}: args={model_args} are arguments of a workload() function, but a Workload "
                             "object was given; pass the function that builds it (jaxmem calls it with them).")
-        if remat != "none":
+        if remat_at is not None:
+            model = dataclasses.replace(model, remat_at=remat_at)
+        if remat != "none" and model.remat_at is None:
             raise UserError(f"{source}: remat={remat!r} asked, but a Workload object was given, so jaxmem cannot "
-                            "place checkpoints inside your model. Pass a function workload(remat=...) that wraps "
-                            "its layers with nn.remat(Layer, policy=jaxmem.remat_policy(remat)).")
+                            "place checkpoints inside your model. Name the modules to checkpoint (remat_at='Block'), "
+                            "or pass a function workload(remat=...) that wraps its layers with "
+                            "nn.remat(Layer, policy=jaxmem.remat_policy(remat)).")
         model.validate(source)
         return model, source
     if not callable(model):
         raise UserError(f"model={model!r:.80}: expected a model file's path, a jaxmem.Workload, or a function "
                         "returning one")
     with running_user_code(source):
-        wl = call_workload(model, Path(source), remat, model_args)
+        wl = call_workload(model, Path(source), remat, model_args, remat_at)
     if wl.name is None:
         wl = dataclasses.replace(wl, name=getattr(model, "__name__", None))
     return wl, source
 
 
-def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
+def _load_workload(path: Path, remat: str, model_args: dict[str, Any], remat_at: str | None = None) -> Workload:
     if path.is_dir():
         raise UserError(f"{path} is a directory; give the model file (a .py defining workload()).")
     if path.exists() and not path.is_file():
@@ -357,13 +368,14 @@ def _load_workload(path: Path, remat: str, model_args: dict[str, Any]) -> Worklo
     if not callable(fn):
         raise UserError(f"{path}: defines no `workload()` function. Add `def workload(): return "
                         "jaxmem.Workload(model=..., batch=..., loss=...)`.")
-    wl = call_workload(fn, path, remat, model_args)
+    wl = call_workload(fn, path, remat, model_args, remat_at)
     if wl.name is None:
         wl = dataclasses.replace(wl, name=path.stem)
     return wl
 
 
-def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: dict[str, Any]) -> Workload:
+def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: dict[str, Any],
+                  remat_at: str | None = None) -> Workload:
     """Call a ``workload()`` function as jaxmem does a model file's: the model arguments checked
     against its signature, ``remat`` passed when it takes it, its errors quoting the frame in
     ``path`` (the model file, or a label for a function given to the Python API)."""
@@ -379,14 +391,9 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         raise UserError(f"{path}: workload() has no argument {unknown[0]!r} (--arg); it takes: {takes}")
     _check_arg_types(path, params, model_args)
     kwargs = dict(model_args)
-    if "remat" in params or accepts_any:
+    hook = "remat" in params or accepts_any   # the model places its own checkpoints: it wins over --remat-at
+    if hook:
         kwargs["remat"] = remat
-    elif remat != "none":
-        raise UserError(
-            f"{path}: --remat {remat} asked, but `workload()` takes no `remat` argument, so jaxmem cannot place "
-            "checkpoints inside your model. Add a `remat` parameter and wrap your layers with "
-            "nn.remat(Layer, policy=jaxmem.remat_policy(remat)) (see models/llama.py)."
-        )
     try:
         wl = fn(**kwargs)
     except UserError:
@@ -395,6 +402,17 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}{_arg_hint(e, model_args)}") from None
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")
+    if hook:
+        wl = dataclasses.replace(wl, remat_hook=True)
+    elif remat_at is not None:
+        wl = dataclasses.replace(wl, remat_at=remat_at)
+    if not hook and remat != "none" and wl.remat_at is None:
+        raise UserError(
+            f"{path}: --remat {remat} asked, but `workload()` takes no `remat` argument, so jaxmem does not know "
+            "where checkpoints belong. Name the modules to checkpoint with --remat-at (a class name such as Block, "
+            "or a module path), or add a `remat` parameter and wrap your layers with "
+            "nn.remat(Layer, policy=jaxmem.remat_policy(remat)) (see models/llama.py)."
+        )
     wl.validate(str(path))
     return wl
 

@@ -58,6 +58,12 @@ def module_path(op_name: str) -> str:
     >>> module_path("jit(step)/jvp()/mul")
     ''
 
+    Under a remat the recomputation's name stack starts again, and a lifted transform repeats the
+    module's name (and its function's): one module, one path.
+
+    >>> module_path("jit(f)/transpose(jvp(Net))/blk/jvp(Net)/blk/checkpoint/rematted_computation/blk.body/blk/up/dot")
+    'Net/blk/up'
+
     XLA joins the op_names of instructions it merged with ``;``: the result is the longest
     scope prefix their (non-empty) paths share.
 
@@ -77,11 +83,18 @@ def module_path(op_name: str) -> str:
         return "/".join(common)
     if not op_name or "/" not in op_name:
         return ""
-    out = []
-    for part in _split_path(op_name)[:-1]:     # the last component is the primitive
+    names = _split_path(op_name)[:-1]     # the last component is the primitive
+    # A remat replays the forward pass in the backward one, name stack and all
+    # (transpose(jvp(Net))/block/jvp(Net)/block/checkpoint/...): the last forward start begins the path.
+    starts = [i for i, p in enumerate(names) if p.startswith(("jvp(", "transpose(jvp("))]
+    out: list[str] = []
+    for part in names[starts[-1] if starts else 0:]:
         part = _unwrap(part)
-        if part and part not in _SCAFFOLD and "->" not in part:
-            out.append(part)
+        if not part or part in _SCAFFOLD or "->" in part:
+            continue
+        if out and (part == out[-1] or part.startswith(out[-1] + ".")):
+            continue   # a lifted transform names its module again, or its function (block/block.body)
+        out.append(part)
     return "/".join(out)
 
 
@@ -101,5 +114,11 @@ ASYNC = frozenset({"async-start", "async-update", "async-done"})
 
 
 def primitive(op_name: str) -> str:
-    """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast'."""
-    return re.sub(r"\.\d+$", "", op_name.rsplit("/", 1)[-1]) if op_name else ""
+    """'jit(train_step)/jvp()/convert_element_type' -> 'convert_element_type'; 'broadcast.63' -> 'broadcast';
+    'jit(f)/transpose(jvp(mul))' -> 'mul' (the primitive inside a transform's wrapper, never its parentheses);
+    'broadcast_in_dim:trainable[...]' -> 'broadcast_in_dim' (newer jax appends the argument names)."""
+    if not op_name:
+        return ""
+    last = _split_path(op_name)[-1]
+    name = (_unwrap(last) or last).rsplit("/", 1)[-1].split(":", 1)[0]
+    return "" if not name or name.startswith("(") else re.sub(r"\.\d+$", "", name)

@@ -1,0 +1,246 @@
+"""What jaxmem wraps around a model's module calls while its step is traced.
+
+* **Names for NNX.** linen writes each module call's path into XLA's ``op_name`` metadata
+  itself; NNX does not, so without ``jax.named_scope`` in the model every buffer is "(no module:
+  ...)". While the step is traced, each NNX module's ``__call__`` enters a named scope of its
+  attribute path relative to the module that called it (``layers/3/attn``), the root named by its
+  class as linen's top module is. Under a scope the model opened itself (models/vit.py names its
+  blocks) jaxmem adds none: the model's own names stand.
+* **Checkpoints without a hook** (``--remat-at REGEX``, ``Workload(remat_at=...)``). The calls of
+  the linen or NNX modules whose class name or module path the regex finds (``re.search``) run
+  under the ``--remat`` policy: linen through ``nn.intercept_methods`` and ``nn.checkpoint``, NNX
+  through ``nnx.remat``. Only the outermost match is checkpointed (a match inside a checkpointed
+  call is already inside it). :class:`CallLog` records where checkpoints went, for the report.
+
+Arguments that are not arrays (``train=True``, ``deterministic``) are closed over rather than
+traced, so a module's Python control flow on them still works under the checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import re
+
+import jax
+
+_INSIDE = contextvars.ContextVar("jaxmem_inside_checkpoint", default=False)
+_LIFTED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("jaxmem_lifted_outer", default=frozenset())
+_STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("jaxmem_nnx_scopes", default=())
+
+
+@dataclasses.dataclass
+class CallLog:
+    """Filled while the step is traced: the module paths checkpointed, and every module seen
+    (class name -> a path), for the report and for the error when the regex finds none."""
+
+    remat_at: str | None = None
+    placed: set[str] = dataclasses.field(default_factory=set)
+    seen: dict[str, set[str]] = dataclasses.field(default_factory=dict)   # class name -> its module paths
+
+    def saw(self, cls_name: str, path: str) -> None:
+        self.seen.setdefault(cls_name, set()).add(path)
+
+    def repeated_block(self) -> str | None:
+        """The model's repeated block, to checkpoint when it has no remat hook of its own: a class
+        of modules that hold other modules, not the root, with the most instances (a scanned layer is
+        one instance), the outermost on a tie. None when there is none."""
+        paths = {p for ps in self.seen.values() for p in ps}
+
+        def has_children(p: str) -> bool:
+            return any(q.startswith(p + "/") for q in paths)
+
+        blocks = [(len(ps), -min(p.count("/") for p in ps), c) for c, ps in self.seen.items()
+                  if all(ps) and any(has_children(p) for p in ps)]
+        return max(blocks)[2] if blocks else None
+
+    def check(self) -> None:
+        """After the trace: a --remat-at that found no module is the user's error (before the compile)."""
+        if self.remat_at is not None and not self.placed:
+            from jaxmem.errors import UserError
+
+            shown = ", ".join(f"{c} ({min(ps)})" if min(ps) else c for c, ps in list(self.seen.items())[:12]) \
+                or "none was called"
+            raise UserError(f"--remat-at {self.remat_at!r} finds no module of the model (searched in each module's "
+                            f"class name and path); its modules: {shown}")
+
+
+def matches(pattern: re.Pattern | None, cls_name: str, path: str) -> bool:
+    return pattern is not None and bool(pattern.search(cls_name) or pattern.search(path))
+
+
+def _split_static(args: tuple, kwargs: dict, keep=lambda x: False):
+    """(dynamic array leaves, rebuild(leaves) -> (args, kwargs)): what a checkpoint traces, and
+    the rest closed over."""
+    leaves, treedef = jax.tree.flatten((args, kwargs), is_leaf=keep)
+    dyn = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not keep(x)]
+
+    def rebuild(values):
+        full = list(leaves)
+        for i, v in zip(dyn, values, strict=True):
+            full[i] = v
+        return jax.tree.unflatten(treedef, full)
+
+    return [leaves[i] for i in dyn], rebuild
+
+
+@contextlib.contextmanager
+def linen_calls(remat_at: str | None, policy, log: CallLog):
+    """While active, the linen module calls are recorded in `log`, and those `remat_at` finds are
+    checkpointed with `policy`."""
+    import flax.linen as nn
+
+    pattern = re.compile(remat_at) if remat_at is not None else None
+
+    def interceptor(next_fun, args, kwargs, context):
+        m = context.module
+        if context.method_name != "__call__" or _INSIDE.get():
+            return next_fun(*args, **kwargs)
+        path = "/".join(map(str, m.path))
+        name = _lifted_base(type(m))
+        if name is not None and path not in _LIFTED.get():
+            # nn.scan(Layer) and its kind: the outer call sets up the loop; the layer's body is the
+            # inner call of the same module, which is what a checkpoint goes around (per iteration)
+            token = _LIFTED.set(_LIFTED.get() | {path})
+            try:
+                return next_fun(*args, **kwargs)
+            finally:
+                _LIFTED.reset(token)
+        name = name or type(m).__name__
+        log.saw(name, path)
+        if not matches(pattern, name, path):
+            return next_fun(*args, **kwargs)
+        log.placed.add(path)
+        dyn, rebuild = _split_static(args, kwargs)
+
+        def body(mdl, *values):
+            a, k = rebuild(values)
+            token = _INSIDE.set(True)   # the module's own call (re-intercepted) and its children pass through
+            try:
+                return mdl(*a, **k)
+            finally:
+                _INSIDE.reset(token)
+
+        return nn.checkpoint(body, policy=policy, prevent_cse=True)(m, *dyn)
+
+    with nn.intercept_methods(interceptor):
+        yield
+
+
+def _lifted_base(cls) -> str | None:
+    """The module class a linen lifted transform made this one of (nn.scan(Layer) is a class
+    ScanLayer subclassing Layer), None for a module class of the model's own."""
+    import flax.linen as nn
+
+    base = cls.__mro__[1] if len(cls.__mro__) > 1 else None
+    if base is None or base is nn.Module or not issubclass(base, nn.Module):
+        return None
+    prefix = cls.__name__[:-len(base.__name__)] if cls.__name__.endswith(base.__name__) else ""
+    return base.__name__ if prefix[:1].isupper() and prefix.replace("_", "").isalpha() else None
+
+
+def _scope_count() -> int | None:
+    """Named scopes open now (the model's and jaxmem's), None where jax does not say."""
+    try:
+        from jax._src import source_info_util
+
+        return sum(type(e).__name__ == "Scope" for e in source_info_util.current_name_stack().stack)
+    except Exception:  # noqa: BLE001 -- a jax without this private API: jaxmem's names go in unconditionally
+        return None
+
+
+@contextlib.contextmanager
+def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool = True):
+    """While active, each NNX module class in `model`'s graph has its ``__call__`` wrapped: a named
+    scope of the module's path (`scopes`), and the checkpoint where `remat_at` finds it."""
+    from flax import nnx
+
+    pattern = re.compile(remat_at) if remat_at is not None else None
+    paths: dict[int, tuple[str, ...]] = {}
+
+    def register(root, prefix: tuple[str, ...]) -> None:
+        for path, node in nnx.iter_graph(root):
+            if isinstance(node, nnx.Module):
+                paths[id(node)] = prefix + tuple(str(p) for p in path)
+
+    register(model, ())
+    root_name = type(model).__name__
+    classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+    # every class's own __call__ resolved before any is wrapped: a subclass never wraps a wrapper
+    originals = {cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None)
+                 for cls in classes}
+    had_own = {cls: "__call__" in cls.__dict__ for cls in classes}
+
+    def call(self, orig, a, k):
+        path = paths.get(id(self))
+        cls_name = type(self).__name__
+        if path is None:
+            # a copy an NNX transform made (nnx.scan's body, nnx.vmap): no path known, its class still
+            if not _INSIDE.get() and matches(pattern, cls_name, ""):
+                log.saw(cls_name, cls_name)
+                log.placed.add(cls_name)
+                return _remat(self, orig, a, k, None)
+            return orig(self, *a, **k)
+        path_s = "/".join(path)
+        log.saw(cls_name, path_s)
+        stack = _STACK.get()
+        n = _scope_count()
+        scope: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if scopes:
+            name: str | None
+            if not stack:
+                name = root_name
+            else:
+                parent, parent_n = stack[-1]
+                named_by_model = n is not None and parent_n is not None and n > parent_n
+                rel = path[len(parent):] if path[:len(parent)] == parent else path
+                name = None if named_by_model or not rel else "/".join(rel)
+            if name is not None:
+                scope = jax.named_scope(name)
+                n = None if n is None else n + 1
+        token = _STACK.set((*stack, (path, n)))
+        try:
+            with scope:
+                if not _INSIDE.get() and matches(pattern, cls_name, path_s):
+                    log.placed.add(path_s or root_name)
+                    return _remat(self, orig, a, k, path)
+                return orig(self, *a, **k)
+        finally:
+            _STACK.reset(token)
+
+    def _remat(self, orig, a, k, path):
+        keep = lambda x: isinstance(x, (nnx.Module, nnx.Variable))  # noqa: E731  (graph nodes stay as given)
+        dyn, rebuild = _split_static(a, k, keep)
+
+        def body(mdl, *values):
+            if path is not None:
+                register(mdl, path)   # nnx.remat hands the call a copy of the module: same paths
+            a2, k2 = rebuild(values)
+            token = _INSIDE.set(True)
+            try:
+                return orig(mdl, *a2, **k2)
+            finally:
+                _INSIDE.reset(token)
+
+        return nnx.remat(body, policy=policy, prevent_cse=True)(self, *dyn)
+
+    for cls, orig in originals.items():
+        if orig is None:
+            continue
+
+        def wrapped(self, *a, __orig=orig, **k):
+            return call(self, __orig, a, k)
+
+        cls.__call__ = wrapped  # type: ignore[method-assign]  # for this trace only: restored below
+    try:
+        yield
+    finally:
+        for cls, orig in originals.items():
+            if orig is None:
+                continue
+            if had_own[cls]:
+                cls.__call__ = orig  # type: ignore[method-assign]
+            else:
+                del cls.__call__
+

@@ -1,0 +1,129 @@
+"""jaxmem/program/calls.py: NNX module paths in XLA's metadata, and --remat-at checkpoints on models
+without a remat hook (NNX in a Python loop, linen under nn.scan), placed where the report says."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import jaxmem
+from jaxmem import cli
+from jaxmem.program import calls
+from jaxmem.xla import opnames
+
+NNX = "tests/fixtures/nnx_decoder_noscope.py"
+SCAN = "tests/fixtures/scan_noremat.py"
+
+
+def _run(model, **kw):
+    return jaxmem.analyze(model, gpu="h100", cache=False, **kw)
+
+
+def _acts(r) -> int:
+    return r.breakdown["activations_and_temporaries"]
+
+
+@pytest.fixture(scope="module")
+def nnx_plain():
+    return _run(NNX)
+
+
+def test_an_nnx_model_without_named_scopes_has_its_buffers_attributed_by_attribute_path(nnx_plain):
+    rows = {m.module_path: m.bytes for m in nnx_plain.modules}
+    assert {f"Decoder/blocks/{i}" for i in range(4)} <= set(rows), rows
+    # of what is not the train state, under 10% is outside every module
+    live = {k: v for k, v in rows.items() if not k.startswith("[")}
+    outside = sum(v for k, v in live.items() if k.startswith("(")) / sum(live.values())
+    assert outside < 0.10, rows
+    deep = jaxmem.analyze(NNX, gpu="h100", module_depth=5).modules
+    assert any(m.module_path.startswith("Decoder/blocks/3/attn") for m in deep), [m.module_path for m in deep]
+
+
+def test_remat_at_the_block_of_an_nnx_model_without_a_hook_cuts_its_activations(nnx_plain):
+    r = _run(NNX, remat="full", remat_at="Block")
+    assert _acts(r) <= 0.6 * _acts(nnx_plain), (_acts(r), _acts(nnx_plain))
+    assert r.options["remat_at"] == "Block"
+    assert r.options["remat_placed"] == [f"blocks/{i}" for i in range(4)]   # the outermost match, not attn inside
+
+
+def test_remat_at_checkpoints_each_iteration_of_scanned_linen_layers():
+    plain, remat = _run(SCAN), _run(SCAN, remat="full", remat_at="^Layer$")
+    assert _acts(remat) <= 0.6 * _acts(plain), (_acts(remat), _acts(plain))
+    assert remat.options["remat_placed"] == ["layers"]
+    # one module, one path: no ScanLayer/Layer wrapper names, no doubled layers/layers
+    paths = [m.module_path for m in remat.modules]
+    assert [p for p in paths if re.search(r"(Scan)?Layer(/|$)|layers/layers|\.body", p)] == [], paths
+
+
+def test_a_remat_at_that_finds_no_module_is_exit_2_naming_the_modules_it_could():
+    res = CliRunner().invoke(cli.main, ["analyze", SCAN, "--gpu", "h100", "--remat", "full", "--remat-at", "Nope",
+                                        "--no-cache"])
+    assert res.exit_code == 2, res.output
+    assert "--remat-at 'Nope' finds no module" in res.output and "Layer (layers)" in res.output
+    res = CliRunner().invoke(cli.main, ["analyze", SCAN, "--gpu", "h100", "--remat-at", "(", "--no-cache"])
+    assert res.exit_code == 2 and "is not a regular expression" in res.output, res.output
+
+
+def test_remat_without_a_hook_or_remat_at_is_refused_pointing_to_remat_at():
+    res = CliRunner().invoke(cli.main, ["analyze", SCAN, "--gpu", "h100", "--remat", "full"])
+    assert res.exit_code == 2 and "--remat-at" in res.output, res.output
+
+
+def test_a_models_own_remat_hook_wins_over_remat_at_and_the_report_says_so():
+    args = {"preset": "tiny"}
+    hook = _run("models/llama.py", remat="full", args=args)
+    both = _run("models/llama.py", remat="full", remat_at="Block", args=args)
+    assert both.per_device_peak_bytes == hook.per_device_peak_bytes
+    assert "remat_at" not in both.options
+    assert [w.kind for w in both.warnings if w.kind == "remat_at_ignored"] == ["remat_at_ignored"]
+
+
+def test_the_repeated_block_is_the_outermost_class_with_the_most_instances():
+    log = calls.CallLog()
+    for path, cls in [("", "Decoder"), ("embed", "Embed"), ("head", "Linear")] + [
+            (f"blocks/{i}{sub}", c) for i in range(3) for sub, c in [("", "Block"), ("/attn", "Attention"),
+                                                                    ("/attn/q", "Linear"), ("/up", "Linear")]]:
+        log.saw(cls, path)
+    # Linear has the most instances but holds no module; Attention ties with Block, deeper
+    assert log.repeated_block() == "Block"
+    scanned = calls.CallLog()
+    for path, cls in [("", "Stack"), ("layers", "Layer"), ("layers/up", "Dense"), ("layers/down", "Dense")]:
+        scanned.saw(cls, path)
+    assert scanned.repeated_block() == "Layer"
+
+
+def test_compare_remats_on_a_model_without_a_hook_checkpoints_its_repeated_block():
+    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.plan import compare
+
+    cells = compare.compare(SCAN, AnalyzeOptions(gpu="h100"), {"remat": "none,full"}, n_jobs=1, progress=False)
+    assert [c.error for c in cells] == [None, None]
+    none, full = (c.report for c in cells)
+    assert full.options["remat_at"] == "^Layer$" and "remat_at" not in none.options
+    assert _acts(full) <= 0.6 * _acts(none)
+
+
+@pytest.mark.parametrize(("op_name", "path"), [
+    # a remat's recomputation replays the forward name stack inside the backward one
+    ("jit(step)/transpose(jvp(Encoder))/Block_2/jvp(Encoder)/Block_2/checkpoint/rematted_computation/"
+     "Block_2.body/Block_2/Dense_0/dot_general", "Encoder/Block_2/Dense_0"),
+    # nn.remat(Block) names its module twice (block_23/block_23/attn)
+    ("jit(step)/jvp(Net)/block_23/block_23/attn/dot_general", "Net/block_23/attn"),
+    # a model's own scope under jaxmem's NNX one of the same name
+    ("jit(step)/jvp(ViT)/ViT/block_1/mlp/dot_general", "ViT/block_1/mlp"),
+])
+def test_one_module_has_one_path(op_name, path):
+    assert opnames.module_path(op_name) == path
+
+
+@pytest.mark.parametrize(("op_name", "prim"), [
+    ("jit(step)/transpose(jvp(mul))", "mul"),                  # never "mul))" (the stray parentheses)
+    ("jit(step)/jvp(Gemma/mul)", "mul"),
+    ("jit(step)/jvp()/broadcast_in_dim:trainable['a']['b']", "broadcast_in_dim"),
+    ("broadcast.63", "broadcast"),
+    ("jit(step)/(trainable['x'].value:trainable['y'].value)", ""),   # no primitive named: the opcode is used
+])
+def test_the_primitive_of_an_op_name_is_a_bare_name(op_name, prim):
+    assert opnames.primitive(op_name) == prim
