@@ -212,7 +212,10 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                                        f"{issue.reason}", issue.replicated_bytes))
     roles = splits.mesh_roles(mesh_spec, built.leaves)
     state_bytes = state.params + state.optimizer_state + state.other_state
-    for message, cost in splits.idle_axes(roles, opts.layout, state_bytes, breakdown["activations_and_temporaries"]):
+    tensor = planned.mesh_spec.model_axis
+    tensor_names = tuple(n for n, axes in planned.rules.params if tensor and axes and tensor in axes)
+    for message, cost in splits.idle_axes(roles, opts.layout, state_bytes, breakdown["activations_and_temporaries"],
+                                          built.logical_names, tensor_names):
         warnings.append(report.ReportWarning("axis_splits_nothing", message, cost))
     host = _host(state, stats, warnings, opts.remat)
     if not _host_fits(host, target.gpu, warnings) and fits:

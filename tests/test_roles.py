@@ -157,3 +157,33 @@ def test_the_shipped_moes_expert_kernels_per_device_are_total_over_expert_times_
     assert len(kernels) == 3   # gate, up, down: (layers, exp, ...)
     for leaf in kernels:
         assert leaf.spec[1] == "expert" and leaf.device_bytes * 4 * 2 == leaf.global_bytes
+
+
+NAMED_ELSEWISE = '''
+import jax, jax.numpy as jnp, flax.linen as nn, jaxmem
+class Net(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        part = lambda *names: nn.with_logical_partitioning(nn.initializers.lecun_normal(), names)
+        h = nn.Dense(4096, kernel_init=part("d_model", "d_ff"))(x)
+        return nn.Dense(1024, kernel_init=part("d_ff", "d_model"))(h)
+def workload():
+    return jaxmem.Workload(model=Net(), batch={"x": jax.ShapeDtypeStruct((16, 1024), jnp.float32)},
+                           loss=lambda m, b: m(b["x"]).mean())
+'''
+
+
+def test_a_tensor_axis_idle_because_no_rule_knows_the_weights_names_lists_them_and_points_to_rules(tmp_path):
+    f = tmp_path / "named.py"
+    f.write_text(NAMED_ELSEWISE)
+    d = json.loads(invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp",
+                          "--no-explain", "--json").output)
+    (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
+    assert "no rule maps the weights' logical names (d_ff, d_model) to it" in w["message"]
+    assert "--rules" in w["message"] and "none has a dimension it divides" not in w["message"]
+    # with a rule for its names the axis splits the weights, and the warning is gone
+    rules = tmp_path / "rules.json"
+    rules.write_text('[["d_ff", "tensor"]]')
+    d = json.loads(invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp",
+                          "--rules", str(rules), "--no-explain", "--json").output)
+    assert not [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]

@@ -52,10 +52,26 @@ def header(roles: dict[str, dict[str, Any]]) -> str:
     return " ".join(f"{a}={r['size']} ({r['role']}: {', '.join(r['splits']) or 'nothing'})" for a, r in roles.items())
 
 
-def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int
-              ) -> list[tuple[str, int]]:
+def _tensor_cause(layout: str, logical_names: tuple[str, ...], tensor_names: tuple[str, ...]) -> str:
+    """Why a tensor axis splits no weight: the layout, the names the rules know, or the sizes."""
+    if layout not in ("tp", "fsdp_tp"):
+        return f"--layout {layout} splits none over it: --layout tp or fsdp_tp does)"
+    if not logical_names:
+        return ("the weights carry no logical axis names, so no rule can place them on it: annotate them "
+                "(nn.with_logical_partitioning, nnx metadata sharding=) or give --rules / Workload(state_specs=))")
+    if not set(logical_names) & set(tensor_names):
+        names = ", ".join(logical_names[:12]) + (", ..." if len(logical_names) > 12 else "")
+        return (f"no rule maps the weights' logical names ({names}) to it; the tp rules split "
+                f"{', '.join(tensor_names)}: give --rules mapping yours, e.g. [[\"{logical_names[0]}\", \"tensor\"]])")
+    return "none has a dimension it divides)"
+
+
+def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
+              logical_names: tuple[str, ...] = (), tensor_names: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     """(message, bytes) for each axis of size > 1 that does not do its role's job; the bytes are its
-    cost: what it would save per device if it did (the state, or the activations, over its devices)."""
+    cost: what it would save per device if it did (the state, or the activations, over its devices).
+    `logical_names`: the names the parameters carry; `tensor_names`: those the rules put on the tensor
+    axis (a tensor axis idle because no rule knows the model's names says so)."""
     out = []
     for axis, r in roles.items():
         size, role, did = r["size"], r["role"], r["splits"]
@@ -63,8 +79,7 @@ def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, a
             continue
         if role in STATE_ROLES and "state" not in did:
             what = {"expert": "no experts dimension (the model names none exp/expert/experts, or none it divides)",
-                    "tensor": "no weight (" + ("none has a dimension it divides)" if layout in ("tp", "fsdp_tp") else
-                                           f"--layout {layout} splits none over it: --layout tp or fsdp_tp does)"),
+                    "tensor": "no weight (" + _tensor_cause(layout, logical_names, tensor_names),
                     "fsdp": "no state leaf (none has a dimension it divides)"}[role]
             also = "; it splits the batch, as a data axis would, and" if "batch" in did else ":"
             saved = state_bytes - state_bytes // size
