@@ -202,6 +202,16 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("untested_jax", untested))
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
+    remat_n = compiled_mod.xla_rematerialized(art.hlo_text) if target.platform == "cuda" else 0
+    if remat_n and not any(n.startswith("XLA:") for n in stats.notes):
+        warnings.append(report.ReportWarning(
+            "xla_rematerialized", f"XLA recomputed {remat_n} instructions of this step to bring it under its memory "
+            f"budget (its rematerialization pass runs only when a program exceeds about 80% of the {target.gpu}'s "
+            "memory): the peak is of the program as XLA changed it; the step as written needs more. "
+            "XLA_FLAGS=--xla_disable_hlo_passes=rematerialization shows the step as written"))
+    precision_warning = _precision_no_effect(opts.precision, step_time)
+    if precision_warning:
+        warnings.append(report.ReportWarning("precision_no_effect", precision_warning))
     if opts.remat_at is not None and wl.remat_hook:
         warnings.append(report.ReportWarning(
             "remat_at_ignored", f"--remat-at {opts.remat_at!r} is not applied: this model's workload() takes `remat` "
@@ -234,7 +244,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         model=wl.name or "workload",
         source=source,
         target=report.TargetInfo(target.gpu, target.description, target.platform, mesh_spec.size, target.hosts,
-                                 target.deviceless, target.memory_bytes, usable_bytes, usable_note),
+                                 target.deviceless, target.memory_bytes, usable_bytes, usable_note,
+                                 _budget_note(target)),
         mesh=mesh_spec.axes,
         layout="user" if planned.state_specs is not None else opts.layout,
         options={"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
@@ -301,6 +312,31 @@ def _context_hint(e: UserError, mesh_spec) -> UserError:
 def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     """--rules, with the sha256 of the file's content (the content decides the step, not the name)."""
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
+
+
+def _budget_note(target) -> str:
+    if target.memory_bytes is None:
+        return ""
+    return (f"XLA compiled this step for the {target.gpu}'s {target.memory_bytes / 2**30:.2f} GiB: its scheduler and "
+            "rematerialization budget about 80% of the card, so the same step can compile to a smaller peak "
+            "for a smaller card")
+
+
+def _precision_no_effect(precision: str, step_time: dict) -> str | None:
+    """--precision bf16/bf16-pure/fp8 whose matmuls still run in fp32: the model fixes its layers'
+    dtype (dtype=jnp.float32), so the flag changed the casts, not the dots."""
+    if precision not in ("bf16", "bf16-pure", "fp8") or not step_time.get("available"):
+        return None
+    dots = [p for p in step_time.get("compute_peaks", []) if p["kind"] != "non-dot"]
+    total = sum(p["flops"] for p in dots)
+    low = sum(p["flops"] for p in dots if p["kind"] in ("bf16", "fp16", "fp8", "int8"))
+    if not total or low / total >= 0.5:
+        return None
+    kinds = ", ".join(f"{p['kind']} {p['flops'] / total:.0%}" for p in sorted(dots, key=lambda p: -p["flops"]))
+    return (f"--precision {precision} left {1 - low / total:.0%} of the matmul FLOPs in 32-bit (dots by type: "
+            f"{kinds}): "
+            "the model's layers fix their own compute dtype (dtype=jnp.float32), so the flag changed only the casts "
+            "of the parameters and inputs; set the layers' dtype to change the matmuls")
 
 
 def remat_block(path: str, opts: AnalyzeOptions) -> str | None:

@@ -47,6 +47,9 @@ class TargetInfo:
     memory_bytes: int | None          # the card's memory (None on CPU)
     usable_bytes: int | None          # what JAX's allocator may use of it
     usable_note: str                  # the allocator settings that decided usable_bytes
+    # What XLA compiled against: its scheduler and rematerialization budget a share of this card's
+    # memory, so the same step may compile to a smaller peak for a smaller card ("" on CPU).
+    xla_budget_note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -147,3 +147,41 @@ def test_256_devices_on_32_hosts():
     r = run(mesh="data=32,model=8", layout="fsdp_tp", batch=64, model_args=(("width", 1024),))
     assert r.target.devices == 256 and r.target.hosts == 32
     assert r.state_check["analytic_argument_bytes"] == r.state_check["compiled_argument_bytes"]
+
+
+def test_precision_bf16_on_a_model_that_fixes_float32_layers_warns_with_the_dots_dtypes(tmp_path):
+    f = tmp_path / "f32.py"
+    f.write_text("import jax, jax.numpy as jnp, flax.linen as nn, jaxmem\n"
+                 "class Net(nn.Module):\n"
+                 "    @nn.compact\n"
+                 "    def __call__(self, x):\n"
+                 "        return nn.Dense(256, dtype=jnp.float32)(nn.relu(nn.Dense(1024, dtype=jnp.float32)(x)))\n"
+                 "def workload():\n"
+                 "    return jaxmem.Workload(model=Net(), batch={'x': jax.ShapeDtypeStruct((64, 256), jnp.float32)},\n"
+                 "                           loss=lambda m, b: m(b['x']).mean())\n")
+    import jaxmem
+
+    r = jaxmem.analyze(str(f), gpu="h100", precision="bf16", explain=False, cache=False)
+    (w,) = [w for w in r.warnings if w.kind == "precision_no_effect"]
+    assert "100% of the matmul FLOPs in 32-bit" in w.message and "tf32 100%" in w.message
+    # a model whose dots follow the parameters: bf16 changes them, no warning
+    ok = jaxmem.analyze("models/mlp.py", gpu="h100", precision="bf16", explain=False, cache=False,
+                        args={"preset": "tiny"})
+    assert not [w for w in ok.warnings if w.kind == "precision_no_effect"]
+
+
+def test_the_report_says_xla_compiled_against_the_target_cards_memory():
+    import jaxmem
+
+    r = jaxmem.analyze("models/mlp.py", gpu="rtx-a6000", explain=False, args={"preset": "tiny"})
+    assert r.target.xla_budget_note.startswith("XLA compiled this step for the rtx-a6000's 47.54 GiB")
+    assert jaxmem.analyze("models/mlp.py", gpu="cpu", explain=False, args={"preset": "tiny"}).target.xla_budget_note == ""
+
+
+def test_xla_rematerialized_instructions_are_counted_by_the_names_xla_gives_them():
+    from jaxmem.compiler import compiled
+
+    hlo = ("%fusion.3 = f32[8]{0} fusion(%p)\n%fusion.3.remat = f32[8]{0} fusion(%p)\n"
+           "%bitcast.remat2 = f32[8]{0} bitcast(%fusion.3.remat)\n%remat_like = f32[8]{0} copy(%p)\n")
+    assert compiled.xla_rematerialized(hlo) == 2
+    assert compiled.xla_rematerialized(None) == 0

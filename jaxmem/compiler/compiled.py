@@ -325,6 +325,13 @@ def _notes_from_log(text: str) -> list[str]:
     return out
 
 
+def xla_rematerialized(hlo_text: str | None) -> int:
+    """Instructions XLA's rematerialization pass recomputed in the optimized program (it names its
+    clones ``<name>.remat``, ``.remat2``, ...). The pass changes a program only when the program as
+    written exceeds XLA's memory budget for the card."""
+    return len(set(re.findall(r"%([\w.\-]+?\.remat\d*)\b", hlo_text or "")))
+
+
 def _explain_trace_error(e: Exception) -> str:
     """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
     msg = str(e).strip()

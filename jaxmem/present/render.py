@@ -183,6 +183,8 @@ def render(r: Report, console: Console | None = None) -> None:
         if not r.fits:
             for h in hints(r):
                 console.print(f"  hint: {h}")
+        if t.xla_budget_note:
+            console.print(f"[dim]{escape(t.xla_budget_note)}[/dim]")
     else:
         console.print(f"CPU target: {t.usable_note}")
     for i, line in enumerate(step_time_lines(r.step_time)):
