@@ -133,7 +133,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         with scratch.phase("reading XLA's buffer assignment"):
             assignment = decode_hlo_proto(art.dump)
 
-    state = train_state.summarize(built.leaves)
+    state = train_state.summarize(built.leaves, custom_step=wl.is_custom_step)
     program = _parsed_program(art.hlo_text) if target.platform == "cuda" else art.hlo_text
     # the collectives' device groups size NCCL's communicators (only multi-device GPU programs have any)
     rt = runtime.model(target, program if mesh_spec.size > 1 else None, mesh_spec.axes)
@@ -415,7 +415,29 @@ def _host_fits(host: dict[str, int], gpu: str, warnings: list) -> bool:
 
 
 def _optimizer_name(wl: Workload) -> str:
+    """The optimizer the report names: a custom step's own, by the optax states it carries."""
+    if wl.is_custom_step:
+        states = sorted(_optax_states(wl.state) - {"EmptyState"})
+        return f"step's own ({', '.join(states)})" if states else "step's own (no optimizer state: sgd-like)"
     return "workload's own" if wl.optimizer is not None else "adamw"
+
+
+def _optax_states(tree, depth: int = 0) -> set[str]:
+    """The class names of the optax states (namedtuples named *State) in a custom step's state."""
+    if depth > 32:
+        return set()
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        name = type(tree).__name__
+        out = {name} if name.endswith("State") else set()
+        return out | {n for v in tree for n in _optax_states(v, depth + 1)}
+    if isinstance(tree, (tuple, list)):
+        return {n for v in tree for n in _optax_states(v, depth + 1)}
+    if isinstance(tree, dict):
+        return {n for v in tree.values() for n in _optax_states(v, depth + 1)}
+    fields = getattr(tree, "__dataclass_fields__", None)   # flax TrainState and other dataclasses
+    if fields:
+        return {n for f in fields for n in _optax_states(getattr(tree, f, None), depth + 1)}
+    return set()
 
 
 def _global_batch(built: step.BuiltStep) -> int | None:

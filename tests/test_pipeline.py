@@ -185,3 +185,30 @@ def test_xla_rematerialized_instructions_are_counted_by_the_names_xla_gives_them
            "%bitcast.remat2 = f32[8]{0} bitcast(%fusion.3.remat)\n%remat_like = f32[8]{0} copy(%p)\n")
     assert compiled.xla_rematerialized(hlo) == 2
     assert compiled.xla_rematerialized(None) == 0
+
+
+CUSTOM_ADAM = '''
+import jax, jax.numpy as jnp, optax, jaxmem
+tx = optax.adam(1e-3)
+def step(state, batch):
+    g = jax.grad(lambda w: jnp.mean((batch["x"] @ w["w"]) ** 2))(state["params"])
+    updates, opt = tx.update(g, state["opt_state"], state["params"])
+    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt, "step": state["step"] + 1}, None
+def workload():
+    params = {"w": jax.ShapeDtypeStruct((256, 128), jnp.float32)}
+    return jaxmem.Workload(step=step, batch={"x": jax.ShapeDtypeStruct((32, 256), jnp.float32)},
+                           state={"params": params, "opt_state": jax.eval_shape(tx.init, params),
+                                  "step": jax.ShapeDtypeStruct((), jnp.int32)})
+'''
+
+
+def test_a_custom_step_is_labelled_by_the_optimizer_state_it_carries_and_counts_what_it_trains(tmp_path):
+    import jaxmem
+
+    f = tmp_path / "adam_step.py"
+    f.write_text(CUSTOM_ADAM)
+    r = jaxmem.analyze(str(f), gpu="h100", explain=False, cache=False)
+    assert r.options["optimizer"] == "step's own (ScaleByAdamState)"   # not "adamw"
+    assert (r.trainable_param_count, r.frozen_param_count) == (256 * 128, 0)
+    sgd = jaxmem.analyze("tests/fixtures/custom_step.py", gpu="h100", explain=False, cache=False)
+    assert sgd.options["optimizer"] == "step's own (no optimizer state: sgd-like)"

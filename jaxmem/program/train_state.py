@@ -49,7 +49,9 @@ class StateBytes:
         return sum(self.host.values())
 
 
-def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
+def summarize(leaves: Iterable[LeafInfo], *, custom_step: bool = False) -> StateBytes:
+    """`custom_step`: the state is the user's own (Workload.step): its floating-point parameters are
+    the ones its step trains (jaxmem cannot see a freeze inside it), its integer ones frozen."""
     dev = {"params": 0, "optimizer_state": 0, "other_state": 0, "batch": 0}
     glob = {"params": 0, "optimizer_state": 0}
     host: dict[str, int] = {}
@@ -71,7 +73,7 @@ def summarize(leaves: Iterable[LeafInfo]) -> StateBytes:
             # a quantized weight's scales are storage of that weight, not parameters of the model
             n = 0 if QUANT_SCALE.search(leaf.path) else leaf.size
             count += n
-            if leaf.trainable is None:
+            if leaf.trainable is None and not custom_step:
                 known = False
             trains = leaf.trainable is not False and "float" in leaf.dtype  # integer and frozen leaves get no gradient
             split[trains][0] += n
