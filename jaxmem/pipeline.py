@@ -216,10 +216,11 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning(
             "remat_at_ignored", f"--remat-at {opts.remat_at!r} is not applied: this model's workload() takes `remat` "
             f"and places its own checkpoints (--remat {opts.remat} went there)"))
-    for issue in sorted(built.issues, key=lambda i: -i.replicated_bytes):
-        warnings.append(report.ReportWarning("unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on "
-                                                               f"{issue.axis}: "
-                                       f"{issue.reason}", issue.replicated_bytes))
+    for issue, moments in sorted(_with_moments(built.issues, built.leaves), key=lambda im: -im[0].replicated_bytes):
+        also = f" (so do its {moments} optimizer-state copies: {moments + 1}x the bytes)" if moments else ""
+        warnings.append(report.ReportWarning(
+            "unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}{also}: {issue.reason}",
+            issue.replicated_bytes * (moments + 1)))
     roles = splits.mesh_roles(mesh_spec, built.leaves)
     state_bytes = state.params + state.optimizer_state + state.other_state
     tensor = planned.mesh_spec.model_axis
@@ -412,6 +413,23 @@ def _host_fits(host: dict[str, int], gpu: str, warnings: list) -> bool:
         "offload less (fewer offloaded names, --remat full) or spread the state over more devices",
         total - perf.host_memory))
     return False
+
+
+def _with_moments(issues, leaves) -> list[tuple]:
+    """Each sharding issue of a parameter with the optimizer-state leaves that mirror it (Adam's mu and
+    nu: the same path and shape, sharded as it is): they stay replicated with it."""
+    params = {(leaf.path.split(":", 1)[-1], tuple(leaf.shape)) for leaf in leaves if leaf.category == "params"}
+    copies: dict[tuple[str, tuple], int] = {}
+    for leaf in leaves:
+        if leaf.category != "optimizer_state":
+            continue
+        parts = leaf.path.split(":", 1)[-1].split("/")
+        # the longest tail of its path that is a parameter's (optax nests the params' tree under mu/, nu/)
+        key = next((k for k in (("/".join(parts[i:]), tuple(leaf.shape)) for i in range(1, len(parts)))
+                    if k in params), None)
+        if key is not None:
+            copies[key] = copies.get(key, 0) + 1
+    return [(i, copies.get((i.leaf, tuple(i.shape)), 0)) for i in issues]
 
 
 def _optimizer_name(wl: Workload) -> str:

@@ -212,3 +212,11 @@ def test_a_custom_step_is_labelled_by_the_optimizer_state_it_carries_and_counts_
     assert (r.trainable_param_count, r.frozen_param_count) == (256 * 128, 0)
     sgd = jaxmem.analyze("tests/fixtures/custom_step.py", gpu="h100", explain=False, cache=False)
     assert sgd.options["optimizer"] == "step's own (no optimizer state: sgd-like)"
+
+
+def test_an_unsharded_parameters_cost_counts_its_replicated_adam_moments():
+    r = run(FIX / "annotated.py", mesh="data=8", layout="fsdp")
+    (w,) = [w for w in r.warnings if w.kind == "unsharded_leaf"]
+    one = 129 * 131 * 4 - 129 * 131 * 4 // 8   # fp32 (129, 131) kept whole instead of split 8 ways
+    assert "so do its 2 optimizer-state copies" in w.message
+    assert abs(w.bytes - 3 * one) <= 3 * 8, (w.bytes, 3 * one)   # the param, Adam's mu and nu
