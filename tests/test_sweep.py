@@ -39,3 +39,20 @@ def test_ray_rows_equal_the_local_executors(tmp_path, monkeypatch):
     ray_rows = sweep.run_jobs(jobs, n_jobs=2, executor="ray", progress=False)
     assert [o.status for o in ray_rows] == ["ok", "ok"]
     assert [o.report.to_json() for o in ray_rows] == [o.report.to_json() for o in local]
+
+
+def test_rows_run_from_the_folder_holding_a_clone_named_jaxmem_import_the_installed_package(tmp_path, monkeypatch):
+    # `git clone` names the folder jaxmem: seen from its parent it is a namespace package that
+    # `python -c` (the workers) would import in place of jaxmem
+    import pathlib
+    import shutil
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    (tmp_path / "jaxmem" / "models").mkdir(parents=True)
+    shutil.copy(root / "models" / "mlp.py", tmp_path / "jaxmem" / "models" / "mlp.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JAXMEM_CACHE", str(tmp_path / "cache"))
+    job = sweep.Job("mlp", "jaxmem/models/mlp.py",
+                    AnalyzeOptions(gpu="h100", model_args=(("preset", "tiny"),), explain=False))
+    (out,) = sweep.run_jobs([job], n_jobs=1, progress=False)
+    assert out.status == "ok", out.error

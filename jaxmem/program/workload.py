@@ -361,7 +361,7 @@ def _load_workload(path: Path, remat: str, model_args: dict[str, Any], remat_at:
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 -- the user's file failed to import, however: say where
-        raise UserError(f"{path}: failed to import: {_user_frame(e, path)}") from None
+        raise UserError(f"{path}: failed to import: {_user_frame(e, path)}{_shadow_hint(e)}") from None
     finally:
         sys.path.pop(0)
     fn = getattr(module, "workload", None)
@@ -399,7 +399,8 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 -- the user's workload() can raise anything: quoted
-        raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}{_arg_hint(e, model_args)}") from None
+        raise UserError(f"{path}: workload() raised: {_user_frame(e, path)}{_arg_hint(e, model_args)}"
+                        f"{_shadow_hint(e)}") from None
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")
     if hook:
@@ -447,6 +448,18 @@ def _example(want: type, default: Any) -> str:
     if default is not inspect.Parameter.empty and isinstance(default, want):
         return str(default).lower() if want is bool else str(default)
     return {int: "8", float: "0.5", bool: "true", str: "name"}[want]
+
+
+def _shadow_hint(e: BaseException) -> str:
+    """A folder named jaxmem on sys.path (a clone's, seen from the folder that holds it) imported as
+    a namespace package in place of jaxmem: say so rather than leave `no attribute 'Workload'`."""
+    if isinstance(e, (AttributeError, ImportError)) and "jaxmem" in str(e):
+        mod = sys.modules.get("jaxmem")
+        if mod is not None and getattr(mod, "__file__", None) is None:
+            where = ", ".join(getattr(mod, "__path__", [])) or "a folder on sys.path"
+            return (f" [note: `import jaxmem` found the folder {where}, not the installed package: run from another "
+                    "directory, or remove that folder from sys.path]")
+    return ""
 
 
 def _arg_hint(e: Exception, model_args: dict[str, Any]) -> str:
