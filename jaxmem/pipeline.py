@@ -363,10 +363,15 @@ def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
 
 
 def _remat_at_options(wl: Workload, built) -> dict[str, Any]:
-    """Where jaxmem checkpointed (Workload.remat_at / --remat-at): the regex and the module paths."""
-    if wl.remat_at is None or built.calls is None:
+    """What jaxmem.program.calls placed around the model's calls: the checkpoints of --remat-at (the
+    regex and the module paths), and the pmap-style collective axis it bound per device group."""
+    log = built.calls
+    if log is None:
         return {}
-    return {"remat_at": wl.remat_at, "remat_placed": sorted(built.calls.placed, key=lambda p: (p.count("/"), p))}
+    out: dict[str, Any] = {"collective_axis": log.collective_axis} if log.collective_axis else {}
+    if wl.remat_at is not None:
+        out |= {"remat_at": wl.remat_at, "remat_placed": sorted(log.placed, key=lambda p: (p.count("/"), p))}
+    return out
 
 
 def _host(state: train_state.StateBytes, stats, warnings: list, remat: str) -> dict[str, int]:

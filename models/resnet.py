@@ -3,10 +3,11 @@
     jaxmem analyze models/resnet.py --arg preset=resnet18 --arg batch_size=512
 
 BatchNorm keeps running statistics in the mutable ``batch_stats`` collection; the
-training step updates them (``use_running_average=not train``). Unlike the flax
-example, BatchNorm names no ``axis_name``: that example was written for ``pmap``
-and fails under plain ``jit`` ("unbound axis name"); under ``jit`` with a sharded
-batch XLA computes the global batch statistics itself.
+training step updates them (``use_running_average=not train``). By default BatchNorm
+names no ``axis_name``: under ``jit`` with a sharded batch XLA computes the global batch
+statistics itself. ``--arg axis_name=batch`` writes it as the flax example does, for
+``pmap``: jaxmem then runs the loss per data-parallel device group with that axis bound
+(jaxmem/program/calls.py), the statistics' mean an all-reduce over the data axes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Config:
     image_size: int = 224  # ImageNet crops
     batch_size: int = 256  # default global batch (the classic 8 GPUs x 32)
     remat: str = "none"  # a jaxmem.REMAT_POLICIES name: checkpoint every residual block
+    axis_name: str | None = None  # BatchNorm's cross-device axis as flax's pmap example names it ("batch")
 
 
 PRESETS = {
@@ -46,10 +48,12 @@ PRESETS = {
 class BasicBlock(nn.Module):
     filters: int
     strides: int = 1
+    axis_name: str | None = None
 
     @nn.compact
     def __call__(self, x, train: bool):
-        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                       axis_name=self.axis_name)
         residual = x
         y = nn.Conv(self.filters, (3, 3), (self.strides, self.strides), use_bias=False, name="conv1")(x)
         y = nn.relu(norm(name="bn1")(y))
@@ -65,10 +69,12 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     filters: int
     strides: int = 1
+    axis_name: str | None = None
 
     @nn.compact
     def __call__(self, x, train: bool):
-        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
+        norm = partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                       axis_name=self.axis_name)
         residual = x
         y = nn.Conv(self.filters, (1, 1), use_bias=False, name="conv1")(x)
         y = nn.relu(norm(name="bn1")(y))
@@ -95,13 +101,14 @@ class ResNet(nn.Module):
             # argnum 2 is `train` (self counts as 0): a Python bool, so static
             block_cls = nn.remat(block_cls, policy=jaxmem.remat_policy(cfg.remat), static_argnums=(2,))
         x = nn.Conv(cfg.width, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], use_bias=False, name="stem_conv")(x)
-        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name="stem_bn")(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, axis_name=cfg.axis_name,
+                         name="stem_bn")(x)
         x = nn.relu(x)
         x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")  # (B, H/4, W/4, width)
         for stage, n_blocks in enumerate(cfg.stage_sizes):
             for b in range(n_blocks):
                 strides = 2 if stage > 0 and b == 0 else 1
-                x = block_cls(cfg.width * 2**stage, strides, name=f"stage{stage + 1}_block{b}")(x, train)
+                x = block_cls(cfg.width * 2**stage, strides, cfg.axis_name, name=f"stage{stage + 1}_block{b}")(x, train)
         x = jnp.mean(x, axis=(1, 2))  # global average pool: (B, C)
         return nn.Dense(cfg.n_classes, name="head")(x)  # (B, n_classes)
 

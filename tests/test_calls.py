@@ -127,3 +127,38 @@ def test_one_module_has_one_path(op_name, path):
 ])
 def test_the_primitive_of_an_op_name_is_a_bare_name(op_name, prim):
     assert opnames.primitive(op_name) == prim
+
+
+def test_a_pmap_style_batchnorm_analyzes_unchanged_with_its_axis_bound_to_the_data_axes():
+    args = {"preset": "tiny"}
+    plain = _run("models/resnet.py", mesh="data=8", args=args)
+    pmap = _run("models/resnet.py", mesh="data=8", args={**args, "axis_name": "batch"})
+    assert pmap.options["collective_axis"] == "batch" and "collective_axis" not in plain.options
+    # the statistics' mean over the 8 devices is the global batch mean jit computes: the same program
+    assert abs(pmap.per_device_peak_bytes - plain.per_device_peak_bytes) <= 0.01 * plain.per_device_peak_bytes
+    assert pmap.breakdown["other_state"] == plain.breakdown["other_state"]   # batch_stats carried as before
+    assert any("data" in c["axes"] for c in pmap.step_time["collectives"] if c["kind"] == "all-reduce")
+
+
+NNX_PMEAN = """
+import jax, jax.numpy as jnp, optax, jaxmem
+from flax import nnx
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.lin = nnx.Linear(16, 32, rngs=rngs)
+        self.bn = nnx.BatchNorm(32, axis_name="devices", rngs=rngs)
+    def __call__(self, x):
+        return jax.lax.pmean(self.bn(self.lin(x)), "devices")
+def workload():
+    return jaxmem.Workload(model=lambda rngs: Net(rngs), loss=lambda m, b: m(b["x"]).mean(),
+                           batch={"x": jax.ShapeDtypeStruct((32, 16), jnp.float32)})
+"""
+
+
+def test_an_nnx_models_own_axis_name_is_bound_too(tmp_path):
+    f = tmp_path / "nnx_pmean.py"
+    f.write_text(NNX_PMEAN)
+    r = _run(str(f), mesh="data=4")
+    assert r.options["collective_axis"] == "devices"
+    one = _run(str(f), mesh="data=1")   # one device: one group, the axis of size 1
+    assert one.options["collective_axis"] == "devices"

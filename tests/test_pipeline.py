@@ -108,8 +108,6 @@ def test_user_errors_name_the_culprit():
         run(model_args=(("preset", "8b"),))
     with pytest.raises(UserError, match="takes no `remat`"):
         run(remat="full")
-    with pytest.raises(UserError, match="axis 'batch'.*pmap"):
-        run(FIX / "pmap_bn.py")
 
 
 MODELS = FIX.parent.parent / "models"

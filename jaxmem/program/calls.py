@@ -12,6 +12,11 @@
   through ``nnx.remat``. Only the outermost match is checkpointed (a match inside a checkpointed
   call is already inside it). :class:`CallLog` records where checkpoints went, for the report.
 
+* **Collective axes written for pmap** (``BatchNorm(axis_name="batch")``, ``lax.pmean(x, "batch")``).
+  Under jit such a name is unbound. The loss then runs once per data-parallel device group, as
+  pmap runs it: ``jax.vmap`` over the groups with the model's axis name, ``spmd_axis_name`` the
+  mesh's batch axes, so the collective is an all-reduce over those devices in the program.
+
 Arguments that are not arrays (``train=True``, ``deterministic``) are closed over rather than
 traced, so a module's Python control flow on them still works under the checkpoint.
 """
@@ -36,6 +41,7 @@ class CallLog:
     (class name -> a path), for the report and for the error when the regex finds none."""
 
     remat_at: str | None = None
+    collective_axis: str | None = None   # the pmap-style axis name the model's collectives use, bound per group
     placed: set[str] = dataclasses.field(default_factory=set)
     seen: dict[str, set[str]] = dataclasses.field(default_factory=dict)   # class name -> its module paths
 
@@ -244,3 +250,29 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
             else:
                 del cls.__call__
 
+
+
+_UNBOUND = re.compile(r"unbound axis name: (\w+)")
+
+
+def with_collective_axis(once, batch, mutable, groups: int, batch_axes: tuple[str, ...], log: CallLog):
+    """``once(batch, mutable) -> (loss, new_mutable)``, as written; if the model names a collective
+    axis jit does not bind, again per device group with that axis bound (module docstring). The
+    groups' losses are averaged (the loss of the whole batch); their updated state (BatchNorm's
+    running statistics, the same in every group once the collective averaged them) averaged too."""
+    try:
+        return once(batch, mutable)
+    except NameError as e:
+        m = _UNBOUND.search(str(e))
+        if m is None:
+            raise
+        name = m.group(1)
+    log.collective_axis = name
+    groups = max(groups, 1) if batch_axes else 1   # one group per data-parallel device (one on a single device)
+    spmd = None if not batch_axes else batch_axes if len(batch_axes) > 1 else batch_axes[0]
+    grouped = jax.tree.map(lambda x: x.reshape((groups, x.shape[0] // groups) + x.shape[1:]), batch)
+    losses, new = jax.vmap(lambda b: once(b, mutable), axis_name=name, spmd_axis_name=spmd)(grouped)
+    import jax.numpy as jnp
+
+    merged = jax.tree.map(lambda x: x.mean(0).astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x[0], new)
+    return losses.mean(), merged

@@ -176,25 +176,35 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
         from flax import nnx
 
         def loss_fn(trainable, frozen, mut, b, key):
-            # copy=True: the state was made at the jit trace; grad traces deeper and NNX refuses
-            # to mutate (RNG counters, BatchStats) variables across trace levels.
-            model = nnx.merge(st.model, cast_compute(st.params(trainable, frozen)), mut, copy=True)
-            with act_ctx(model), calls_mod.nnx_calls(model, remat_at=wl.remat_at, policy=at_policy, log=log):
-                loss = user_loss(model, cast_batch(b))
-            _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
-            return jnp.asarray(loss, jnp.float32), new_mut
+            params = cast_compute(st.params(trainable, frozen))
+
+            def once(b, mut):
+                # copy=True: the state was made at the jit trace; grad traces deeper and NNX refuses
+                # to mutate (RNG counters, BatchStats) variables across trace levels.
+                model = nnx.merge(st.model, params, mut, copy=True)
+                with act_ctx(model), calls_mod.nnx_calls(model, remat_at=wl.remat_at, policy=at_policy, log=log):
+                    loss = user_loss(model, cast_batch(b))
+                _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
+                return jnp.asarray(loss, jnp.float32), new_mut
+
+            return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)
     else:
         collections = list(st.mutable)
 
         def loss_fn(trainable, frozen, mut, b, key):
-            bound = st.model.bind({"params": cast_compute(st.params(trainable, frozen)), **mut},
-                                  rngs={c: jax.random.fold_in(key, i) for i, c in enumerate(wl.rng_collections)},
-                                  mutable=collections)
-            with act_ctx(None), calls_mod.linen_calls(wl.remat_at, at_policy, log):
-                loss = user_loss(bound, cast_batch(b))
-            _, new_vars = bound.unbind()
-            new_mut = {c: new_vars[c] for c in collections if c in new_vars}
-            return jnp.asarray(loss, jnp.float32), new_mut
+            params = cast_compute(st.params(trainable, frozen))
+
+            def once(b, mut):
+                bound = st.model.bind({"params": params, **mut},
+                                      rngs={c: jax.random.fold_in(key, i) for i, c in enumerate(wl.rng_collections)},
+                                      mutable=collections)
+                with act_ctx(None), calls_mod.linen_calls(wl.remat_at, at_policy, log):
+                    loss = user_loss(bound, cast_batch(b))
+                _, new_vars = bound.unbind()
+                new_mut = {c: new_vars[c] for c in collections if c in new_vars}
+                return jnp.asarray(loss, jnp.float32), new_mut
+
+            return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)   # w.r.t. the trainable tree only
     # a microbatch is split as the batch is (dim 0 over the batch axes, the sequence over context)
