@@ -305,3 +305,16 @@ def test_lora_on_an_nnx_model_whose_loss_passes_its_own_rngs():
     r = analyze_file(str(FIX / "lora_nnx_rngs.py"), AnalyzeOptions(gpu="h100", lora_rank=4))
     assert r.trainable_param_count == (64 * 4 + 4 * 256) + (256 * 4 + 4 * 64)
     assert r.frozen_param_count == 64 * 256 + 256 + 256 * 64 + 64
+
+
+@pytest.mark.parametrize("base", ["int8", "int4", "nf4"])
+def test_a_tied_embedding_stays_unquantized_under_qlora_its_lookup_and_attend_both_work(base):
+    import jaxmem
+
+    # NNX: nnx.Embed used for the lookup and, tied, for the logits (embed.attend), as Gemma does
+    r = jaxmem.analyze("tests/fixtures/nnx_decoder_noscope.py", gpu="h100", lora_rank=8, base_dtype=base,
+                       explain=False, cache=False)
+    dtypes = {s["path"]: s["dtype"] for s in r.shardings}
+    assert dtypes["params:embed/embedding/value"] == "float32"
+    assert any("qvalue" in p and d != "float32" for p, d in dtypes.items())   # the dense weights are quantized
+    assert not any(p.startswith("params:embed") and "lora" in p for p in dtypes)   # and the table takes no adapter

@@ -122,6 +122,13 @@ def _provider_class():
         weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
         return None if weight_name is None else (rule, weight_name)   # None: rhs is not a weight
 
+    def in_embed() -> bool:
+        """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head)."""
+        import flax.linen as nn
+        from flax import nnx
+
+        return isinstance(flax_util.get_current_module(), (nn.Embed, nnx.Embed))
+
     class LoraProvider(qwix.LoraProvider):
         """qwix's LoraProvider, with the adapter's contribution in the base op's output dtype.
 
@@ -138,6 +145,9 @@ def _provider_class():
 
         def dot_general(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                         out_sharding=None):
+            if in_embed():   # a tied embedding's attend: the table stays unquantized (its lookup needs it), no adapter
+                return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                                           preferred_element_type=preferred_element_type, out_sharding=out_sharding)
             found = lora_rule(self, "dot_general", rhs)
             res = qwix_ptq.PtqProvider.dot_general(self, lhs, rhs, dimension_numbers, precision,
                                                    preferred_element_type, out_sharding=out_sharding)
