@@ -228,6 +228,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     for message, cost in splits.idle_axes(roles, opts.layout, state_bytes, breakdown["activations_and_temporaries"],
                                           built.logical_names, tensor_names):
         warnings.append(report.ReportWarning("axis_splits_nothing", message, cost))
+    guessed = _tensor_by_size(opts.layout, planned.mesh_spec, built)
+    if guessed:
+        warnings.append(report.ReportWarning("tensor_split_by_size", guessed))
     host = _host(state, stats, warnings, opts.remat)
     if not _host_fits(host, target.gpu, warnings) and fits:
         fits = False
@@ -321,6 +324,25 @@ def _budget_note(target) -> str:
     return (f"XLA compiled this step for the {target.gpu}'s {target.memory_bytes / 2**30:.2f} GiB: its scheduler and "
             "rematerialization budget about 80% of the card, so the same step can compile to a smaller peak "
             "for a smaller card")
+
+
+def _tensor_by_size(layout: str, mesh_spec, built) -> str | None:
+    """A tp layout on weights that carry no logical names: the tensor axis split each by its largest
+    dimension, which is not Megatron's split (heads, mlp columns; rows for the projections back)."""
+    tensor = mesh_spec.model_axis
+    if layout not in ("tp", "fsdp_tp") or not tensor or mesh_spec.axis_size(tensor) < 2 or built.logical_names:
+        return None
+    split = [leaf for leaf in built.leaves if leaf.category == "params"
+             and any(tensor in (e if isinstance(e, tuple) else (e,)) for e in leaf.spec if e)]
+    if not split:
+        return None
+    big = max(split, key=lambda leaf: leaf.global_bytes)
+    dim = next(i for i, e in enumerate(big.spec) if e and tensor in (e if isinstance(e, tuple) else (e,)))
+    return (f"{tensor}={mesh_spec.axis_size(tensor)} split {len(split)} weights that carry no logical axis names by "
+            f"their largest dimension (e.g. {big.path.split(':', 1)[-1]} {big.shape} on dim {dim}), not as Megatron "
+            "would (attention heads, MLP columns): this program's memory and communication are not a real tensor-"
+            "parallel run's. Name the weights' axes (nn.with_logical_partitioning, nnx.Param sharding metadata), or "
+            "shard them yourself (Workload(state_specs=...), --rules)")
 
 
 def _precision_no_effect(precision: str, step_time: dict) -> str | None:

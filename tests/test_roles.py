@@ -187,3 +187,14 @@ def test_a_tensor_axis_idle_because_no_rule_knows_the_weights_names_lists_them_a
     d = json.loads(invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp",
                           "--rules", str(rules), "--no-explain", "--json").output)
     assert not [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
+
+
+def test_a_tp_layout_on_weights_without_logical_names_says_it_split_them_by_size():
+    d = json.loads(invoke("analyze", str(FIX / "nnx_decoder_noscope.py"), "--gpu", "h100", "--mesh", "data=4,tensor=2",
+                          "--layout", "fsdp_tp", "--no-explain", "--json").output)
+    (w,) = [w for w in d["warnings"] if w["kind"] == "tensor_split_by_size"]
+    assert "carry no logical axis names by their largest dimension" in w["message"] and "Megatron" in w["message"]
+    # the shipped Llama names its weights: split as the tp rules say, no such warning
+    d = json.loads(invoke("analyze", str(LLAMA), "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=4,tensor=2",
+                          "--layout", "fsdp_tp", "--no-explain", "--json").output)
+    assert not [w for w in d["warnings"] if w["kind"] == "tensor_split_by_size"]
