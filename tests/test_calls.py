@@ -13,7 +13,7 @@ from jaxmem import cli
 from jaxmem.program import calls
 from jaxmem.xla import opnames
 
-NNX = "tests/fixtures/nnx_decoder_noscope.py"
+NNX = "models/llama_nnx.py"   # shipped: NNX, Python-loop blocks, no named scopes, no remat hook
 SCAN = "tests/fixtures/scan_noremat.py"
 
 
@@ -32,13 +32,13 @@ def nnx_plain():
 
 def test_an_nnx_model_without_named_scopes_has_its_buffers_attributed_by_attribute_path(nnx_plain):
     rows = {m.module_path: m.bytes for m in nnx_plain.modules}
-    assert {f"Decoder/blocks/{i}" for i in range(4)} <= set(rows), rows
+    assert {f"Llama/blocks/{i}" for i in range(4)} <= set(rows), rows
     # of what is not the train state, under 10% is outside every module
     live = {k: v for k, v in rows.items() if not k.startswith("[")}
     outside = sum(v for k, v in live.items() if k.startswith("(")) / sum(live.values())
     assert outside < 0.10, rows
     deep = jaxmem.analyze(NNX, gpu="h100", module_depth=5).modules
-    assert any(m.module_path.startswith("Decoder/blocks/3/attn") for m in deep), [m.module_path for m in deep]
+    assert any(m.module_path.startswith("Llama/blocks/3/attn") for m in deep), [m.module_path for m in deep]
 
 
 def test_remat_at_the_block_of_an_nnx_model_without_a_hook_cuts_its_activations(nnx_plain):

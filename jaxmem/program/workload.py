@@ -391,7 +391,9 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         raise UserError(f"{path}: workload() has no argument {unknown[0]!r} (--arg); it takes: {takes}")
     _check_arg_types(path, params, model_args)
     kwargs = dict(model_args)
-    hook = "remat" in params or accepts_any   # the model places its own checkpoints: it wins over --remat-at
+    # the model places its own checkpoints (it wins over --remat-at): it names `remat`, or takes any
+    # keyword and is asked for a policy with nowhere else to put it (at none, such a function is not told)
+    hook = "remat" in params or (accepts_any and remat != "none" and remat_at is None)
     if hook:
         kwargs["remat"] = remat
     try:
