@@ -57,10 +57,7 @@ def main():
 @field_option("cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
-              help="Write a self-contained HTML report.")
-@click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the memory curve as a PNG.")
+@cli_params.side_outputs("Write a self-contained HTML report.", "Write the memory curve as a PNG.")
 def analyze(as_json, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
@@ -141,9 +138,11 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               help="Also write the rows to FILE.json (re-render it with --from) or FILE.csv.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
               help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
+@cli_params.side_outputs("Write the rows as a self-contained HTML page: a stacked bar per row against its usable "
+                         "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
             find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
-            **kw):
+            html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -169,8 +168,9 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
-        if out_path:
-            outputs.check_writable("--out", out_path)  # before any compile
+        for option, path in (("--out", out_path), ("--html", html_path), ("--png", png_path)):
+            if path:
+                outputs.check_writable(option, path)  # before any compile
         finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
@@ -213,7 +213,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
             render_comparison(cells)
         # after the rows are printed: a failed write never loses them
-        outputs.write([("--out", out_path, compare_mod.save)], cells, "the comparison")
+        outputs.write([("--out", out_path, compare_mod.save), *outputs.compare_outputs(html_path, png_path)], cells,
+                      "the comparison")
         ok = [c.report for c in cells if c.report is not None]
         sys.exit(EXIT_DOES_NOT_FIT if ok and all(r.fits is False for r in ok) else EXIT_FITS)
 

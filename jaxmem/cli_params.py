@@ -206,3 +206,11 @@ def set_help(command: click.Command, name: str, text: str) -> None:
     for p in command.params:
         if p.name == name and isinstance(p, click.Option):
             p.help = text
+
+
+def side_outputs(html_help: str, png_help: str):
+    """--html FILE and --png FILE (analyze's report, compare's rows: jaxmem.present.outputs)."""
+    def deco(f):
+        f = click.option("--png", "png_path", type=click.Path(dir_okay=False), default=None, help=png_help)(f)
+        return click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help=html_help)(f)
+    return deco

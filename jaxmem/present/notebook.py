@@ -15,7 +15,7 @@ import json
 import re
 
 from jaxmem import display
-from jaxmem.present import html
+from jaxmem.present import compare_figs, html
 from jaxmem.present.html import e
 from jaxmem.units import fmt_bytes, fmt_seconds
 
@@ -109,7 +109,8 @@ def rows_html(cells) -> str:
                     f'<td class="num">{e(fmt_bytes(r.headroom_bytes))}</td><td class="num">{e(_step(r))}</td><td></td>')
         rows.append(f"<tr>{tds}</tr>")
     model = next((c.report.model for c in cells if c.report is not None), "")
-    body = (f'<section class="card"><h2>{e(model)}: {len(cells)} row(s)</h2>'
+    body = (f'<section class="card"><h2>{e(model)}: {len(cells)} row(s)</h2>{compare_figs.bars_svg(cells)}'
+            f'{compare_figs.curves_svg(cells)}'
             f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             '<p class="note">rows.to_json(): what <code>jaxmem compare --json</code> prints; '
             'each row\'s .report is the full Report.</p></section>')

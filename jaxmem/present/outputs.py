@@ -43,3 +43,10 @@ def report_outputs(html_path: str | None, png_path: str | None) -> list:
     from jaxmem.present import html, png
 
     return [("--html", html_path, html.write), ("--png", png_path, png.write_png)]
+
+
+def compare_outputs(html_path: str | None, png_path: str | None) -> list:
+    """compare's side outputs of its rows."""
+    from jaxmem.present import compare_figs
+
+    return [("--html", html_path, compare_figs.write_html), ("--png", png_path, compare_figs.write_png)]
