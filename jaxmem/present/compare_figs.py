@@ -118,6 +118,11 @@ def curves_svg(cells, width: int = 980, height: int = 320) -> str:
            (f'<text x="{x0 + w / 2}" y="{height - 12}" font-size="12" text-anchor="middle">'
            f'{e(name.get(kind, "value"))}</text>'),
            f'<text x="{x0}" y="{y0 - 6}" font-size="12">peak per device (max {e(fmt_bytes(y_max))})</text>']
+    ticks = {0, x_max} | {c.search.answer for c in rows if c.search.answer}
+    for t in sorted(ticks):
+        tx, _ = xy(t, 0)
+        out.append(f'<text x="{tx:.1f}" y="{y0 + h + 14}" font-size="10" text-anchor="middle" '
+                   f'fill="#57606a">{e(t)}</text>')
     if usables and len(set(usables)) == 1:
         _, uy = xy(0, usables[0])
         out.append(f'<line class="usable" x1="{x0}" x2="{x0 + w}" y1="{uy:.1f}" y2="{uy:.1f}" stroke="#cf222e" '
@@ -140,7 +145,7 @@ def curves_svg(cells, width: int = 980, height: int = 320) -> str:
                 out.append(f'<line class="boundary" x1="{px:.1f}" x2="{px:.1f}" y1="{y0}" y2="{y0 + h}" '
                            f'stroke="{color}" stroke-dasharray="2 3"><title>{e(probe.value)} {mark}</title></line>')
         answer = c.search.answer
-        out.append(f'<text x="{x0 + w + 6}" y="{y0 + 16 + 16 * i}" font-size="11" fill="{color}">'
+        out.append(f'<text x="{x0 + w + 6}" y="{y0 + h - 8 - 16 * (len(rows) - 1 - i)}" font-size="11" fill="{color}">'
                    f'{e(label(c))}: {e(answer)}{"+" if c.search.capped else ""}</text>')
     out.append("</svg>")
     return "".join(out)
