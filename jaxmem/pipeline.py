@@ -203,12 +203,14 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     if target.platform == "cpu":
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     remat_n = compiled_mod.xla_rematerialized(art.hlo_text) if target.platform == "cuda" else 0
-    if remat_n and not any(n.startswith("XLA:") for n in stats.notes):
+    if remat_n:
+        written = _as_written(built, target, opts.cache) + rt.in_pool_bytes
         warnings.append(report.ReportWarning(
             "xla_rematerialized", f"XLA recomputed {remat_n} instructions of this step to bring it under its memory "
-            f"budget (its rematerialization pass runs only when a program exceeds about 80% of the {target.gpu}'s "
-            "memory): the peak is of the program as XLA changed it; the step as written needs more. "
-            "XLA_FLAGS=--xla_disable_hlo_passes=rematerialization shows the step as written"))
+            f"budget (its rematerialization pass runs when a program exceeds about 80% of the {target.gpu}'s memory): "
+            f"the peak is of the program as XLA changed it. The step as written, compiled again with that pass off "
+            f"(XLA_FLAGS=--xla_disable_hlo_passes=rematerialization): {written / 2**30:,.2f} GiB per device, "
+            f"{(written - peak) / 2**30:+,.2f} GiB", max(written - peak, 0)))
     precision_warning = _precision_no_effect(opts.precision, step_time)
     if precision_warning:
         warnings.append(report.ReportWarning("precision_no_effect", precision_warning))
@@ -316,6 +318,16 @@ def _context_hint(e: UserError, mesh_spec) -> UserError:
 def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     """--rules, with the sha256 of the file's content (the content decides the step, not the name)."""
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
+
+
+def _as_written(built, target, cache: bool) -> int:
+    """XLA's peak (lower bound) of the step compiled with its rematerialization pass off."""
+    from jaxmem.compiler import early_stop
+
+    child = early_stop.Child.start(target) if early_stop.applies(target) else None
+    art = compiled_mod.compile_step(built, explain=False, cache=cache, child=child,
+                                    extra_options={"xla_disable_hlo_passes": "rematerialization"})
+    return art.stats.lower_bound
 
 
 def _budget_note(target) -> str:

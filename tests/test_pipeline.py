@@ -218,3 +218,18 @@ def test_an_unsharded_parameters_cost_counts_its_replicated_adam_moments():
     one = 129 * 131 * 4 - 129 * 131 * 4 // 8   # fp32 (129, 131) kept whole instead of split 8 ways
     assert "so do its 2 optimizer-state copies" in w.message
     assert abs(w.bytes - 3 * one) <= 3 * 8, (w.bytes, 3 * one)   # the param, Adam's mu and nu
+
+
+@pytest.mark.holds_for("0.10.2")   # where XLA's rematerialization kicks in is XLA's own
+def test_a_step_xla_rematerialized_to_meet_its_budget_says_so_with_the_step_as_written():
+    import jaxmem
+
+    # Llama 1B, dp over 8 H100s, 29 sequences of 256 per device: just over XLA's budget for the card
+    r = jaxmem.analyze("models/llama.py", gpu="h100", mesh="data=8", layout="dp", batch=232, explain=False,
+                       cache=False, args={"preset": "1b", "seq_len": 256})
+    (w,) = [w for w in r.warnings if w.kind == "xla_rematerialized"]
+    assert w.bytes > 0 and "The step as written" in w.message and "pass off" in w.message
+    # a step well under the budget: XLA changes nothing, nothing is said
+    small = jaxmem.analyze("models/llama.py", gpu="h100", mesh="data=8", layout="dp", batch=64, explain=False,
+                           cache=False, args={"preset": "1b", "seq_len": 256})
+    assert not [w for w in small.warnings if w.kind == "xla_rematerialized"]

@@ -160,7 +160,7 @@ def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
 
 
 def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: bool = True,
-                 child=None) -> Artifacts:
+                 child=None, extra_options: dict | None = None) -> Artifacts:
     """Lower and compile `built` for its target: the Artifacts an analysis needs.
 
     explain: also capture XLA's buffer assignment (a dump of the optimized module).
@@ -169,6 +169,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     key); the compile is what a hit saves. Either way the fresh compile is stored: --no-cache
     replaces the entry it would have read (a way to refresh one).
     fast: skip XLA:GPU backend work that cannot change the buffer assignment (FAST_GPU_OPTIONS).
+    extra_options: XLA options on top of those (a compile of the step with a pass off).
     child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
     there and stops after buffer assignment (every number is read from XLA's dump). The child is
     closed on return, used or not.
@@ -180,7 +181,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     try:
         with scratch.phase("lowering the step"):
             lowered, lower_s = lower(built)
-        options = compile_options(built, fast=fast)
+        options = {**compile_options(built, fast=fast), **(extra_options or {})}
         until = "buffer_assignment" if child is not None else "executable"
         keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
         if cache:

@@ -178,8 +178,10 @@ def render(r: Report, console: Console | None = None) -> None:
     if t.usable_bytes is not None:
         verdict = (Text(" FITS ", style="bold black on green") if r.fits
                    else Text(" DOES NOT FIT ", style="bold white on red"))
-        if any(w.kind in ("xla_rematerialized", "xla_remat_failed") for w in r.warnings):
-            verdict.append(" (as XLA rematerialized it)" if r.fits else " (even as XLA rematerialized it)")
+        squeezed = next((w for w in r.warnings if w.kind == "xla_rematerialized"), None)
+        if squeezed is not None:
+            as_written = fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)
+            verdict.append(f" (as XLA rematerialized it; as written {as_written})")
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         if not r.fits:
