@@ -1,7 +1,7 @@
 """A Mixtral-style mixture-of-experts decoder in Flax linen: Llama's attention, a sparse MoE MLP.
 
     jaxmem analyze models/moe.py --arg preset=tiny --mesh data=2
-    jaxmem analyze models/moe.py --arg preset=mixtral-8x7b --mesh data=16 --precision bf16 --remat full
+    jaxmem analyze models/moe.py --arg preset=mixtral-8x7b --mesh data=16 --batch 16 --precision bf16 --remat full
     jaxmem analyze models/moe.py --arg preset=mixtral-8x7b --arg capacity_factor=2.0 --arg attention=cudnn --precision bf16
 
 Each layer is pre-norm attention (RMSNorm, RoPE, grouped-query attention: ``models/llama.py``'s
