@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -88,7 +89,7 @@ def main() -> None:
                                                   for r in rows) + f" | {change:+.2%} |")
     lines += ["", "Commands (each with `--json --timings --no-cache`, run by each environment's "
               "`python -m jaxmem.cli analyze`):", ""]
-    lines += [f"- {title}: `jaxmem analyze {' '.join(args)}`" for title, args in cases]
+    lines += [f"- {title}: `jaxmem analyze {shlex.join(args)}`" for title, args in cases]
     a.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
