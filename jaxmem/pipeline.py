@@ -204,13 +204,16 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF))
     remat_n = compiled_mod.xla_rematerialized(art.hlo_text) if target.platform == "cuda" else 0
     if remat_n:
-        written = _as_written(built, target, opts.cache) + rt.in_pool_bytes
+        # the step as written, compiled again, only where the answer is near the line (not for a step far over it)
+        near = usable_bytes is not None and peak <= 1.25 * usable_bytes
+        written = _as_written(built, target, opts.cache) + rt.in_pool_bytes if near else None
+        how = ("" if written is None else
+               f" The step as written, compiled again with that pass off (XLA_FLAGS=--xla_disable_hlo_passes="
+               f"rematerialization): {written / 2**30:,.2f} GiB per device, {(written - peak) / 2**30:+,.2f} GiB.")
         warnings.append(report.ReportWarning(
             "xla_rematerialized", f"XLA recomputed {remat_n} instructions of this step to bring it under its memory "
             f"budget (its rematerialization pass runs when a program exceeds about 80% of the {target.gpu}'s memory): "
-            f"the peak is of the program as XLA changed it. The step as written, compiled again with that pass off "
-            f"(XLA_FLAGS=--xla_disable_hlo_passes=rematerialization): {written / 2**30:,.2f} GiB per device, "
-            f"{(written - peak) / 2**30:+,.2f} GiB", max(written - peak, 0)))
+            f"the peak is of the program as XLA changed it.{how}", 0 if written is None else max(written - peak, 0)))
     precision_warning = _precision_no_effect(opts.precision, step_time)
     if precision_warning:
         warnings.append(report.ReportWarning("precision_no_effect", precision_warning))
@@ -351,10 +354,11 @@ def _tensor_by_size(layout: str, mesh_spec, built) -> str | None:
     big = max(split, key=lambda leaf: leaf.global_bytes)
     dim = next(i for i, e in enumerate(big.spec) if e and tensor in (e if isinstance(e, tuple) else (e,)))
     return (f"{tensor}={mesh_spec.axis_size(tensor)} split {len(split)} weights that carry no logical axis names by "
-            f"their largest dimension (e.g. {big.path.split(':', 1)[-1]} {big.shape} on dim {dim}), not as Megatron "
-            "would (attention heads, MLP columns): this program's memory and communication are not a real tensor-"
-            "parallel run's. Name the weights' axes (nn.with_logical_partitioning, nnx.Param sharding metadata), or "
-            "shard them yourself (Workload(state_specs=...), --rules)")
+            f"their largest dimension (e.g. {big.path.split(':', 1)[-1]} {big.shape} on dim {dim}), which need not be "
+            "Megatron's split (attention heads, MLP columns, rows for the projections back): this program's memory and "
+            "communication may not be a real tensor-parallel run's. Name the weights' axes "
+            "(nn.with_logical_partitioning, nnx.Param sharding metadata), or shard them yourself "
+            "(Workload(state_specs=...), --rules)")
 
 
 def _precision_no_effect(precision: str, step_time: dict) -> str | None:

@@ -172,7 +172,7 @@ def test_every_grid_axis_of_compare_has_its_keyword():
 
 
 def test_advise_returns_its_ranked_plans(mlp):
-    advice = jaxmem.advise(mlp.workload, args=TINY, gpu="h100", all=True, changes=["precision"])
+    advice = jaxmem.advise(mlp.workload, args=TINY, gpu="a100-80g", all=True, changes=["precision"])  # no fp8
     assert advice.searched and advice.original.report is not None
     (plan,) = advice.candidates
     assert plan.changes == (("precision", "bf16"),) and plan.fits and plan.report.options["precision"] == "bf16"

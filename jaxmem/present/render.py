@@ -180,8 +180,8 @@ def render(r: Report, console: Console | None = None) -> None:
                    else Text(" DOES NOT FIT ", style="bold white on red"))
         squeezed = next((w for w in r.warnings if w.kind == "xla_rematerialized"), None)
         if squeezed is not None:
-            as_written = fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)
-            verdict.append(f" (as XLA rematerialized it; as written {as_written})")
+            as_written = f"; as written {fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)}" if squeezed.bytes else ""
+            verdict.append(f" (as XLA rematerialized it{as_written})")
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         if not r.fits:

@@ -135,8 +135,8 @@ class Workload:
             try:
                 re.compile(value)
             except re.error as e:
-                flag = "--remat-at" if field == "remat_at" else f"Workload({field}=...)"
-                raise UserError(f"{source}: {flag} {value!r} is not a regular expression ({e})") from None
+                flag = f"--remat-at {value!r}" if field == "remat_at" else f"Workload({field}={value!r})"
+                raise UserError(f"{source}: {flag} is not a regular expression ({e})") from None
         if self.batch is None:
             raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
                             "jax.ShapeDtypeStruct.")

@@ -90,8 +90,8 @@ def module_path(op_name: str) -> str:
     out: list[str] = []
     for part in names[starts[-1] if starts else 0:]:
         part = _unwrap(part)
-        if not part or part in _SCAFFOLD or "->" in part:
-            continue
+        if not part or part in _SCAFFOLD or "->" in part or "<locals>" in part:
+            continue   # "<locals>": a Python function's qualified name (jaxmem's own step), not a scope
         if out and (part == out[-1] or part.startswith(out[-1] + ".")):
             continue   # a lifted transform names its module again, or its function (block/block.body)
         out.append(part)
