@@ -75,12 +75,7 @@ def main() -> int:
         need(shot_run.returncode == 0 and shot.is_file(), f"--screenshot failed: {shot_run.stderr[-300:]}")
         variance, colours = 0.0, 0
         if shot.is_file():
-            import matplotlib.image as mpimg
-            import numpy as np
-
-            img = mpimg.imread(str(shot))
-            variance = float(np.var(img[..., :3]))
-            colours = len(np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+            variance, colours, _ = check.screenshot_stats(shot)
             need(variance > 0 and colours > 20, f"screenshot looks blank ({colours} colours)")
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
             check.shutil.copyfile(shot, a.out)

@@ -81,6 +81,16 @@ def run_browser(browser: str, extra: list[str], url: str, timeout: float = 120) 
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def screenshot_stats(path) -> tuple[float, int, tuple]:
+    """(pixel variance, distinct colours, shape) of a screenshot: a blank page has 0 and a handful."""
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    img = mpimg.imread(str(path))
+    return (float(np.var(img[..., :3])), len(np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0)),
+            img.shape)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/llama.py")
@@ -157,13 +167,7 @@ def main() -> int:
              f"{shot_run.stderr[-400:]}")
         variance, colours, shape = 0.0, 0, ()
         if shot.is_file():
-            import matplotlib.image as mpimg
-            import numpy as np
-
-            img = mpimg.imread(str(shot))
-            shape = img.shape
-            variance = float(np.var(img[..., :3]))
-            colours = len(np.unique((img[..., :3] * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+            variance, colours, shape = screenshot_stats(shot)
             need(variance > 0, "screenshot is blank (zero variance)")
             need(colours > 50, f"screenshot has only {colours} colours")
             out = Path(a.out)
