@@ -408,7 +408,12 @@ def _remat_at_options(wl: Workload, built) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {"collective_axis": log.collective_axis} if log.collective_axis else {}
     if wl.remat_at is not None:
-        out |= {"remat_at": wl.remat_at, "remat_placed": sorted(log.placed, key=lambda p: (p.count("/"), p))}
+        import re
+
+        def natural(p: str) -> tuple:   # blocks/2 before blocks/10
+            return (p.count("/"), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
+
+        out |= {"remat_at": wl.remat_at, "remat_placed": sorted(log.placed, key=natural)}
     return out
 
 
