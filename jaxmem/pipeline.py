@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -383,8 +384,6 @@ def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
     --remat-at regex naming the model's repeated block (jaxmem.program.calls.CallLog.repeated_block),
     found by tracing its step once (no compile). None when the model places its own checkpoints,
     names them itself (Workload.remat_at), or has no repeated block."""
-    import re
-
     from jaxmem.compiler import targets as targets_mod
 
     wl = load_workload(path, remat="none", **dict(opts.model_args))
@@ -400,6 +399,11 @@ def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
     return None if block is None else f"^{re.escape(block)}$"
 
 
+def _natural(path: str) -> tuple:
+    """Shallow paths first, numbers in order: blocks/2 before blocks/10."""
+    return (path.count("/"), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)])
+
+
 def _remat_at_options(wl: Workload, built) -> dict[str, Any]:
     """What jaxmem.program.calls placed around the model's calls: the checkpoints of --remat-at (the
     regex and the module paths), and the pmap-style collective axis it bound per device group."""
@@ -408,12 +412,7 @@ def _remat_at_options(wl: Workload, built) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {"collective_axis": log.collective_axis} if log.collective_axis else {}
     if wl.remat_at is not None:
-        import re
-
-        def natural(p: str) -> tuple:   # blocks/2 before blocks/10
-            return (p.count("/"), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
-
-        out |= {"remat_at": wl.remat_at, "remat_placed": sorted(log.placed, key=natural)}
+        out |= {"remat_at": wl.remat_at, "remat_placed": sorted(log.placed, key=_natural)}
     return out
 
 
