@@ -143,7 +143,8 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         from jaxmem.xla import explain
 
         ex = explain.explain(assignment, [leaf.category for leaf in built.leaves], [leaf.path for leaf in built.leaves],
-                             top=opts.top, depth=opts.module_depth, remat=opts.remat)
+                             top=opts.top, depth=opts.module_depth, remat=opts.remat,
+                             pipeline_iterations=built.schedule.iterations if built.schedule else None)
     t_decoded = time.perf_counter()  # reading the dump + attribution
     # Gradients are XLA temporaries. With the buffer assignment decoded: the gradient buffers
     # live at the peak (XLA may fuse them away or hold bf16 partials). Without it nothing tells
@@ -171,6 +172,9 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
     from jaxmem.compiler import steptime
 
     step_time = steptime.estimate(program, mesh_axes=mesh_spec.axes, hosts=target.hosts, gpu=target.gpu)
+    if built.schedule is not None and step_time.get("available"):
+        step_time["pipeline"] = steptime.pipeline_time(step_time, program, iterations=built.schedule.iterations,
+                                                       bubble=built.schedule.bubble)
 
     bud = runtime.budget(target, opts.mem_fraction, rt)
     usable_bytes, usable_note = bud.usable_bytes, bud.note
@@ -295,7 +299,29 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                  "total_s": round(time.perf_counter() - t_start, 3), "cache_hit": float(art.cached)},
         versions=versions.installed(),
         xla_flags=versions.xla_flags(),
+        **_pipeline_fields(built, planned, peak, breakdown, ex),
     )
+
+
+def _pipeline_fields(built: step.BuiltStep, planned: step.StepPlan, peak: int, breakdown: dict, ex) -> dict:
+    """The report's `pipeline` and `stages` for a step pipelined over a stage axis ({} otherwise)."""
+    sched = built.schedule
+    if sched is None:
+        return {}
+    at_peak = dict(ex.pipeline) if ex is not None else {}
+    pipe = {"schedule": sched.kind, "axis": sched.axis, "stages": sched.stages, "microbatches": sched.microbatches,
+            "repeats": sched.repeats, "layers": sched.layers, "layers_per_stage": sched.layers // sched.stages,
+            "layers_per_repeat": sched.per_chunk, "iterations": sched.iterations, "bubble": sched.bubble,
+            "microbatches_in_flight": sched.in_flight(), "chosen": list(planned.notes),
+            "program": "one SPMD program for every stage (MaxText's pipeline): each stage runs the same "
+                       "compiled step, so each stage's peak is this program's; the embedding and head are "
+                       "computed on every stage, their weights sharded as the layout says (not over the stage "
+                       "axis)",
+            **at_peak}
+    stages = tuple({"stage": s, "layers": [rows[0], rows[-1] + 1], "peak_bytes": peak, "breakdown": dict(breakdown),
+                    "holds": "stacked layer rows [{}, {}) and the embedding/head shards".format(rows[0], rows[-1] + 1)}
+                   for s in range(sched.stages) for rows in (sched.stage_layers(s),))
+    return {"pipeline": pipe, "stages": stages}
 
 
 def _finetune_options(opts: AnalyzeOptions) -> dict:

@@ -133,6 +133,13 @@ class Report:
     # of its first leaf of rank 2+; None without one) and the logical axis names the parameters carry.
     sequence_length: int | None = None
     logical_names: tuple[str, ...] = ()
+    # A stage axis (jaxmem/program/pipeline_stages.py): the schedule (kind, stages, microbatches,
+    # repeats, layers, iterations, bubble, how the microbatches were chosen) and, at the peak, the
+    # activations the stage loop saved for the backward pass and the stage-to-stage transfer buffers;
+    # `stages`: per stage, its layers (storage rows of the stacked weights), peak and breakdown.
+    # Empty without a stage axis.
+    pipeline: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stages: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self):
         total = sum(self.breakdown.values())
@@ -150,6 +157,9 @@ class Report:
             d.pop("timeline_peak_index")
         if not timings:
             d.pop("timings")
+        if not self.pipeline:   # only a pipelined step has them (reports without a stage axis are unchanged)
+            d.pop("pipeline")
+            d.pop("stages")
         d["schema"] = "jaxmem.report/1"
         return d
 
@@ -180,4 +190,5 @@ class Report:
             d["timeline"] = tuple(d["timeline"])
         d["shardings"] = tuple(d.get("shardings", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
+        d["stages"] = tuple(d.get("stages", ()))
         return cls(**d)

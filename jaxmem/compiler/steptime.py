@@ -228,6 +228,76 @@ def _dims_attr(ins: hlo_text.Instruction, key: str) -> list[int]:
     return [int(x) for x in re.findall(r"\d+", text)]
 
 
+def loop_dot_share(module: hlo_text.Module, trip_count: int) -> float:
+    """The share of the step's dot FLOPs run inside the while loops of `trip_count` iterations (and
+    the computations they call): a pipeline's stage loops, forward and backward."""
+    per_comp: dict[str, float] = defaultdict(float)
+    for kind_passes_flops, comp in _dot_flops_by_computation(module):
+        per_comp[comp] += kind_passes_flops
+    total = sum(per_comp.values())
+    if not total:
+        return 0.0
+    inside: set[str] = set()
+    stack = [dict(ins.called).get("body") for ins in module.instructions()
+             if ins.opcode == "while" and module.trip_counts.get(ins.name) == trip_count]
+    while stack:
+        name = stack.pop()
+        if name is None or name in inside or name not in module.computations:
+            continue
+        inside.add(name)
+        stack.extend(callee for ins in module.computations[name].instructions for _, callee in ins.called)
+    return sum(f for c, f in per_comp.items() if c in inside) / total
+
+
+def _dots(module: hlo_text.Module):
+    """(instruction, FLOPs of one run, (kind, passes)) of every dot and GEMM / attention custom call
+    that runs in the step."""
+    mult = module.multiplicity
+    for ins in module.instructions():
+        if not mult.get(ins.computation, 0) or ins.opcode not in ("dot", "custom-call"):
+            continue
+        arrays = [a for a in _operand_shapes(module, ins) if isinstance(a, hlo_text.Array)]
+        if len(arrays) < 2:
+            continue
+        if ins.opcode == "dot":
+            dn = {f"{side}_{what}_dimensions": _dims_attr(ins, f"{side}_{what}_dims")
+                  for side in ("lhs", "rhs") for what in ("contracting", "batch")}
+            precision = re.findall(r"[a-z]+", ins.attr("operand_precision") or "")
+            yield ins, _dot_flops(arrays[0], arrays[1], dn), dot_kind([a.dtype for a in arrays[:2]], precision,
+                                                                       ins.attr("algorithm"))
+        else:
+            flops = _custom_call_flops(module, ins)
+            if not flops:
+                continue
+            pc = ins.backend_config.get("gemm_backend_config", {}).get("precision_config", {})
+            alg = pc.get("algorithm")
+            yield ins, flops, dot_kind([a.dtype for a in arrays[:2]], pc.get("operand_precision", []),
+                                       None if alg in (None, "ALG_UNSET") else alg)
+
+
+def _dot_flops_by_computation(module: hlo_text.Module):
+    """(FLOPs per step, computation) of every dot and GEMM / attention custom call."""
+    mult = module.multiplicity
+    for ins, flops, _ in _dots(module):
+        yield flops * mult.get(ins.computation, 0), ins.computation
+
+
+def pipeline_time(estimate_s: dict, module: hlo_text.Module | str, *, iterations: int, bubble: float) -> dict:
+    """The pipeline's bubble in a step estimate: every stage runs all `iterations` of the stage loop, and
+    `bubble` of them on no microbatch (the SPMD program computes and discards them), so the estimate
+    already holds it; this names how much (the loop's share of the dots, times the compute-or-memory time)."""
+    if not estimate_s.get("available"):
+        return {}
+    mod = module if isinstance(module, hlo_text.Module) else hlo_text.parse_module(module)
+    share = loop_dot_share(mod, iterations)
+    busy = max(estimate_s["compute_s"], estimate_s["memory_s"])
+    return {"iterations": iterations, "bubble_share": bubble, "stage_loop_dot_share": share,
+            "bubble_s": bubble * share * busy,
+            "rule": "bubble = (N-1)/(M*R+N-1) of the stage loop's time; the stage loop's time = its share of the "
+                    "step's dot FLOPs x max(compute, memory); the estimate already counts the bubble's iterations, "
+                    "which the SPMD program computes and discards"}
+
+
 def dot_flops(module: hlo_text.Module) -> tuple[tuple[str, int, float], ...]:
     """FLOPs per step of every dot and GEMM / attention custom call, by (kind, passes) (see :func:`dot_kind`).
 
@@ -235,28 +305,8 @@ def dot_flops(module: hlo_text.Module) -> tuple[tuple[str, int, float], ...]:
     """
     mult = module.multiplicity
     out: dict[tuple[str, int], float] = defaultdict(float)
-    for ins in module.instructions():
-        n = mult.get(ins.computation, 0)
-        if not n or ins.opcode not in ("dot", "custom-call"):
-            continue
-        arrays = [s for s in _operand_shapes(module, ins) if isinstance(s, hlo_text.Array)]
-        if len(arrays) < 2:
-            continue
-        if ins.opcode == "dot":
-            dn = {f"{side}_{what}_dimensions": _dims_attr(ins, f"{side}_{what}_dims")
-                  for side in ("lhs", "rhs") for what in ("contracting", "batch")}
-            flops = _dot_flops(arrays[0], arrays[1], dn)
-            precision = re.findall(r"[a-z]+", ins.attr("operand_precision") or "")
-            kind = dot_kind([a.dtype for a in arrays[:2]], precision, ins.attr("algorithm"))
-        else:
-            flops = _custom_call_flops(module, ins)
-            if not flops:
-                continue
-            pc = ins.backend_config.get("gemm_backend_config", {}).get("precision_config", {})
-            alg = pc.get("algorithm")
-            kind = dot_kind([a.dtype for a in arrays[:2]], pc.get("operand_precision", []),
-                            None if alg in (None, "ALG_UNSET") else alg)
-        out[kind] += flops * n
+    for ins, flops, kind in _dots(module):
+        out[kind] += flops * mult.get(ins.computation, 0)
     return tuple((k, p, f) for (k, p), f in sorted(out.items()))
 
 

@@ -137,6 +137,25 @@ def finetune_lines(r: Report) -> list[str]:
     return out
 
 
+def pipeline_lines(r: Report) -> list[str]:
+    """The pipeline over the stage axis: schedule, stages and their layers, what is in flight at the peak."""
+    p = r.pipeline
+    if not p:
+        return []
+    rep = f", {p['repeats']} repeats of {p['layers_per_repeat']} layers" if p["schedule"] == "circular" else ""
+    out = [f"pipeline {p['schedule']} over {p['axis']}: {p['stages']} stages x {p['layers_per_stage']} of "
+           f"{p['layers']} layers{rep}, {p['microbatches']} microbatches, {p['iterations']} iterations, bubble "
+           f"{p['bubble']:.0%} of the stage time"]
+    if "activations_in_flight" in p:
+        out.append(f"  at the peak: {fmt_bytes(p['activations_in_flight'])} of activations saved by the stage loop "
+                   f"({p['microbatches_in_flight']} microbatches in flight per stage), "
+                   f"{fmt_bytes(p['transfers'])} of stage-to-stage transfer buffers")
+    out.append("  " + "; ".join(f"stage {s['stage']}: layers {s['layers'][0]}-{s['layers'][1] - 1}" for s in r.stages)
+               + f"; each stage's peak {fmt_bytes(r.per_device_peak_bytes)} (one SPMD program: every stage runs it)")
+    out.extend(f"  {n}" for n in p.get("chosen", ()))
+    return out
+
+
 def render(r: Report, console: Console | None = None) -> None:
     console = console or make_console()
     t = r.target
@@ -154,7 +173,7 @@ def render(r: Report, console: Console | None = None) -> None:
     console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
-    for line in finetune_lines(r):
+    for line in finetune_lines(r) + pipeline_lines(r):
         console.print(escape(line))
     if opts.get("remat_at"):
         placed = opts.get("remat_placed") or []

@@ -7,7 +7,8 @@ Each mesh axis has a role, given by its name (MaxText's mesh axes; aliases in pa
 * ``tensor`` (``model``, ``tp``): Megatron's column/row split of the weights;
 * ``context`` (``sequence``): the sequence dimension of the batch and of activations split;
 * ``expert`` (``ep``): the experts dimension of MoE weights split, the batch split as for data;
-* ``stage``: pipeline stages, only in a workload that gives its own step.
+* ``stage``: pipeline stages: the stacked weights of the model's layer scan split on their layer
+  dimension, the layers run as a pipeline (``pipeline_stages.py``); a workload's own step pipelines itself.
 
 The axes that split the batch are the data, fsdp and expert axes (``batch_axes``). Which axes
 split the state is the layout's rule set (``rules.py``): ``fsdp``/``fsdp_tp`` shard it over the
@@ -45,7 +46,7 @@ ROLE_HELP = {
     "tensor": "Megatron column/row split of the weights",
     "context": "the sequence dimension of the batch and activations split",
     "expert": "MoE experts split, batch split as for data",
-    "stage": "pipeline stages (a workload's own step only)",
+    "stage": "pipeline stages: the scanned layers split into stages (--pipeline, --microbatches)",
 }
 BATCH_ROLES = ("data", "fsdp", "expert")
 MODEL_AXIS_NAMES = ROLES["tensor"]
@@ -188,12 +189,6 @@ def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_
     `own_specs`: the workload shards its state itself (Workload.state_specs): no layout applies."""
     if layout not in LAYOUTS:
         raise UserError(f"unknown layout {layout!r}. Known: {', '.join(LAYOUTS)}.")
-    # the stage axis first: a mesh of only stages has no state axis either, and its message says more
-    stage = mesh.axis_of("stage")
-    if stage and mesh.axis_size(stage) > 1 and not custom_step:
-        raise UserError(f"--mesh {mesh}: the {stage} axis (pipeline stages) needs a pipelined step, which jaxmem does "
-                        "not build; give your own (Workload(step=..., state=..., state_specs=...)), or fold the "
-                        "stage devices into fsdp or data")
     if own_specs:
         if layout != DEFAULT_LAYOUT:   # as --precision/--accum are refused for a step jaxmem does not build
             raise UserError(f"--layout {layout}: this workload shards its state itself (Workload(state_specs=...)), "
@@ -201,7 +196,7 @@ def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_
         return
     if layout in ("tp", "fsdp_tp") and mesh.model_axis is None:
         raise UserError(f"--layout {layout} needs a model axis in --mesh (e.g. --mesh data=4,model=2); got {mesh}")
-    if layout in ("fsdp", "fsdp_tp") and not mesh.state_axes:
+    if layout in ("fsdp", "fsdp_tp") and not mesh.state_axes and not mesh.axis_of("stage"):
         raise UserError(f"--layout {layout} needs an fsdp or a data axis in --mesh to shard the state over "
                         f"(e.g. --mesh data=8 or --mesh fsdp=8); got {mesh}")
     fsdp = mesh.with_role("fsdp")

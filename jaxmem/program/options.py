@@ -30,6 +30,9 @@ OFFLOADS = ("optimizer",)
 # jax.sharding.AxisType of every mesh axis: Auto (XLA's propagation places what the code leaves
 # open) or Explicit (shardings are part of the types: code written with out_sharding=, reshard)
 AXIS_TYPES = ("auto", "explicit")
+# pipeline schedules over a stage axis (jaxmem/program/pipeline_stages.py): all forward then all backward,
+# and MaxText's circular (repeating) pipeline
+PIPELINES = ("gpipe", "circular")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +98,16 @@ class StepChoice:
         metavar="REGEX"))
     accum: int = _opt(1, Flag("--accum", "Gradient-accumulation microbatches.", kind="count", minimum=1,
                               show_default=True))
+    pipeline: str = _opt("gpipe", Flag(
+        "--pipeline", "With a stage axis in --mesh: the schedule of the pipelined layers: gpipe (every microbatch "
+        "forward, then backward) or circular (MaxText's repeating pipeline).", kind="choice", choices=PIPELINES,
+        show_default=True))
+    microbatches: int | None = _opt(None, Flag(
+        "--microbatches", "With a stage axis: microbatches the batch is split into for the pipeline (default: the "
+        "smallest number that keeps every stage busy).", kind="count", minimum=1))
+    repeats: int | None = _opt(None, Flag(
+        "--repeats", "With --pipeline circular: how many times a microbatch passes through the stages (default: "
+        "one layer per stage per repeat, MaxText's default).", kind="count", minimum=1))
     donate: bool = _opt(True, Flag("--no-donate", "Do not donate the train state (shows the cost).",
                                    kind="switch", invert=True))
     model_args: tuple[tuple[str, Any], ...] = _opt((), Flag(
@@ -124,7 +137,8 @@ class StepChoice:
 
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
-                           self.finetune(), self.rules, self.axis_types, self.remat)
+                           self.finetune(), self.rules, self.axis_types, self.remat, self.pipeline, self.microbatches,
+                           self.repeats)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -188,6 +202,9 @@ class StepOptions:
     rules: str | None = None        # --rules: the rules file's path (jaxmem.program.rules)
     axis_types: str = "auto"        # --axis-types (the workload's own wish is applied in step.plan)
     remat: str = "none"             # the policy of the checkpoints Workload.remat_at places (jaxmem.program.calls)
+    pipeline: str = "gpipe"         # with a stage axis: the schedule (jaxmem.program.pipeline_stages)
+    microbatches: int | None = None  # ... the pipeline's microbatches (step.plan resolves the default)
+    repeats: int | None = None      # ... the circular schedule's repeats (None: one layer per stage per repeat)
 
 
 def remat_problem(name: str) -> str | None:

@@ -130,8 +130,11 @@ def _storage_bits(dtype) -> int:
         return 8 * dtype.itemsize
 
 
-def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues) -> dict[str, tuple[tuple, tuple]]:
-    """Path -> (shape, PartitionSpec entries) for every parameter, trainable or frozen."""
+def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues,
+                stage: tuple[str, frozenset[str]] | None = None) -> dict[str, tuple[tuple, tuple]]:
+    """Path -> (shape, PartitionSpec entries) for every parameter, trainable or frozen. `stage`:
+    (the stage axis, the stacked layers' paths): their layer dimension (0) split over the stages,
+    the rest by the rules as for any leaf."""
 
     def names_for(path_keys):
         try:
@@ -151,16 +154,22 @@ def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues) 
     for tree in (st.trainable, st.frozen):
         for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
             ps = path_str(path)
-            spec = rules_mod.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names_for(path), rules, mesh_spec,
-                                       issues)
+            names = names_for(path)
+            layered = stage is not None and ps in stage[1]
+            if layered:   # the rules never split a dimension named layers: it is the stage axis's
+                names = ("layers",) + tuple(names[1:] if names else (None,) * (len(x.shape) - 1))
+            spec = rules_mod.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names, rules, mesh_spec, issues)
+            if layered and stage is not None:
+                spec = (stage[0],) + tuple(spec[1:])
             out[ps] = (tuple(x.shape), spec)
     return out
 
 
-def shard_state(st: AbstractState, rules: rules_mod.RuleSet, mesh, mesh_spec: layouts.MeshSpec) -> ShardedState:
+def shard_state(st: AbstractState, rules: rules_mod.RuleSet, mesh, mesh_spec: layouts.MeshSpec, *,
+                stage: tuple[str, frozenset[str]] | None = None) -> ShardedState:
     issues: list[layouts.ShardingIssue] = []
     leaves: list[LeafInfo] = []
-    specs = param_specs(st, rules, mesh_spec, issues)
+    specs = param_specs(st, rules, mesh_spec, issues, stage)
 
     def opt_spec(ps: str, x) -> tuple:
         # optax states mirror the params tree ('0/mu/<param path>'): the same path suffix and

@@ -63,9 +63,10 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
     ft = opts.finetune
     finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
+    split = opts.accum * (opts.microbatches or 1)   # --accum's microbatches, each split again by the pipeline's
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, opts.accum), opts.precision)
+        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision)
     else:
         import flax.linen as nn
 
@@ -74,7 +75,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
         kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
         if opts.precision == "fp8":
             model = fp8.wrap_linen(model, wl.fp8_exclude)
-        params, mutable, param_names = _abstract_linen(wl, model, micro(batch, opts.accum))
+        params, mutable, param_names = _abstract_linen(wl, model, micro(batch, split))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
     if ft.freeze or ft.lora_rank:
@@ -85,7 +86,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
     opt_state = jax.eval_shape(tx.init, trainable)   # over the trainable tree only
     rng = {"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
     leaves = jax.tree.leaves(batch)
-    micro_size = leaves[0].shape[0] // opts.accum if leaves and leaves[0].shape else None
+    micro_size = leaves[0].shape[0] // split if leaves and leaves[0].shape else None
     return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size,
                          "pinned_host" if ft.offload_optimizer else "device")
 

@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
 from jaxmem.program import calls as calls_mod
-from jaxmem.program import finetune, layouts, sharding, sizes, state, tree, user_specs
+from jaxmem.program import finetune, layouts, pipeline_stages, sharding, sizes, state, tree, user_specs
 from jaxmem.program import rules as rules_mod
 from jaxmem.program import workload as workload_mod
 from jaxmem.program.options import PRECISIONS, StepOptions
@@ -55,6 +55,7 @@ class BuiltStep:
     trace_context: Callable[[], Any] = contextlib.nullcontext
     logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
+    schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -74,6 +75,8 @@ class StepPlan:
     state_specs: list | None = None   # a custom step's own specs (Workload.state_specs), per state leaf
     batch_specs: list | None = None   # ... and per batch leaf (Workload.batch_specs)
     axis_types: str = "auto"          # the mesh's: --axis-types, or explicit when the workload asks for it
+    schedule: pipeline_stages.Schedule | None = None   # a stage axis: the pipeline (its layer count found in build)
+    notes: tuple[str, ...] = ()       # what plan chose for the user (the pipeline's microbatches)
 
     @property
     def explicit(self) -> bool:
@@ -115,7 +118,35 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
     axis_types = "explicit" if "explicit" in (opts.axis_types, wl.axis_types) else "auto"
     if axis_types == "explicit":
         rules = dataclasses.replace(rules, as_written=True)
-    return StepPlan(wl, opts, mesh_spec, batch, rules, digest, state_specs, batch_specs, axis_types)
+    schedule, notes = _plan_pipeline(wl, opts, mesh_spec, flat[0][1].shape[0] if flat and flat[0][1].shape else None,
+                                     axis_types)
+    if schedule is not None:
+        opts = dataclasses.replace(opts, microbatches=schedule.microbatches)
+    return StepPlan(wl, opts, mesh_spec, batch, rules, digest, state_specs, batch_specs, axis_types, schedule,
+                    tuple(notes))
+
+
+def _plan_pipeline(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec, batch: int | None,
+                   axis_types: str) -> tuple[pipeline_stages.Schedule | None, list[str]]:
+    """The pipeline a stage axis asks for (None without one), checked before any device exists."""
+    stage = mesh_spec.axis_of("stage")
+    n = mesh_spec.axis_size(stage) if stage else 1
+    asked = [flag for flag, given in (("--pipeline", opts.pipeline != "gpipe"), ("--microbatches", opts.microbatches),
+                                      ("--repeats", opts.repeats)) if given]
+    if n == 1 or wl.is_custom_step:
+        if asked:
+            why = ("this workload gives its own step, which pipelines itself" if wl.is_custom_step and n > 1
+                   else "they need a stage axis in --mesh, e.g. --mesh stage=4,fsdp=2")
+            raise UserError(f"{'/'.join(asked)}: {why}")
+        return None, []
+    if opts.precision == "fp8":
+        raise UserError(f"--precision fp8 with --mesh {stage}={n}: FP8 scaling state is not pipelined yet; use "
+                        "--precision bf16, or drop the stage axis")
+    if axis_types == "explicit":
+        raise UserError(f"--mesh {stage}={n} with explicit axes: jaxmem pipelines under auto axes only; use "
+                        "--axis-types auto, or drop the stage axis")
+    return pipeline_stages.resolve(opts.pipeline, n, opts.microbatches, opts.repeats, batch, mesh_spec.data_size,
+                                   stage, opts.accum)
 
 
 def build(p: StepPlan, mesh) -> BuiltStep:
@@ -127,9 +158,16 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
         st = state.abstract_state(wl, opts, batch)
-    sh = sharding.shard_state(st, p.rules, mesh, mesh_spec)
+    schedule, stage_leaves = p.schedule, None
+    if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
+        probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
+        with sharding.tracing(mesh, sharding.activation_rules(p.rules)):
+            stage_leaves, layers = pipeline_stages.layer_leaves(probe, st, schedule)
+        schedule = pipeline_stages.with_layers(schedule, layers)
+    sh = sharding.shard_state(st, p.rules, mesh, mesh_spec,
+                              stage=None if schedule is None else (schedule.axis, stage_leaves))
     log = calls_mod.CallLog(wl.remat_at)
-    fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit, log=log)
+    fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit, log=log, schedule=schedule)
     donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),
                      sh.shardings(sh.rng), NamedSharding(mesh, P()))
@@ -138,28 +176,19 @@ def build(p: StepPlan, mesh) -> BuiltStep:
              if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
                      trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
-                     logical_names=tuple(sorted(names)), calls=log)
+                     logical_names=tuple(sorted(names)), calls=log, schedule=schedule)
 
 
-def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec,
-               *, explicit: bool = False, log: calls_mod.CallLog | None = None):
-    """`step(*StepArgs) -> StepOut`: (trainable, frozen, opt_state, mutable, rng, batch) ->
-    (trainable, opt_state, mutable, rng, loss).
-
-    Only the trainable tree is differentiated and updated: frozen parameters get neither
-    gradients nor optimizer state.
-    """
-    tx = st.tx
+def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh, mesh_spec, *,
+                  explicit: bool = False, log: calls_mod.CallLog):
+    """`loss_fn(trainable, frozen, mutable, batch, key) -> (loss, new mutable)`: the model's loss on one
+    (micro)batch, in the compute precision, with jaxmem's activation constraints and --remat-at."""
     user_loss = wl.loss
     assert user_loss is not None   # a workload without its own step has a loss (Workload.validate)
-    offload = st.opt_memory == "pinned_host"
     seq = layouts.seq_len([tuple(x.shape) for x in jax.tree.leaves(st.batch)])
     # Explicit axes: the code places its activations itself (out_sharding=), and a constraint is a reshard
     act_ctx = (lambda model: contextlib.nullcontext()) if explicit else functools.partial(
         sharding.activation_constraints, mesh, mesh_spec, opts.layout, st.micro_size, seq, st.kind == "nnx")
-    constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
-    trainable_sh = sh.shardings(sh.trainable)
-    log = calls_mod.CallLog(wl.remat_at) if log is None else log
     at_policy = workload_mod.remat_policy(opts.remat) if wl.remat_at is not None else None
 
     def cast_compute(params):
@@ -206,6 +235,26 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
 
             return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)
 
+    return loss_fn
+
+
+def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState, opts: StepOptions, mesh, mesh_spec,
+               *, explicit: bool = False, log: calls_mod.CallLog | None = None,
+               schedule: pipeline_stages.Schedule | None = None):
+    """`step(*StepArgs) -> StepOut`: (trainable, frozen, opt_state, mutable, rng, batch) ->
+    (trainable, opt_state, mutable, rng, loss).
+
+    Only the trainable tree is differentiated and updated: frozen parameters get neither
+    gradients nor optimizer state. With a `schedule`, the loss runs its layers as that pipeline.
+    """
+    tx = st.tx
+    offload = st.opt_memory == "pinned_host"
+    constrain = jax.sharding.reshard if explicit else jax.lax.with_sharding_constraint
+    trainable_sh = sh.shardings(sh.trainable)
+    log = calls_mod.CallLog(wl.remat_at) if log is None else log
+    loss_fn = loss_function(wl, st, opts, mesh, mesh_spec, explicit=explicit, log=log)
+    if schedule is not None:
+        loss_fn = pipeline_stages.pipelined(loss_fn, schedule, mesh)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)   # w.r.t. the trainable tree only
     # a microbatch is split as the batch is (dim 0 over the batch axes, the sequence over context)
     micro_spec = {id(x): layouts.batch_spec((x.shape[0] // opts.accum,) + tuple(x.shape[1:]), mesh_spec, "")

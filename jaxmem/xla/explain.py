@@ -30,6 +30,10 @@ class Explanation:
     peak_index: int
     peak_bytes: int
     warnings: tuple[ReportWarning, ...]
+    # a pipelined step (jaxmem/program/pipeline_stages.py), at the peak: the activations its stage loop
+    # saved for the backward pass, stacked per iteration (leading dimension = the loop's trip count),
+    # and the buffers of the stage-to-stage sends (collective permutes)
+    pipeline: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def leaf_module(path: str) -> str:
@@ -50,8 +54,10 @@ def explain(
     top: int = 10,
     depth: int = 2,
     remat: str = "none",
+    pipeline_iterations: int | None = None,
 ) -> Explanation:
     live = assignment.live_at_peak()
+    in_flight = transfer = 0
     cats = dict.fromkeys(CATEGORIES, 0)
     rows: list[BufferRow] = []
     modules: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -71,6 +77,11 @@ def explain(
             key = f"(no module: {primitive(b.op_name) or b.opcode or 'unknown'})"
         modules[key][0] += b.size
         modules[key][1] += 1
+        if pipeline_iterations and cat not in STATE:
+            if len(b.shape) >= 2 and b.shape[0] == pipeline_iterations:
+                in_flight += b.size
+            elif "collective-permute" in (b.opcode or ""):
+                transfer += b.size
         rows.append(BufferRow(b.size, str(tuple(b.shape)), b.dtype, path, cat, b.instruction, b.op_name))
     rows.sort(key=lambda r: -r.size)
     mods = sorted((ModuleRow(k, v[0], v[1]) for k, v in modules.items()), key=lambda m: -m.bytes)
@@ -82,6 +93,7 @@ def explain(
         peak_index=downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
         peak_bytes=int(assignment.peak_bytes),
         warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
+        pipeline={"activations_in_flight": in_flight, "transfers": transfer} if pipeline_iterations else {},
     )
 
 
