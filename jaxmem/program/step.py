@@ -88,6 +88,7 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
     the fine-tuning choices, --batch, each batch leaf against the axes that split it, the sizes
     XLA can express, and --accum's microbatches."""
     user_specs.check_workload(wl)
+    _pipeline_flags(wl, opts, mesh_spec)
     layouts.check_layout(opts.layout, mesh_spec, custom_step=wl.is_custom_step, own_specs=wl.state_specs is not None)
     if opts.precision not in PRECISIONS:
         raise UserError(f"unknown precision {opts.precision!r}. Known: {', '.join(PRECISIONS)}.")
@@ -126,18 +127,24 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
                     tuple(notes))
 
 
+def _pipeline_flags(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> None:
+    """The pipeline's options only where jaxmem builds a pipeline (first: their message says more)."""
+    stage = mesh_spec.axis_of("stage")
+    n = mesh_spec.axis_size(stage) if stage else 1
+    asked = [flag for flag, given in (("--pipeline", opts.pipeline != "gpipe"), ("--microbatches", opts.microbatches),
+                                      ("--repeats", opts.repeats)) if given]
+    if asked and (n == 1 or wl.is_custom_step):
+        why = ("this workload gives its own step, which pipelines itself" if wl.is_custom_step and n > 1
+               else "they need a stage axis in --mesh, e.g. --mesh stage=4,fsdp=2")
+        raise UserError(f"{'/'.join(asked)}: {why}")
+
+
 def _plan_pipeline(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec, batch: int | None,
                    axis_types: str) -> tuple[pipeline_stages.Schedule | None, list[str]]:
     """The pipeline a stage axis asks for (None without one), checked before any device exists."""
     stage = mesh_spec.axis_of("stage")
     n = mesh_spec.axis_size(stage) if stage else 1
-    asked = [flag for flag, given in (("--pipeline", opts.pipeline != "gpipe"), ("--microbatches", opts.microbatches),
-                                      ("--repeats", opts.repeats)) if given]
     if n == 1 or wl.is_custom_step:
-        if asked:
-            why = ("this workload gives its own step, which pipelines itself" if wl.is_custom_step and n > 1
-                   else "they need a stage axis in --mesh, e.g. --mesh stage=4,fsdp=2")
-            raise UserError(f"{'/'.join(asked)}: {why}")
         return None, []
     if opts.precision == "fp8":
         raise UserError(f"--precision fp8 with --mesh {stage}={n}: FP8 scaling state is not pipelined yet; use "
