@@ -50,6 +50,7 @@ def main():
 
 @main.command()
 @step_options
+@field_option("microbatches")
 @field_option("mem_fraction")
 @field_option("top")
 @field_option("module_depth")
@@ -116,6 +117,9 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--base-dtypes", default=None, callback=grid("base_dtype"),
               help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
+@click.option("--microbatches", "microbatches", default=None, callback=grid("microbatches"),
+              help="With a stage axis: pipeline microbatches to compare, e.g. 4,8,16 (default: the smallest that "
+              "keeps every stage busy).")
 @field_option("mem_fraction")
 @click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
               "the data-parallel devices x --accum).")
@@ -141,7 +145,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @cli_params.side_outputs("Write the rows as a self-contained HTML page: a stacked bar per row against its usable "
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
+            microbatches, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
             html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
@@ -193,7 +197,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                 raise UserError("--granule is the step of --find-seq; add --find-seq ARG or drop --granule")
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
                     "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list, "lora_rank": loras,
-                    "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None}
+                    "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None,
+                    "microbatches": microbatches}
             mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
             sweep.prepare_environment(max(layouts_mod.parse_mesh(m).size for m in mesh_texts))
             find = None if not finds else compare_mod.Find(
@@ -265,6 +270,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 
 @main.command()
 @step_options
+@field_option("microbatches")
 @field_option("mem_fraction")
 @click.option("--all", "always", is_flag=True,
               help="Search even when the step fits as given (faster or roomier settings).")
@@ -395,6 +401,7 @@ def gpus(as_json):
 
 @main.command()
 @step_options
+@field_option("microbatches")
 @click.option("--timeout", type=Seconds(), default=600, show_default=True,
               help="Seconds the measuring process may run.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,

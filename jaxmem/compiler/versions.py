@@ -19,10 +19,9 @@ import re
 import sys
 from importlib import metadata
 
-# The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between. (0.9.x
-# installs and analyzes, with the warning: the suite is not yet clean there.)
-TESTED = ((0, 10, 2), (0, 12))          # from 0.10.2 up to every 0.12.x
-TESTED_TEXT = "jax/jaxlib 0.10.2 through 0.12.x"
+# The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
+TESTED = ((0, 9, 0), (0, 12))           # from 0.9.0 up to every 0.12.x
+TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
 # Where both are installed the CUDA 13 one is named (which one jax loads then was not checked)
 PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 
@@ -140,6 +139,13 @@ def range_warning() -> str | None:
         return None
     return (f"{' and '.join(off)} is outside the range jaxmem is tested on ({TESTED_TEXT}): the analysis runs, "
             "but XLA internals it reads may have moved; compare a report against a supported jax (jaxmem diff)")
+
+
+def spec_text(spec) -> str:
+    """A PartitionSpec (or its entries) as jax 0.10 and later print it, ``P('fsdp', None)``, on every
+    jax: jax 0.9 prints ``PartitionSpec('fsdp', None)``. (Specs with unreduced/reduced axes are not
+    rendered here.)"""
+    return f"P({repr(tuple(spec))[1:-1]})"
 
 
 def hlo_module_class():

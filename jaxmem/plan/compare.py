@@ -30,7 +30,8 @@ from jaxmem.report import BREAKDOWN_KEYS, Report
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES: dict[str, Callable[[str], Any]] = {
     "layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
-    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str}
+    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str,
+    "microbatches": lambda v: None if v.lower() in ("none", "default") else int(v)}
 BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
 SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
 DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
@@ -201,7 +202,9 @@ class _RowSearch:
         self.i, self.choice, self.opts, self.find = i, choice, opts, find
         mesh = layouts.parse_mesh(opts.mesh)
         if find.kind == "batch":
-            self.granule = mesh.data_size * opts.accum
+            # a pipelined row splits each data shard into its microbatches (default: one per stage)
+            stage = mesh.axis_size(mesh.axis_of("stage"))
+            self.granule = mesh.data_size * opts.accum * (opts.microbatches or stage)
             count = max(1, BATCH_LIMIT // self.granule)
             self.search = search_mod.Search(lambda k: (k + 1) * self.granule, count, float, degree=1, first=(0, 15))
         elif find.kind == "seq":

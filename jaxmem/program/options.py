@@ -104,7 +104,8 @@ class StepChoice:
         show_default=True))
     microbatches: int | None = _opt(None, Flag(
         "--microbatches", "With a stage axis: microbatches the batch is split into for the pipeline (default: the "
-        "smallest number that keeps every stage busy).", kind="count", minimum=1))
+        "smallest number that keeps every stage busy).", kind="count", minimum=1, shared=False,
+        commands=("analyze", "advise", "verify")))   # compare: --microbatches 4,8 is a grid axis there
     repeats: int | None = _opt(None, Flag(
         "--repeats", "With --pipeline circular: how many times a microbatch passes through the stages (default: "
         "one layer per stage per repeat, MaxText's default).", kind="count", minimum=1))

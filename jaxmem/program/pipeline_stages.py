@@ -322,14 +322,9 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, *, batch_argnum: int = 3
         batched = set(dep)   # which env values carry the leading microbatch dimension
 
         with jax.named_scope("pipeline"):
-            carry_out = _pipeline_loop(scan, env, batched, sched, mesh, base)
-        nc, nk = scan.params["num_consts"], scan.params["num_carry"]
-        ys = scan.outvars[nk:]
-        if any(v in _reads(post) or v in jaxpr.outvars for v in ys):
-            raise UserError("the layer scan returns per-layer outputs (stacked ys) that the loss reads after it; "
-                            "jaxmem's pipeline carries only the scan's carry from stage to stage")
-        del nc
-        env.update(zip(scan.outvars[:nk], carry_out, strict=True))
+            scan_out = _pipeline_loop(scan, env, batched, sched, mesh, base)
+        # the final carry and the per-layer outputs (ys, in layer order), per microbatch
+        env.update(zip(scan.outvars, scan_out, strict=True))
         post_in = sorted({v for v in _reads(post) | set(jaxpr.outvars) if _is_var(v)} & set(env), key=id)
 
         def post_fn(vals):
@@ -430,13 +425,17 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
             subfuns, bp = bp
         with source_info_util.user_context(scan.source_info.traceback, name_stack=base + scan.source_info.name_stack):
             out = scan.primitive.bind(*subfuns, *cs, *carry, *w_stage, **bp)
-        return list(out[:nk])
+        return list(out[:nk]), list(out[nk:])
 
     def pick(a, i):
         return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
+    # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each
+    # stage for its microbatch and repeat, read after the loop in layer order
+    ys_avals = [v.aval for v in scan.outvars[nk:]]
+
     def body(loop, t):
-        state, circ, outs = loop
+        state, circ, outs, ys_buf = loop
         u = t - ids                                 # each stage's work item: repeat u // M, microbatch u % M
         r = jnp.clip(u // M, 0, R - 1)
         m = u % M
@@ -447,8 +446,17 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
                for f, s in zip(first, state, strict=True)]
         w_now = [jax.vmap(pick)(wx, r) for wx in w]
         c_now = [jax.vmap(lambda i, c=c: pick(c, i))(m) for c, d in zip(const_vals, const_dep, strict=True) if d]
-        out = jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
+        out, ys = jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
         out = [constrain(o, (ax,)) for o in out]
+        live = (u >= 0) & (u < M * R)               # bubble iterations write nothing
+
+        def put(buf, y, mi, s, ri, ok):             # one stage's ys into buf[m, s, r]
+            old = buf[mi, s, ri]
+            return buf.at[mi, s, ri].set(jnp.where(ok, y, old))
+
+        for i, y in enumerate(ys):
+            for s in range(N):
+                ys_buf[i] = put(ys_buf[i], y[s], m[s], s, r[s], live[s])
         ul = t - (N - 1)                            # the last stage's work item
         rl, ml, valid = ul // M, jnp.maximum(ul, 0) % M, ul >= 0
         last = [o[N - 1] for o in out]
@@ -461,11 +469,13 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
                     for a, x in zip(circ, last, strict=True)]
         # each stage's output moves on to the next stage (the last one's wraps to the first: overwritten)
         state = [constrain(jnp.roll(o, 1, axis=0), (ax,)) for o in out]
-        return (state, circ, outs), None
+        return (state, circ, outs, ys_buf), None
 
     zeros = [jnp.zeros((N,) + x.shape[1:], x.dtype) for x in x_in]
     state0 = [constrain(z, (ax,)) for z in zeros]
     circ0 = [jnp.zeros_like(x) for x in x_in] if R > 1 else []
     outs0 = [jnp.zeros_like(x) for x in x_in]
-    (_, _, outs), _ = jax.lax.scan(body, (state0, circ0, outs0), jnp.arange(sched.iterations))
-    return outs
+    ys0 = [jnp.zeros((M, N, R, k) + a.shape[1:], a.dtype) for a in ys_avals]
+    (_, _, outs, ys_buf), _ = jax.lax.scan(body, (state0, circ0, outs0, ys0), jnp.arange(sched.iterations))
+    # storage row s*(L/N) + r*k + j is what stage s ran at repeat r, step j: back to (M, L, ...)
+    return outs + [y.reshape((M, N * R * k) + y.shape[4:]) for y in ys_buf]

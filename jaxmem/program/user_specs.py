@@ -14,6 +14,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec as P
 
+from jaxmem.compiler import versions
 from jaxmem.errors import UserError
 from jaxmem.program.layouts import MeshSpec
 from jaxmem.program.tree import path_str
@@ -60,8 +61,8 @@ def _difference(tree, specs, what: str) -> str:
 
 def _check_leaf(path: str, shape: tuple[int, ...], spec: tuple, mesh: MeshSpec, what: str) -> tuple:
     if len(spec) > len(shape):
-        raise UserError(f"Workload {what}_specs: {path} {shape} has {len(shape)} dimension(s) but its spec {P(*spec)} "
-                        f"has {len(spec)} entries")
+        raise UserError(f"Workload {what}_specs: {path} {shape} has {len(shape)} dimension(s) but its spec "
+                        f"{versions.spec_text(spec)} has {len(spec)} entries")
     sizes = dict(mesh.axes)
     seen: set[str] = set()
     for dim, entry in enumerate(spec):
@@ -73,7 +74,8 @@ def _check_leaf(path: str, shape: tuple[int, ...], spec: tuple, mesh: MeshSpec, 
                 raise UserError(f"Workload {what}_specs: {path} {shape}, dim {dim}: the mesh has no axis {a!r} "
                                 f"(--mesh {mesh}: {', '.join(mesh.names)})")
             if a in seen:
-                raise UserError(f"Workload {what}_specs: {path} {shape}: its spec {P(*spec)} uses the axis {a} twice")
+                raise UserError(f"Workload {what}_specs: {path} {shape}: its spec {versions.spec_text(spec)} "
+                                f"uses the axis {a} twice")
             seen.add(a)
         n = math.prod(sizes[a] for a in axes)
         if shape[dim] % n:
