@@ -277,7 +277,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
 @click.option("--changes", "change_kinds", show_default=True,
-              default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert",
+              default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert,pipeline",
               help="The kinds of change to try, comma-separated.")
 def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.

@@ -20,7 +20,11 @@ The changes users actually make, each a field of the analysis options
 * context: a context axis of 2 or 4 taken from the replicas (or fsdp), when activations are most
   of the peak at a long sequence (>= LONG_SEQUENCE tokens);
 * expert: an expert axis of 2, 4 or 8 likewise, when the model's parameters have an experts
-  dimension (exp, expert, experts) and the mesh no expert axis.
+  dimension (exp, expert, experts) and the mesh no expert axis;
+* pipeline: a stage axis of 2 or 4 (the model's layer scan split into stages, GPipe with the
+  smallest microbatch count that keeps every stage busy), when the state (params, optimizer state,
+  gradients) is most of the peak: from the replicas on the same GPUs, or on 2x / 4x the GPUs with the
+  same batch, which FSDP alone cannot use once each device holds one sample.
 
 No suggestion without its compiled number. The search compiles in two rounds:
 
@@ -60,7 +64,7 @@ REMAT_RANK = {"none": 0, "everything_saveable": 0, "dots_saveable": 1, "checkpoi
 REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
 LORA_RANK = 16
 LONG_SEQUENCE = 1024   # tokens: where context parallelism starts to be what MaxText recipes use
-MESH_CHANGES = ("hsdp", "context", "expert")   # each a mesh on the same GPUs (the value: its text)
+MESH_CHANGES = ("hsdp", "context", "expert", "pipeline")   # each a mesh (the value: its text)
 SCHEMA = "jaxmem.advise/1"
 
 
@@ -120,6 +124,8 @@ def _describe(axis: str, value) -> str:
         spec = layouts.parse_mesh(value)
         if axis == "hsdp":
             return f"HSDP: fsdp within a host, data across hosts (mesh {value})"
+        if axis == "pipeline":
+            return f"pipeline parallelism over {spec.axis_size('stage')} stages (mesh {value})"
         return f"{axis} parallelism over {spec.axis_size(spec.axis_of(axis))} (mesh {value})"
     if axis == "offload":
         return "optimizer state offloaded to host memory"
@@ -278,7 +284,7 @@ def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
     """HSDP, context and expert parallelism on the same GPUs, each where the original's report says
     it answers what dominates: FSDP's collectives over the network, activations at a long sequence,
     a model with experts."""
-    out: dict[str, list[str]] = {"hsdp": [], "context": [], "expert": []}
+    out: dict[str, list[str]] = {"hsdp": [], "context": [], "expert": [], "pipeline": []}
     if report is None:
         return out
     st = report.step_time or {}
@@ -293,6 +299,10 @@ def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
         out["context"] = [m for k in (2, 4) if seq % k == 0 for m in [meshes.carve(base.mesh, "context", k)] if m]
     if set(getattr(report, "logical_names", ())) & {"exp", "expert", "experts"}:
         out["expert"] = [m for k in (2, 4, 8) for m in [meshes.carve(base.mesh, "expert", k)] if m]
+    b = report.breakdown
+    xla_peak = report.per_device_peak_bytes - b.get("runtime_overhead", 0)
+    if 2 * (b.get("params", 0) + b.get("optimizer_state", 0) + b.get("gradients", 0)) >= xla_peak:
+        out["pipeline"] = [m for k in (2, 4) for m in meshes.pipelined(base.mesh, k)]
     return out
 
 

@@ -71,6 +71,21 @@ def hsdp(mesh: str, hosts: int) -> str | None:
     return _text((a, s * hosts if a == data else s // hosts if a == name else s) for a, s in spec.axes)
 
 
+def pipelined(mesh: str, k: int) -> list[str]:
+    """Meshes with a stage axis of k first (the outermost: stages across hosts, as MaxText's DCN pipeline):
+    its devices taken from the replicas (the same GPUs), and the mesh as it is on k times the GPUs."""
+    spec = layouts.parse_mesh(mesh)
+    if spec.axis_of("stage") is not None or k < 2:
+        return []
+    out = []
+    data = spec.axis_of("data")
+    if data is not None and spec.axis_size(data) % k == 0:
+        out.append(_text([("stage", k)] + [(a, s // k) if a == data else (a, s) for a, s in spec.axes
+                                          if not (a == data and s == k)]))
+    out.append(_text([("stage", k)] + list(spec.axes)))
+    return out
+
+
 def carve(mesh: str, role: str, k: int) -> str | None:
     """A new axis of `role` (context or expert) of size k, its devices taken from the replicas (data)
     first, then from fsdp: the same GPUs. None if the mesh has that role already or no donor divides."""

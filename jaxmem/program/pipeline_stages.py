@@ -16,7 +16,9 @@ weights) is found in the jaxpr, and the loss is cut there into three parts:
 
 JAX differentiates the loop, so the backward pass runs after every microbatch's forward (the
 GPipe schedule; MaxText's too), and XLA's buffer assignment holds the activations of the
-microbatches in flight. Every stage runs every iteration, the bubble's included (the SPMD
+microbatches in flight: each iteration is checkpointed at its input (MaxText saves its
+``iteration_input``), so what a stage keeps per microbatch in flight is the activation that entered
+it, and its backward recomputes the stage's layers under the model's own remat policy. Every stage runs every iteration, the bubble's included (the SPMD
 program computes and discards it), so the compiled FLOPs already hold the bubble.
 
 A stage runs the storage rows of its shard: stage s holds rows [s L/N, (s+1) L/N) of the stacked
@@ -28,6 +30,7 @@ layers are identical in shape, so the memory and the FLOPs are the same.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -430,6 +433,15 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
     def pick(a, i):
         return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
+    # Each iteration is checkpointed at its inputs, as MaxText's pipeline does: the backward pass
+    # recomputes the stages' forward (under the model's own remat policy) from the microbatch that
+    # entered them. Saved whole, every iteration would keep its own copy of the stage's weights (the
+    # layer scan's residuals hold its weight slices): T copies of the weights.
+    @functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
+    def _stages(w, r, c_now, inp):
+        w_now = [jax.vmap(pick)(wx, r) for wx in w]
+        return jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
+
     # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each
     # stage for its microbatch and repeat, read after the loop in layer order
     ys_avals = [v.aval for v in scan.outvars[nk:]]
@@ -444,9 +456,8 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
                  for xi, ci in zip(x_in, circ or x_in, strict=True)]
         inp = [constrain(jnp.where((ids == 0).reshape((N,) + (1,) * f.ndim), f[None], s), (ax,))
                for f, s in zip(first, state, strict=True)]
-        w_now = [jax.vmap(pick)(wx, r) for wx in w]
         c_now = [jax.vmap(lambda i, c=c: pick(c, i))(m) for c, d in zip(const_vals, const_dep, strict=True) if d]
-        out, ys = jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
+        out, ys = _stages(w, r, c_now, inp)
         out = [constrain(o, (ax,)) for o in out]
         live = (u >= 0) & (u < M * R)               # bubble iterations write nothing
 
