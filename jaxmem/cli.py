@@ -145,8 +145,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @cli_params.side_outputs("Write the rows as a self-contained HTML page: a stacked bar per row against its usable "
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            microbatches, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path, from_path,
-            html_path, png_path, **kw):
+            microbatches, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path,
+            from_path, html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in

@@ -319,7 +319,7 @@ def _pipeline_fields(built: step.BuiltStep, planned: step.StepPlan, peak: int, b
                        "axis)",
             **at_peak}
     stages = tuple({"stage": s, "layers": [rows[0], rows[-1] + 1], "peak_bytes": peak, "breakdown": dict(breakdown),
-                    "holds": "stacked layer rows [{}, {}) and the embedding/head shards".format(rows[0], rows[-1] + 1)}
+                    "holds": f"stacked layer rows [{rows[0]}, {rows[-1] + 1}) and the embedding/head shards"}
                    for s in range(sched.stages) for rows in (sched.stage_layers(s),))
     return {"pipeline": pipe, "stages": stages}
 

@@ -152,9 +152,10 @@ def test_a_mesh_of_thousands_of_digits_is_a_user_error():
         layouts.parse_mesh("data=" + "1" * 5000)
 
 
-def test_a_stage_axis_gets_the_pipeline_message_before_the_layouts():
-    with pytest.raises(UserError, match="the stage axis \\(pipeline stages\\) needs a pipelined step"):
-        layouts.check_layout("fsdp", layouts.parse_mesh("stage=2"))
+def test_a_mesh_of_stages_only_needs_no_state_axis_for_the_fsdp_layout():
+    layouts.check_layout("fsdp", layouts.parse_mesh("stage=2"))   # the stage axis splits the layers' state
+    with pytest.raises(UserError, match="needs an fsdp or a data axis"):
+        layouts.check_layout("fsdp", layouts.parse_mesh("tensor=2"))
 
 
 def test_a_layout_beside_a_workloads_own_specs_is_refused():

@@ -73,11 +73,11 @@ def test_a_sequence_the_context_axis_does_not_divide_is_refused_before_any_compi
     assert "Traceback" not in r.output
 
 
-def test_an_axis_without_a_role_and_a_pipeline_stage_exit_2_naming_them():
+def test_an_axis_without_a_role_and_stages_that_split_no_layers_exit_2_naming_them():
     r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "replica=2,data=4")
     assert r.exit_code == 2 and "axis 'replica' has no role" in r.output and "expert (alias ep)" in r.output
-    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "fsdp=4,stage=2", "--batch", "8")
-    assert r.exit_code == 2 and "stage axis (pipeline stages) needs a pipelined step" in r.output
+    r = invoke("analyze", LLAMA, "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "fsdp=4,stage=3", "--batch", "12")
+    assert r.exit_code == 2 and "3 stages cannot split evenly" in " ".join(r.output.split())
 
 
 def test_expert_weights_per_device_are_total_over_expert_times_the_axes_of_their_other_dims():

@@ -17,9 +17,10 @@ weights) is found in the jaxpr, and the loss is cut there into three parts:
 JAX differentiates the loop, so the backward pass runs after every microbatch's forward (the
 GPipe schedule; MaxText's too), and XLA's buffer assignment holds the activations of the
 microbatches in flight: each iteration is checkpointed at its input (MaxText saves its
-``iteration_input``), so what a stage keeps per microbatch in flight is the activation that entered
-it, and its backward recomputes the stage's layers under the model's own remat policy. Every stage runs every iteration, the bubble's included (the SPMD
-program computes and discards it), so the compiled FLOPs already hold the bubble.
+``iteration_input``), so what a stage keeps per microbatch in flight is the activation that
+entered it, and its backward recomputes the stage's layers under the model's own remat policy.
+Every stage runs every iteration, the bubble's included (the SPMD program computes and discards
+it), so the compiled FLOPs already hold the bubble.
 
 A stage runs the storage rows of its shard: stage s holds rows [s L/N, (s+1) L/N) of the stacked
 weights and runs them as its R chunks. Under the circular schedule that numbers the layers in
@@ -205,6 +206,17 @@ def _is_var(v) -> bool:
     return not hasattr(v, "val")   # Literals carry .val
 
 
+def scan_inputs(eqn, items: Sequence) -> tuple[list, list, list]:
+    """A scan's inputs (or anything aligned with them) as (consts, carry, xs): from num_consts and
+    num_carry (jax before 0.12), or from the flat-tree structure ft_in of jax 0.12."""
+    p = eqn.params
+    if "num_consts" in p:
+        nc, nk = p["num_consts"], p["num_carry"]
+        return list(items[:nc]), list(items[nc:nc + nk]), list(items[nc + nk:])
+    consts, carry, xs = p["ft_in"].update(list(items)).unpack()
+    return list(consts), list(carry), list(xs)
+
+
 def find_layer_scan(closed, n_stage_inputs: Sequence[bool]) -> LayerScan | None:
     """The scan whose stacked inputs (xs) come from the most parameter bytes: the layers.
     `n_stage_inputs[i]`: flat input i is a parameter (a candidate for the stacked weights)."""
@@ -221,7 +233,7 @@ def find_layer_scan(closed, n_stage_inputs: Sequence[bool]) -> LayerScan | None:
             origin[e.outvars[0]] = origin[e.invars[0]]
         if name != "scan":
             continue
-        xs = e.invars[e.params["num_consts"] + e.params["num_carry"]:]
+        xs = scan_inputs(e, e.invars)[2]
         nbytes = sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in xs
                      if _is_var(v) and v in origin and hasattr(v.aval, "shape"))
         if nbytes and (best is None or nbytes > best[0]):
@@ -229,7 +241,7 @@ def find_layer_scan(closed, n_stage_inputs: Sequence[bool]) -> LayerScan | None:
     if best is None:
         return None
     e = eqns[best[1]]
-    xs = e.invars[e.params["num_consts"] + e.params["num_carry"]:]
+    xs = scan_inputs(e, e.invars)[2]
     return LayerScan(tuple(eqns), best[1], int(e.params["length"]),
                      frozenset(origin[v] for v in xs if _is_var(v) and v in origin))
 
@@ -398,8 +410,8 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
     N, M = sched.stages, sched.microbatches  # noqa: N806 -- the schedule's letters
     sched = with_layers(sched, int(scan.params["length"]))
     R, k = sched.repeats, sched.per_chunk  # noqa: N806 -- the schedule's letters
-    nc, nk = scan.params["num_consts"], scan.params["num_carry"]
-    consts, carries, xs = scan.invars[:nc], scan.invars[nc:nc + nk], scan.invars[nc + nk:]
+    consts, carries, xs = scan_inputs(scan, scan.invars)
+    nk = len(carries)
     if any(_is_var(v) and v in batched for v in xs):
         raise UserError("the layer scan's per-layer inputs depend on the batch; jaxmem pipelines a scan over "
                         "stacked weights whose per-microbatch state is its carry")

@@ -143,9 +143,9 @@ def _plan_pipeline(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec,
                    axis_types: str) -> tuple[pipeline_stages.Schedule | None, list[str]]:
     """The pipeline a stage axis asks for (None without one), checked before any device exists."""
     stage = mesh_spec.axis_of("stage")
-    n = mesh_spec.axis_size(stage) if stage else 1
-    if n == 1 or wl.is_custom_step:
+    if stage is None or mesh_spec.axis_size(stage) == 1 or wl.is_custom_step:
         return None, []
+    n = mesh_spec.axis_size(stage)
     if opts.precision == "fp8":
         raise UserError(f"--precision fp8 with --mesh {stage}={n}: FP8 scaling state is not pipelined yet; use "
                         "--precision bf16, or drop the stage axis")
@@ -165,7 +165,7 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
         st = state.abstract_state(wl, opts, batch)
-    schedule, stage_leaves = p.schedule, None
+    schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
         probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
         with sharding.tracing(mesh, sharding.activation_rules(p.rules)):
