@@ -50,12 +50,7 @@ def main():
 
 @main.command()
 @step_options
-@field_option("microbatches")
-@field_option("mem_fraction")
-@field_option("top")
-@field_option("module_depth")
-@field_option("explain")
-@field_option("cache")
+@cli_params.fields("microbatches", "mem_fraction", "top", "module_depth", "explain", "cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
 @cli_params.side_outputs("Write a self-contained HTML report.", "Write the memory curve as a PNG.")
@@ -117,9 +112,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--base-dtypes", default=None, callback=grid("base_dtype"),
               help="Frozen-base storage to compare under LoRA, e.g. bf16,nf4 "
               "(none: the precision's; rows without LoRA keep it).")
-@click.option("--microbatches", "microbatches", default=None, callback=grid("microbatches"),
-              help="With a stage axis: pipeline microbatches to compare, e.g. 4,8,16 (default: the smallest that "
-              "keeps every stage busy).")
+@cli_params.MICROBATCHES_GRID
 @field_option("mem_fraction")
 @click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
               "the data-parallel devices x --accum).")
@@ -270,8 +263,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 
 @main.command()
 @step_options
-@field_option("microbatches")
-@field_option("mem_fraction")
+@cli_params.fields("microbatches", "mem_fraction")
 @click.option("--all", "always", is_flag=True,
               help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,

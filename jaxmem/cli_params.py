@@ -189,6 +189,20 @@ def step_options(f=None, *, model_file_required: bool = True):
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
+def fields(*names: str):
+    """The options of these fields (options.py), in this order: one decorator for a command's own."""
+    def apply(f):
+        return functools.reduce(lambda acc, d: d(acc), reversed([field_option(n) for n in names]), f)
+    return apply
+
+
+# compare: the pipeline's microbatches as a grid axis (analyze, advise and verify take one number)
+MICROBATCHES_GRID = click.option(
+    "--microbatches", "microbatches", default=None, callback=grid("microbatches"),
+    help="With a stage axis: pipeline microbatches to compare, e.g. 4,8,16 (default: the smallest that keeps every "
+    "stage busy).")
+
+
 def only_rendering_beside_from(ctx: click.Context) -> None:
     """compare --from re-renders saved rows: an option that would change a row (a grid, a step option, a
     search) is the user's mistake, not silently ignored."""
