@@ -28,7 +28,7 @@ ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
 # (jaxmem.plan.compare.AXES; tests/test_api.py checks that every axis has its keyword).
 GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batches": "batch",
         "optimizers": "optimizer", "meshes": "mesh", "gpus": "gpu", "loras": "lora_rank",
-        "base_dtypes": "base_dtype", "rules_files": "rules"}
+        "base_dtypes": "base_dtype", "rules_files": "rules", "microbatches": "microbatches"}
 # Forced CPU devices asked for at least: XLA reads their number once, when jax starts, so a
 # notebook's first analysis (often data=1) must not leave a later data=8 on the CPU without them.
 HOST_DEVICES = 8
@@ -81,7 +81,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         **options: the grid, each axis a list: ``layouts=["dp", "fsdp"]``, ``remats``,
             ``precisions``, ``batches=[8, 16]``, ``optimizers``, ``meshes=["data=8",
             "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``, ``rules_files`` (--rules
-            files); every row is the combination on top of the other options, which are :func:`analyze`'s.
+            files), ``microbatches=[4, 8]`` (with a stage axis); every row is the combination on top of
+            the other options, which are :func:`analyze`'s.
         jobs: worker processes (default: all cores); ``1`` compiles the rows in this process.
         executor: ``"local"`` (worker processes) or ``"ray"`` (tasks on a Ray cluster).
         ray_address: the Ray cluster, with ``executor="ray"``.

@@ -138,8 +138,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @cli_params.side_outputs("Write the rows as a self-contained HTML page: a stacked bar per row against its usable "
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
-            microbatches, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address, out_path,
-            from_path, html_path, png_path, **kw):
+            microbatches_grid, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address,
+            out_path, from_path, html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -191,7 +191,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
                     "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list, "lora_rank": loras,
                     "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None,
-                    "microbatches": microbatches}
+                    "microbatches": microbatches_grid}
             mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
             sweep.prepare_environment(max(layouts_mod.parse_mesh(m).size for m in mesh_texts))
             find = None if not finds else compare_mod.Find(

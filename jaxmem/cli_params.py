@@ -198,7 +198,7 @@ def fields(*names: str):
 
 # compare: the pipeline's microbatches as a grid axis (analyze, advise and verify take one number)
 MICROBATCHES_GRID = click.option(
-    "--microbatches", "microbatches", default=None, callback=grid("microbatches"),
+    "--microbatches", "microbatches_grid", default=None, callback=grid("microbatches"),
     help="With a stage axis: pipeline microbatches to compare, e.g. 4,8,16 (default: the smallest that keeps every "
     "stage busy).")
 
