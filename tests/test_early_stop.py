@@ -7,10 +7,11 @@ import sys
 import textwrap
 import time
 
+import jaxlib
 import pytest
 
 from conftest import build_step
-from jaxmem.compiler import compiled, early_stop, steptime
+from jaxmem.compiler import compiled, early_stop, steptime, versions
 from jaxmem.xla.hlo import decode_hlo_proto
 
 XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp",
@@ -44,6 +45,17 @@ def test_a_custom_partitioned_op_compiles_stopped_as_whole():
     target, built = _built(pathlib.Path(FIXTURES), "custom_partitioned.py", "dp", mesh="data=2",
                            model_args={"batch_size": 8})
     assert "CustomSPMDPartitioning" in compiled.lower(built)[0].as_text()
+    if versions.parse(jaxlib.__version__) < (0, 10):
+        # jaxlib 0.9's XLA:GPU fails this step after partitioning it, in its post-layout-assignment
+        # algebraic simplifier (a dot's transposed operand): stopped or whole, the same error, so the
+        # child got every partitioning answer from the parent
+        errors = []
+        for child in (None, early_stop.Child.start(target)):
+            with pytest.raises(RuntimeError, match="Binary op with incompatible shapes") as e:
+                compiled.compile_step(built, explain=True, cache=False, child=child)
+            errors.append(str(e.value).split("INVALID_ARGUMENT: ", 1)[1].splitlines()[0])
+        assert errors[0] == errors[1] and "end-of-post-layout_assignment" in errors[0]
+        return
     _assert_stopped_equals_whole(target, built, {})
 
 
@@ -74,8 +86,8 @@ def _assert_stopped_equals_whole(target, built, opts):
     # attributes of the header line (num_partitions, sharding propagation flags)
     w_head, w_body = whole.hlo_text.split("\n", 1)
     s_head, s_body = stopped.hlo_text.split("\n", 1)
-    assert s_body == w_body
-    assert s_head.split(", frontend_attributes")[0] in w_head
+    assert _as_dumped(s_body) == _as_dumped(w_body)
+    assert _as_dumped(s_head).split(", frontend_attributes")[0] in _as_dumped(w_head)
     # XLA's peak_memory_in_bytes chains the host allocations' heap after the device's; the device curve leaves them out
     assert stopped.assignment is not None and stopped.assignment.xla_peak == whole.stats.peak
     host = whole.stats.host_argument   # the offloaded optimizer state: static host memory
@@ -88,6 +100,18 @@ def _assert_stopped_equals_whole(target, built, opts):
         reparsed = steptime._xla_cost(stopped.hlo_text[:1] + stopped.hlo_text[1:])   # an equal text, not the same
         assert printed == reparsed
     return stopped
+
+
+def _as_dumped(text: str) -> str:
+    """A module's text, to compare the executable's with the dumped module's. jaxlib 0.9's XLA:GPU
+    clones the fusion computations it emits after the dump, and the executable keeps the clones'
+    names (``%add.4900.clone``, the module ``jit_step-clone``): there the two compare without them.
+    From jaxlib 0.10 they are the same module, compared as printed."""
+    import re
+
+    import jaxlib
+
+    return re.sub(r"[.-]clone\b", "", text) if versions.parse(jaxlib.__version__) < (0, 10) else text
 
 
 def _parses_as_printed(text: str) -> bool:
@@ -140,9 +164,10 @@ def test_a_dump_still_being_written_is_not_taken(tmp_path, models_dir):
     assert early_stop._finished_dump(str(tmp_path)) is None         # truncated: does not parse to its end
     (tmp_path / f"{name}.hlo.pb").write_bytes(art.dump)
     assert early_stop._finished_dump(str(tmp_path)) == art.dump
-    # once the child has exited, a dump that parses to its end is complete, report or not
+    # once the child has exited, a dump that parses to its end is complete, report or not; an XLA that
+    # writes no report (jaxlib 0.9) is taken at once when its dump parses to its end
     (tmp_path / f"{name}-memory-usage-report.pb").unlink()
-    assert early_stop._finished_dump(str(tmp_path)) is None
+    assert early_stop._finished_dump(str(tmp_path)) == (None if versions.dumps_memory_usage_report() else art.dump)
     assert early_stop._finished_dump(str(tmp_path), writer_done=True) == art.dump
 
 

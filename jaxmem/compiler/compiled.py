@@ -93,7 +93,7 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
     except Exception as e:
         msg = str(e)
         _raise_compile_error(msg)
-        if "output tile sizes" not in msg:
+        if not _triton_tiling_failed(msg):
             raise
         notes.append(_TRITON_NOTE.format(msg.splitlines()[0][:160]))
         if dump_dir is not None:
@@ -124,6 +124,15 @@ _TRITON_NOTE = ("Triton GEMM tiling failed devicelessly ({}); compiled with xla_
                 "(cuBLAS GEMMs), as autotuning would fall back")
 
 
+# How XLA:GPU's Triton GEMM emitter says it found no tiling: jaxlib 0.10 on, and jaxlib 0.9's words
+_TRITON_TILING = ("output tile sizes", "Too small divisible part of the contracting dimension",
+                  "Failed to compute symbolic tile")
+
+
+def _triton_tiling_failed(msg: str) -> bool:
+    return any(words in msg for words in _TRITON_TILING)
+
+
 def _raise_compile_error(msg: str) -> None:
     """XLA's errors that the user's program causes, as UserErrors."""
     from jaxmem.compiler.partitioners import rule_failure
@@ -150,11 +159,21 @@ FAST_GPU_OPTIONS = {
 }
 
 
+def _gpu(built: BuiltStep) -> bool:
+    platform = built.mesh.devices.flat[0].platform if built.mesh is not None else jax.default_backend()
+    return platform in ("cuda", "gpu")
+
+
+# jaxlib 0.9 (jaxmem.compiler.versions.gpu_peak_is_static): without the dump, XLA's peak is all there is
+_STATIC_PEAK_NOTE = ("jaxlib {}'s memory_analysis() leaves the temporaries out of a GPU executable's "
+                     "peak_memory_in_bytes: xla.peak_memory is the static memory alone (the reported peak, XLA's "
+                     "lower bound, is not affected; without --no-explain it is XLA's peak from the dump)")
+
+
 def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
     """The compiler options compile_step uses for `built` (without the dump options)."""
     options = _base_options(built)
-    platform = built.mesh.devices.flat[0].platform if built.mesh is not None else jax.default_backend()
-    if fast and platform in ("cuda", "gpu"):
+    if fast and _gpu(built):
         options = {**options, **FAST_GPU_OPTIONS}
     return options
 
@@ -228,6 +247,20 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             except (OSError, ValueError) as e:   # this XLA dumped nothing we can read: XLA's totals only
                 fallback.append(f"no buffer assignment could be read from XLA's dump ({e}): the peak and its parts "
                                 "are memory_analysis() numbers, without the buffers that make them")
+        assignment = None
+        from jaxmem.compiler import versions
+
+        if _gpu(built) and versions.gpu_peak_is_static():
+            # this jaxlib's peak leaves the temporaries out: XLA's own peak is the dump's, replayed
+            if raw is not None:
+                from jaxmem.xla.hlo import decode_hlo_proto
+
+                assignment = decode_hlo_proto(raw)
+                stats = dataclasses.replace(stats, peak=assignment.xla_peak)
+            else:
+                import jaxlib
+
+                fallback.append(_STATIC_PEAK_NOTE.format(jaxlib.__version__))
         if fallback:
             stats = dataclasses.replace(stats, notes=(*stats.notes, *fallback))
     finally:
@@ -239,7 +272,7 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
         cost = cost[0] if cost else None
     cost = {str(k): float(v) for k, v in (cost or {}).items()}
-    art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw)
+    art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw, assignment=assignment)
     cache_mod.store(keys[-1], art.to_json())
     return art
 
@@ -258,7 +291,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
             with no_persistent_cache():
                 raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
         except early_stop.CompileFailed as e:
-            if "output tile sizes" not in str(e):
+            if not _triton_tiling_failed(str(e)):
                 raise
             notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
             compiler = early_stop.Child(*child.args)

@@ -312,7 +312,12 @@ class Child:
 
 def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
     """The after-optimizations HloProto once XLA has finished writing it, else None.
-    writer_done: the child has exited, so whatever parses to its end is complete."""
+    writer_done: the child has exited, so whatever parses to its end is complete. An XLA that
+    writes no memory-usage report (jaxlib 0.9) is read as soon as its module parses to its end:
+    the buffer assignment is the HloProto's last field, length-prefixed, so no prefix of the file
+    being written does."""
+    from jaxmem.compiler import versions
+
     try:
         names = os.listdir(dump_dir)
     except OSError:
@@ -320,7 +325,8 @@ def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
     for n in names:
         if n.endswith("after_optimizations.hlo.pb") and ".jit_" in n:
             # written just after the module, by the same thread: the module file is closed
-            if not writer_done and n[: -len(".hlo.pb")] + "-memory-usage-report.pb" not in names:
+            if (not writer_done and versions.dumps_memory_usage_report()
+                    and n[: -len(".hlo.pb")] + "-memory-usage-report.pb" not in names):
                 return None
             with open(os.path.join(dump_dir, n), "rb") as f:
                 data = f.read()

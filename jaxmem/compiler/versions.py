@@ -8,7 +8,9 @@ versions is looked up here once:
 * the CUDA plugin (``jax-cuda12-plugin`` or ``jax-cuda13-plugin``) and the CUDA runtime and cuDNN
   versions it was built against, read from the plugin's own ``_versions`` extension without starting
   it (no GPU, no driver): the deviceless target description names them, as a real device would;
-* ``HloModule``: ``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before.
+* ``HloModule``: ``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before;
+* what jaxlib 0.9's XLA reports and dumps differently (:func:`gpu_peak_is_static`,
+  :func:`dumps_memory_usage_report`), and how it prints a PartitionSpec (:func:`spec_text`).
 """
 
 from __future__ import annotations
@@ -139,6 +141,29 @@ def range_warning() -> str | None:
         return None
     return (f"{' and '.join(off)} is outside the range jaxmem is tested on ({TESTED_TEXT}): the analysis runs, "
             "but XLA internals it reads may have moved; compare a report against a supported jax (jaxmem diff)")
+
+
+def _jaxlib() -> tuple[int, ...]:
+    import jaxlib
+
+    return parse(jaxlib.__version__)
+
+
+def gpu_peak_is_static() -> bool:
+    """Whether this jaxlib's ``memory_analysis().peak_memory_in_bytes`` of a GPU executable leaves the
+    temporaries out. jaxlib 0.9 computes it on a buffer assignment rebuilt from its proto, which keeps
+    no heap-simulator trace (as XLA:CPU does on every version): the static memory alone (arguments,
+    outputs, constants). From jaxlib 0.10 it is ``ComputePeakMemory`` over the trace, which the decoded
+    dump replays exactly (:mod:`jaxmem.xla.timeline`): jaxmem reports that replay where it has the dump."""
+    return _jaxlib() < (0, 10)
+
+
+def dumps_memory_usage_report() -> bool:
+    """Whether this XLA writes ``*after_optimizations-memory-usage-report.pb`` right after the
+    buffer-assigned module (jaxlib 0.10 on; jaxlib 0.9 writes no such report). The early-stopped
+    compile takes that file as the sign that the module is written whole; without it, the module's
+    own strict parse is the sign (:func:`jaxmem.compiler.early_stop._finished_dump`)."""
+    return _jaxlib() >= (0, 10)
 
 
 def spec_text(spec) -> str:
