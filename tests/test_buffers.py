@@ -16,6 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxmem.compiler import versions
 from jaxmem.xla import categories, dump, hlo, opnames, wire
 from jaxmem.xla.buffers import Buffer, BufferAssignment
 
@@ -447,7 +448,10 @@ def test_peak_equals_xla_peak_memory(compiled):
     if compiled.backend == "gpu":
         # The deviceless GPU executable reports no serialized proto, only the peak: ours is it.
         assert stats.serialized_buffer_assignment_proto in (b"", None)
-        assert a.peak_bytes == stats.peak_memory_in_bytes
+        if versions.gpu_peak_is_static():   # jaxlib 0.9: XLA's number is the static memory, as on the CPU
+            assert a.timeline[0] == stats.peak_memory_in_bytes
+        else:
+            assert a.peak_bytes == stats.peak_memory_in_bytes
         assert a.peak_bytes > a.timeline[0]
         return
     # XLA:CPU computes peak_memory_in_bytes on a buffer assignment rebuilt from a proto
@@ -533,7 +537,10 @@ def test_chained_traces_still_match_xla(gpu_mesh, tmp_path):
     """NCCL user buffers get their own memory color: two heap traces, chained as XLA does."""
     c = Compiled("fsdp", "gpu", gpu_mesh, tmp_path, xla_gpu_enable_nccl_user_buffers=True)
     assert len(c.assignment.traces) == 2
-    assert c.assignment.peak_bytes == c.stats.peak_memory_in_bytes
+    if versions.gpu_peak_is_static():   # jaxlib 0.9: XLA's number is the static memory alone
+        assert c.assignment.timeline[0] == c.stats.peak_memory_in_bytes < c.assignment.peak_bytes
+    else:
+        assert c.assignment.peak_bytes == c.stats.peak_memory_in_bytes
 
 
 def test_decoding_is_cheap_next_to_compiling(request, tmp_path_factory):
