@@ -3,6 +3,7 @@
     python benchmarks/published.py                      # every recipe -> results/published.md and .json
     python benchmarks/published.py --only dgxc          # recipes whose key contains "dgxc" (no file written)
     python benchmarks/published.py --attention xla      # every row with XLA attention, for comparison
+    python benchmarks/published.py --update KEY         # recompile one recipe, rewrite the files keeping the other rows
 
 No GPU is involved: the nearest ground truth without one is the public record. Each recipe is
 a configuration that ran on a stated number of stated NVIDIA GPUs, at a stated memory fraction
@@ -90,10 +91,21 @@ class Recipe:
     precision: str
     approximations: str         # how the jaxmem configuration departs from the published one, and why
     why: str = ""               # where jaxmem and the record disagree: why, as far as we looked
+    pipeline: str = ""          # with a stage axis in the mesh: jaxmem's --pipeline schedule ("" : none given)
+    microbatches: int | None = None  # with a stage axis: --microbatches (the recipe's number of microbatches)
+    repeats: int | None = None  # with --pipeline circular: --repeats
 
     @property
     def model_takes_attention(self) -> bool:
         return self.model.endswith("llama.py")
+
+    def takes_attention(self, attention: str) -> bool:
+        """Whether the model compiles with this kernel: cuDNN's fused attention has no fp32 kernel, so a
+        row computing in fp32 has no cuDNN variant to show."""
+        if not self.model_takes_attention:
+            return False
+        bf16_compute = self.precision in ("bf16", "bf16-pure", "fp8") or ("numerics", "maxtext") in self.args
+        return attention != "cudnn" or bf16_compute
 
 
 _MAXTEXT_A3_2024 = dict(  # MaxText A3 Llama2-7B scripts as of the README's commit
@@ -515,6 +527,76 @@ RECIPES: tuple[Recipe, ...] = (
              "out; the published time is 25% of the peak the estimate assumes at XLA's count, and the "
              "measurement is from the 2023 Pax/XLA."),
     ),
+    Recipe(
+        key="pax-gpt3-175b-pp16-a100-768gpu",
+        title="GPT-3 175B, 768 x A100 80G, pipeline 16 x DP 12 x TP 4 (Pax on GPU, 2023)",
+        source="google/paxml: paxml/contrib/gpu/README.md (Configs table), paxml/contrib/gpu/scripts_gpu/configs.py "
+               "(GPT175B), paxml/tasks/lm/params/c4.py (C4SpmdPipelineGpt3AdamOrgHP), paxml/tasks/lm/model_params.py "
+               "(TransformerLmSpmdPipelineAdafactor), paxml/contrib/gpu/Dockerfile",
+        revision="4895446e (2023-03-06: the table and this config); the table's #GPUs corrected from 96 to 768 at "
+                 "79518508 (2023-04-17); MICROBATCH_SIZE changed to 12 at 9c311426 (2023-04-18) with the table "
+                 "unchanged; the config replaced by FSDP on 32 nodes at 799b95a7 (2023-07-11)",
+        gpu="a100-80g", gpu_published="DGX A100 (8 x A100 80G)", gpus=768,
+        published={"model": "GPT-3 175B (96 layers, d 12288, 96 heads, FFN 49152, vocab 50257, learned positions, "
+                            "tied embedding/softmax, biases, GELU, no dropout)", "sequence": "2048",
+                   "global batch": "1536 (PERCORE_BATCH_SIZE=2 x 768 GPUs; the table's 'BS / GPU': 24)",
+                   "sharding": "ICI_MESH_SHAPE=[2,1,1,4], DCN_MESH_SHAPE=[8,12,1,1] over (stage, replica, data, "
+                               "mdl): 16 pipeline stages (2 per host x 8 across hosts) x 12 replicas x 4-way mdl",
+                   "pipeline": "NUM_STAGES=16 (6 layers each), MICROBATCH_SIZE=24 (64 microbatches), "
+                               "CIRCULAR_REPEAT=1 (praxis PipelinedTransformer)",
+                   "precision": "FPROP_DTYPE float32 (TransformerLmSpmdPipelineAdam's; GPT175B sets none), fp32 "
+                                "weights, Adam", "remat": "CHECKPOINT_POLICY=SAVE_NOTHING",
+                   "attention": "XLA (Pax's dot-product attention; no fused kernel)",
+                   "software": "jax[cuda]==0.4.3 (the Dockerfile)"},
+        mem_fraction=0.9,
+        mem_fraction_source="not set by the scripts: the default of the jax 0.4.3 the Dockerfile pins, 90% of the "
+                            "total GPU memory (jax docs/gpu_memory_allocation.rst at jax-v0.4.3; 75% since jax "
+                            "2432aa97a9, 2023-07-13)",
+        xla_flags="", outcome="ran",
+        documented="ran: 33.6 sequences/s on 768 GPUs, estimated walltime 39.7 days (README table, 175B row; "
+                   "'Experiments were run using NVIDIA DGX A100 (8x A100 80G) nodes')",
+        step_s=round(1536 / 33.6, 3),
+        step_how="derived: global batch 1536 / 33.6 sequences/s (the table's 39.7 days is MAX_STEPS 75,000 x "
+                 "45.7 s)",
+        attention="xla", model="models/llama.py",
+        args=(("n_layers", 96), ("d_model", 12288), ("n_heads", 96), ("n_kv_heads", 96), ("head_dim", 128),
+              ("ffn_dim", 32768), ("vocab_size", 50260), ("tie_embeddings", True), ("seq_len", 2048)),
+        mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="fp32",
+        pipeline="gpipe", microbatches=64,
+        approximations="models/gpt2.py has GPT-3's block (LayerNorm, GELU, biases, learned positions) but runs "
+                       "its layers as a Python loop, which jaxmem does not pipeline (exit 2): compiled with "
+                       "models/llama.py at GPT-3 175B's shapes (96 layers, d 12288, 96 heads of 128, no GQA, tied "
+                       "embedding) with a SwiGLU FFN of 32768 (3 x 12288 x 32768 = 2 x 12288 x 49152: GPT-3's FFN "
+                       "parameters and FLOPs), RMSNorm, RoPE, no biases: 174.57 B parameters (GPT-3: 174.6 B). "
+                       "Vocabulary 50260: 50257 padded to a multiple of 4, as GSPMD pads it to split it over mdl "
+                       "(jaxmem keeps a dimension that does not divide whole). Pax's mesh (stage, replica, data, "
+                       "mdl) = (16, 12, 1, 4) as data=12 (replicas: weights whole, batch split), stage=16, "
+                       "tensor=4 under --layout tp, in that order so that each 8-GPU host holds 2 stages x 4 "
+                       "tensor shards as Pax's ICI mesh [2,1,1,4] does. MICROBATCH_SIZE=24 of the global 1536 as "
+                       "--microbatches 64 with --pipeline gpipe (CIRCULAR_REPEAT=1); SAVE_NOTHING as --remat "
+                       "full; FPROP_DTYPE float32 as --precision fp32. Pax runs the embedding and softmax data-"
+                       "parallel over (stage, replica, data), 8 sequences per device; jaxmem runs them on every "
+                       "stage for its replica's 128 sequences. jaxmem's AdamW for Pax's Adam with weight decay",
+        why=("DISAGREES, and the number is jaxmem's, not the recipe's: `--top` at the peak shows two 144 GiB "
+             "all-gather buffers f32(64, 24, 2048, 12288) in the pipeline module, the stage loop's hidden states of "
+             "the whole global batch (64 microbatches x 24 sequences) gathered over the 12 data replicas onto every "
+             "device, where a replica holds 2 sequences per microbatch (12 GiB). The tiny preset does the same "
+             "(`--arg preset=tiny --arg n_layers=8 --mesh stage=2,fsdp=4 --batch 64 --microbatches 8`: "
+             "f32(8, 8, 32, 64) all-gathers, the whole batch), so it is jaxmem's pipeline program "
+             "(jaxmem/program/pipeline_stages.py: the microbatched inputs and outputs of the stage loop carry no "
+             "sharding on their batch dimension), reported and not worked around here. Less those two buffers the "
+             "peak would be 82.69 GiB, still above the 71.33 GiB usable: the fp32 state (params 10.70, Adam "
+             "moments 21.40 GiB), the stage loop's saved iteration inputs (14.81 GiB: 79 iterations of "
+             "f32(2, 2048, 12288)) and two 12 GiB f32(64, 2, 2048, 12288) buffers, the replica's 128 sequences "
+             "of hidden states before and after the stage loop, which jaxmem holds on every stage where Pax splits "
+             "the embedding and softmax over the stages as well. The step estimate (ratio 32.8) is the same "
+             "gathers' (1343.6 s of all-gather over data). The record itself is odd for fp32 compute: 6 N T B "
+             "is 4.29 PFLOP per GPU per step, in 45.714 s 94 TFLOP/s, 60% of the A100's 156 TFLOP/s TF32 peak "
+             "before SAVE_NOTHING's recomputed forward and the 19% bubble (with them, about 99%; at XLA's count of "
+             "the compiled step, 134%), so the run likely computed in bf16 or differed from this config; the "
+             "source does not say. With --precision bf16 the same compile peaks at 206.62 GiB (two 72 GiB "
+             "gathers)."),
+    ),
 )
 
 
@@ -562,6 +644,12 @@ def analyze_argv(r: Recipe, attention: str) -> list[str]:
     args = list(r.args) + ([("attention", attention)] if r.model_takes_attention else [])
     argv = ["analyze", r.model, "--gpu", r.gpu, "--mesh", r.mesh, "--layout", r.layout, "--batch", str(r.batch),
             "--precision", r.precision, "--remat", r.remat, "--mem-fraction", str(r.mem_fraction)]
+    if r.pipeline:
+        argv += ["--pipeline", r.pipeline]
+    if r.microbatches is not None:
+        argv += ["--microbatches", str(r.microbatches)]
+    if r.repeats is not None:
+        argv += ["--repeats", str(r.repeats)]
     for k, v in args:
         argv += ["--arg", f"{k}={v}"]
     return argv + ["--json", "--no-explain"]
@@ -605,9 +693,9 @@ def run_recipe(r: Recipe, attention_mode: str, other_attention: bool = True) -> 
     if flags:   # the same compile without the recipe's flags: what they change
         res["command_without_flags"] = command_line(argv, [])
         res["without_flags"] = run_jaxmem(argv, [])
-    if other_attention and r.model_takes_attention:
+    other = "xla" if attention == "cudnn" else "cudnn"
+    if other_attention and r.takes_attention(other):
         # the same compile (with the recipe's flags) with the other kernel: what the kernel changes
-        other = "xla" if attention == "cudnn" else "cudnn"
         other_argv = analyze_argv(r, other)
         res["other_attention"] = {"attention": other, "command": command_line(other_argv, flags),
                                   "run": run_jaxmem(other_argv, flags)}
@@ -780,6 +868,52 @@ def rerender(data: dict) -> dict:
     return data
 
 
+def _revision() -> str:
+    """The checkout's commit, and whether jaxmem/ differs from it ("unknown" outside a git checkout)."""
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, timeout=60)
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode:
+        return "(revision unknown)"
+    dirty = git("status", "--porcelain", "--", "jaxmem").stdout.strip()
+    return f"at {head.stdout.strip()}" + (" with uncommitted changes to jaxmem/" if dirty else "")
+
+
+def update(key: str, out: Path, attention_mode: str, other_attention: bool = True) -> None:
+    """Compile one recipe and put its row into published.md and .json; the other rows keep their stored
+    numbers (refused, as --from-json, where a stored row's command is no longer its recipe's)."""
+    import jax
+
+    by_key = {r.key: r for r in RECIPES}
+    if key not in by_key:
+        near = [k for k in by_key if key in k]
+        raise SystemExit(f"--update {key}: no such recipe" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    data = json.loads(out.with_suffix(".json").read_text())
+    header = data["header"]
+    if header.get("attention", "recipe") != attention_mode:
+        raise SystemExit(f"--update: the stored rows ran with --attention {header.get('attention')}; "
+                         f"this run asks for {attention_mode}")
+    others = rerender({"header": header, "results": [res for res in data["results"] if res["recipe"]["key"] != key]})
+    res = run_recipe(by_key[key], attention_mode, other_attention=other_attention)
+    run = res["with_flags"]
+    print(f"{key}: documented {by_key[key].outcome}; jaxmem {verdict(run)}"
+          + ("" if "error" in run else f", peak {_gib(run['peak'])} of {_gib(run['usable'])}")
+          + (f"; step ratio {step_ratio(res):.2f}" if step_ratio(res) else "") + f" ({run['seconds']:.0f} s)",
+          flush=True)
+    stored = {r["recipe"]["key"]: r for r in others["results"]}
+    stored[key] = res
+    results = [stored[r.key] for r in RECIPES if r.key in stored]
+    row = [r["recipe"]["key"] for r in results].index(key) + 1
+    notes = [n for n in header.get("notes", []) if f"(`{key}`)" not in n]
+    notes.append(f"Row {row} (`{key}`) compiled on {time.strftime('%Y-%m-%d')} with jax {jax.__version__} and "
+                 f"jaxmem {_revision()} (`python benchmarks/published.py --update {key}`); the other rows are "
+                 f"the run of {header.get('when', '?')}.")
+    header = {**header, "notes": notes}
+    out.write_text(render(results, header))
+    out.with_suffix(".json").write_text(json.dumps({"header": header, "results": results}, indent=1) + "\n")
+    print(f"wrote {out} and {out.with_suffix('.json')} (row {row} recompiled, the others as stored)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the recipes whose key contains this (no file written)")
@@ -790,8 +924,15 @@ def main() -> None:
     ap.add_argument("--from-json", action="store_true",
                     help="render published.md again from published.json, with the rows' current `why` "
                          "(refused where a row's command changed since the run)")
+    ap.add_argument("--update", metavar="KEY",
+                    help="compile the recipe KEY (its exact key) and rewrite published.md and .json with its row, "
+                         "keeping every other row's stored results (their `why` from the recipes as now); a recipe "
+                         "not yet in the JSON takes its place in the recipes' order")
     ap.add_argument("--out", default=str(RESULTS / "published.md"))
     args = ap.parse_args()
+    if args.update:
+        update(args.update, Path(args.out), args.attention, other_attention=not args.no_other_attention)
+        return
     if args.from_json:
         out = Path(args.out)
         data = rerender(json.loads(out.with_suffix(".json").read_text()))
