@@ -44,9 +44,11 @@ def analyze(path=MLP, **kw):
 
 
 def computed_shapes(hlo: str, dtype: str, shape: tuple[int, ...]) -> list[str]:
-    """Instructions (not parameters) whose result is exactly dtype[shape], in any layout."""
+    """Instructions (not parameters) whose result is exactly dtype[shape], in any layout. Not a
+    fusion of one parameter alone either: jaxlib 0.9's Triton GEMM fusions read each operand through
+    one (``block_fusion = f32[37,53] fusion(%parameter_1), kind=kCustom``), which computes nothing."""
     dims = ",".join(map(str, shape))
-    pat = re.compile(rf"= {dtype}\[{dims}\]\{{[\d,]*\}} (?!parameter\()")
+    pat = re.compile(rf"= {dtype}\[{dims}\]\{{[\d,]*\}} (?!parameter\()(?!fusion\(%parameter[\w.]*\), kind=kCustom)")
     return [line.strip()[:160] for line in hlo.splitlines() if pat.search(line)]
 
 
@@ -167,8 +169,15 @@ def test_lora_keeps_the_bf16_compute_of_linen_layers(scan, base_dtype):
 
 @pytest.mark.parametrize("base_dtype", [None, "nf4"])
 def test_lora_keeps_the_bf16_compute_of_nnx_layers(base_dtype):
+    from flax import nnx
+
     r = analyze(BF16_NNX, gpu="cpu", lora_rank=4, base_dtype=base_dtype)
     assert r.trainable_param_count == 2 * 4 * sum(BF16_NNX_ADAPTED.values())
+    if not hasattr(nnx, "capture"):   # what reads the layers' outputs (layer_outputs)
+        import flax
+
+        pytest.skip(f"flax {flax.__version__} has no nnx.capture (flax 0.12.6 on): the layers' output dtypes "
+                    "are not read")
     outs = layer_outputs(BF16_NNX, lora_rank=4, base_dtype=base_dtype)
     assert set(BF16_NNX_ADAPTED) <= {p.rsplit("/", 1)[-1] for p in outs}
     assert set(outs.values()) == {jnp.dtype("bfloat16")}, outs

@@ -81,7 +81,15 @@ def test_xla_defaults_measures_the_program_a_plain_jit_runs():
     built = measure.build_case(case, jax.devices("cpu")[:1])
     _, ours = measure._compile(built)
     _, default = measure._compile(built, xla_defaults=True)
-    assert ours["argument"] == default["argument"] and ours["temp"] != default["temp"]
+    assert ours["argument"] == default["argument"]
+    import jaxlib
+
+    from jaxmem.compiler import versions
+
+    if versions.parse(jaxlib.__version__) < (0, 10):   # jaxlib 0.9's XLA:CPU makes no YNNPACK fusions by default
+        assert ours["temp"] == default["temp"]
+    else:
+        assert ours["temp"] != default["temp"]
     assert measure.Case.from_json(dataclasses.replace(case, xla_defaults=True).to_json()).xla_defaults
 
 
