@@ -16,9 +16,10 @@ weights) is found in the jaxpr, and the loss is cut there into three parts:
 
 JAX differentiates the loop, so the backward pass runs after every microbatch's forward (the
 GPipe schedule; MaxText's too), and XLA's buffer assignment holds the activations of the
-microbatches in flight: each iteration is checkpointed at its input (MaxText saves its
-``iteration_input``), so what a stage keeps per microbatch in flight is the activation that
-entered it, and its backward recomputes the stage's layers under the model's own remat policy.
+microbatches in flight: under GPipe what the model's own remat policy saves, per microbatch
+and layer; under the circular schedule each iteration is checkpointed at its input (MaxText saves
+its ``iteration_input``) and its backward recomputes the stage's forward first, since the weights
+it picks per repeat would otherwise be saved once per iteration.
 Every stage runs every iteration, the bubble's included (the SPMD program computes and discards
 it), so the compiled FLOPs already hold the bubble.
 
@@ -31,7 +32,6 @@ layers are identical in shape, so the memory and the FLOPs are the same.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,11 +90,11 @@ class Schedule:
 
 def default_microbatches(stages: int, batch: int, data: int) -> int | None:
     """The smallest M >= N (every stage busy once the pipeline is full) that splits the batch into
-    microbatches the data-parallel devices divide; None when none does."""
-    for m in range(stages, batch + 1):
-        if batch % m == 0 and (batch // m) % max(data, 1) == 0:
-            return m
-    return None
+    microbatches the data-parallel devices divide, a multiple of N where one does (MaxText's
+    default is N; the embedding and head then split their microbatches over the stages); None
+    when none does."""
+    fits = [m for m in range(stages, batch + 1) if batch % m == 0 and (batch // m) % max(data, 1) == 0]
+    return next((m for m in fits if m % stages == 0), fits[0] if fits else None)
 
 
 def resolve(kind: str, stages: int, microbatches: int | None, repeats: int | None, batch: int | None,
@@ -290,7 +290,7 @@ def _reads(eqns) -> set:
 # ------------------------------------------------------------------------------ the pipelined loss
 
 
-def pipelined(loss_fn: Callable, sched: Schedule, mesh, *, batch_argnum: int = 3):
+def pipelined(loss_fn: Callable, sched: Schedule, mesh, batch_axes: tuple[str, ...] = (), *, batch_argnum: int = 3):
     """loss_fn(*args) -> (loss, aux), with the layer scan run as `sched`'s pipeline over the stage
     axis of `mesh`. The batch (argument `batch_argnum`) is split into M microbatches; the loss is
     their mean; aux must not depend on the batch (no mutable collections)."""
@@ -329,15 +329,20 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, *, batch_argnum: int = 3
             _eval(pre, env, base)
             return [env[v] for v in pre_out]
 
+        # MaxText's activation_embed_and_logits_batch: the embedding and the head split their batch over the
+        # stages too (each stage M/N of the microbatches), where the microbatches divide among the stages
+        spmd = sched.axis if M % sched.stages == 0 else None
         pre_vals = jax.vmap(pre_fn, in_axes=(None, [0 if b else None for b in is_batch]),
-                            out_axes=[0 if v in dep else None for v in pre_out])(closed.consts, micro_flat)
+                            out_axes=[0 if v in dep else None for v in pre_out], spmd_axis_name=spmd)(
+                                closed.consts, micro_flat)
         env: dict = dict(zip(jaxpr.constvars, closed.consts, strict=True))
         env.update(zip(jaxpr.invars, micro_flat, strict=True))
         env.update(zip(pre_out, pre_vals, strict=True))
         batched = set(dep)   # which env values carry the leading microbatch dimension
 
         with jax.named_scope("pipeline"):
-            scan_out = _pipeline_loop(scan, env, batched, sched, mesh, base)
+            micro = next((x.shape[1] for x, b in zip(micro_flat, is_batch, strict=True) if b and x.ndim > 1), None)
+            scan_out = _pipeline_loop(scan, env, batched, sched, mesh, base, _batch_entry(mesh, batch_axes, micro))
         # the final carry and the per-layer outputs (ys, in layer order), per microbatch
         env.update(zip(scan.outvars, scan_out, strict=True))
         post_in = sorted({v for v in _reads(post) | set(jaxpr.outvars) if _is_var(v)} & set(env), key=id)
@@ -349,7 +354,7 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, *, batch_argnum: int = 3
 
         out_dep = [_is_var(v) and v in dep for v in jaxpr.outvars]
         outs = jax.vmap(post_fn, in_axes=([0 if v in batched else None for v in post_in],),
-                        out_axes=[0 if d else None for d in out_dep])([env[v] for v in post_in])
+                        out_axes=[0 if d else None for d in out_dep], spmd_axis_name=spmd)([env[v] for v in post_in])
         loss_leaves = len(jax.tree.leaves(out_shape[0]))
         if any(out_dep[loss_leaves:]):
             raise UserError("pipelining: the model updates state that depends on the batch (mutable collections "
@@ -405,8 +410,18 @@ def with_layers(sched: Schedule, length: int) -> Schedule:
     return dataclasses.replace(sched, layers=length, repeats=r)
 
 
-def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -> list:
-    """The stages' loop over M R + N - 1 iterations; the final carry of every microbatch, (M, ...)."""
+def _batch_entry(mesh, batch_axes: tuple[str, ...], micro: int | None):
+    """(the PartitionSpec entry of a microbatch's batch dimension, its size): the data-parallel axes."""
+    axes = tuple(a for a in batch_axes if mesh.shape[a] > 1)
+    if not axes or micro is None:
+        return None, micro
+    return (axes[0] if len(axes) == 1 else axes), micro
+
+
+def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, batch=(None, None)) -> list:
+    """The stages' loop over M R + N - 1 iterations; the final carry of every microbatch, (M, ...).
+    `batch`: (spec entry, size) of a microbatch's batch dimension: the buffers that hold microbatches
+    keep it split over the data-parallel axes (left open, XLA gathers whole batches onto every device)."""
     N, M = sched.stages, sched.microbatches  # noqa: N806 -- the schedule's letters
     sched = with_layers(sched, int(scan.params["length"]))
     R, k = sched.repeats, sched.per_chunk  # noqa: N806 -- the schedule's letters
@@ -418,16 +433,21 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
     ax = sched.axis
 
     def constrain(x, lead: tuple):
+        # a microbatch's batch dimension (right after `lead`) stays on the data-parallel axes
+        if batch[0] is not None and x.ndim > len(lead) and x.shape[len(lead)] == batch[1]:
+            lead = lead + (batch[0],)
         rest = (P.UNCONSTRAINED,) * (x.ndim - len(lead))
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*lead, *rest)))
 
     # stacked weights (L, ...) -> (N, R, k, ...): stage s's own rows, local to its shard
-    w = [constrain(_read(env, v).reshape((N, R, k) + _read(env, v).shape[1:]), (ax,)) for v in xs]
+    # (GPipe: (N, k, ...), the stage's rows as they are stored: a slice of them would be a copy)
+    w = [constrain(_read(env, v).reshape(((N, k) if R == 1 else (N, R, k)) + _read(env, v).shape[1:]), (ax,))
+         for v in xs]
     const_vals = [_read(env, v) for v in consts]
     const_dep = [_is_var(v) and v in batched for v in consts]
     # the first stage's inputs, per microbatch (a carry the batch does not reach is the same for each)
-    x_in = [_read(env, v) if (_is_var(v) and v in batched) else jnp.broadcast_to(_read(env, v), (M,) +
-            jnp.shape(_read(env, v))) for v in carries]
+    x_in = [constrain(_read(env, v) if (_is_var(v) and v in batched) else jnp.broadcast_to(_read(env, v), (M,) +
+            jnp.shape(_read(env, v))), (None,)) for v in carries]
     params = dict(scan.params, length=k)
     ids = jnp.arange(N)
 
@@ -445,27 +465,40 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
     def pick(a, i):
         return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
-    # Each iteration is checkpointed at its inputs, as MaxText's pipeline does: the backward pass
-    # recomputes the stages' forward (under the model's own remat policy) from the microbatch that
-    # entered them. Saved whole, every iteration would keep its own copy of the stage's weights (the
-    # layer scan's residuals hold its weight slices): T copies of the weights.
-    @functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
-    def _stages(w, r, c_now, inp):
-        w_now = [jax.vmap(pick)(wx, r) for wx in w]
+    def _run_stages(w, r, c_now, inp):
+        w_now = w if R == 1 else [jax.vmap(pick)(wx, r) for wx in w]
         return jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
+
+    # GPipe: a stage's weights are the same every iteration, and what the backward keeps per microbatch
+    # is what the model's own remat policy saves. Circular: the repeat's rows are picked per iteration,
+    # and saved whole each iteration would keep its own copy of them; so each iteration is checkpointed
+    # at its inputs (the microbatch that entered the stage, MaxText's iteration_input) and the backward
+    # recomputes the stage's forward first.
+    _stages = _run_stages if R == 1 else jax.checkpoint(
+        _run_stages, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
 
     # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each
     # stage for its microbatch and repeat, read after the loop in layer order
     ys_avals = [v.aval for v in scan.outvars[nk:]]
 
+    # The microbatch buffers (the first stage's inputs, the finished outputs, and under circular the
+    # microbatches between repeats) turn by one microbatch per iteration instead of being indexed by it:
+    # position p holds microbatch (t + p) % M, the first stage reads position 0 and the last stage writes
+    # position (M - N + 1) % M. Static slices of a dimension no axis splits stay on each device; an index
+    # that changes per iteration made XLA gather whole buffers across the data-parallel devices.
+    pw = (M - N + 1) % M
+
+    def turn(a):
+        return constrain(jnp.roll(a, -1, axis=0), (None,))
+
     def body(loop, t):
-        state, circ, outs, ys_buf = loop
+        state, feed, circ, outs, ys_buf = loop
         u = t - ids                                 # each stage's work item: repeat u // M, microbatch u % M
         r = jnp.clip(u // M, 0, R - 1)
         m = u % M
-        r0, m0 = t // M, t % M
-        first = [pick(xi, m0) if R == 1 else jnp.where(r0 == 0, pick(xi, m0), pick(ci, m0))
-                 for xi, ci in zip(x_in, circ or x_in, strict=True)]
+        r0 = t // M
+        first = [constrain(f[0] if R == 1 else jnp.where(r0 == 0, f[0], c[0]), ())
+                 for f, c in zip(feed, circ or feed, strict=True)]
         inp = [constrain(jnp.where((ids == 0).reshape((N,) + (1,) * f.ndim), f[None], s), (ax,))
                for f, s in zip(first, state, strict=True)]
         c_now = [jax.vmap(lambda i, c=c: pick(c, i))(m) for c, d in zip(const_vals, const_dep, strict=True) if d]
@@ -481,24 +514,24 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base) -
             for s in range(N):
                 ys_buf[i] = put(ys_buf[i], y[s], m[s], s, r[s], live[s])
         ul = t - (N - 1)                            # the last stage's work item
-        rl, ml, valid = ul // M, jnp.maximum(ul, 0) % M, ul >= 0
+        rl, valid = ul // M, ul >= 0
         last = [o[N - 1] for o in out]
         done = valid & (rl == R - 1)
-        outs = [jax.lax.dynamic_update_index_in_dim(a, jnp.where(done, x, pick(a, ml)), ml, 0)
-                for a, x in zip(outs, last, strict=True)]
+        outs = [turn(a.at[pw].set(jnp.where(done, x, a[pw]))) for a, x in zip(outs, last, strict=True)]
         if R > 1:
             again = valid & (rl < R - 1)
-            circ = [jax.lax.dynamic_update_index_in_dim(a, jnp.where(again, x, pick(a, ml)), ml, 0)
-                    for a, x in zip(circ, last, strict=True)]
+            circ = [turn(a.at[pw].set(jnp.where(again, x, a[pw]))) for a, x in zip(circ, last, strict=True)]
+        feed = [turn(f) for f in feed]
         # each stage's output moves on to the next stage (the last one's wraps to the first: overwritten)
         state = [constrain(jnp.roll(o, 1, axis=0), (ax,)) for o in out]
-        return (state, circ, outs, ys_buf), None
+        return (state, feed, circ, outs, ys_buf), None
 
     zeros = [jnp.zeros((N,) + x.shape[1:], x.dtype) for x in x_in]
     state0 = [constrain(z, (ax,)) for z in zeros]
-    circ0 = [jnp.zeros_like(x) for x in x_in] if R > 1 else []
-    outs0 = [jnp.zeros_like(x) for x in x_in]
+    circ0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in] if R > 1 else []
+    outs0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in]
     ys0 = [jnp.zeros((M, N, R, k) + a.shape[1:], a.dtype) for a in ys_avals]
-    (_, _, outs, ys_buf), _ = jax.lax.scan(body, (state0, circ0, outs0, ys0), jnp.arange(sched.iterations))
-    # storage row s*(L/N) + r*k + j is what stage s ran at repeat r, step j: back to (M, L, ...)
+    T = sched.iterations  # noqa: N806 -- the schedule's letters
+    (_, _, _, outs, ys_buf), _ = jax.lax.scan(body, (state0, x_in, circ0, outs0, ys0), jnp.arange(T))
+    outs = [constrain(jnp.roll(o, T % M, axis=0), (None,)) for o in outs]   # position (m - T) % M holds m
     return outs + [y.reshape((M, N * R * k) + y.shape[4:]) for y in ys_buf]

@@ -261,7 +261,7 @@ def train_step(wl: Workload, st: state.AbstractState, sh: sharding.ShardedState,
     log = calls_mod.CallLog(wl.remat_at) if log is None else log
     loss_fn = loss_function(wl, st, opts, mesh, mesh_spec, explicit=explicit, log=log)
     if schedule is not None:
-        loss_fn = pipeline_stages.pipelined(loss_fn, schedule, mesh)
+        loss_fn = pipeline_stages.pipelined(loss_fn, schedule, mesh, mesh_spec.batch_axes)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)   # w.r.t. the trainable tree only
     # a microbatch is split as the batch is (dim 0 over the batch axes, the sequence over context)
     micro_spec = {id(x): layouts.batch_spec((x.shape[0] // opts.accum,) + tuple(x.shape[1:]), mesh_spec, "")

@@ -31,7 +31,7 @@ class Explanation:
     peak_bytes: int
     warnings: tuple[ReportWarning, ...]
     # a pipelined step (jaxmem/program/pipeline_stages.py), at the peak: the activations its stage loop
-    # saved for the backward pass, stacked per iteration (leading dimension = the loop's trip count),
+    # saved for the backward pass, stacked per iteration (dimension 0 or 1 = the loop's trip count),
     # and the buffers of the stage-to-stage sends (collective permutes)
     pipeline: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -78,7 +78,8 @@ def explain(
         modules[key][0] += b.size
         modules[key][1] += 1
         if pipeline_iterations and cat not in STATE:
-            if len(b.shape) >= 2 and b.shape[0] == pipeline_iterations:
+            # stacked per iteration: the trip count leads, or comes second where XLA transposed the stack
+            if len(b.shape) >= 3 and pipeline_iterations in tuple(b.shape[:2]):
                 in_flight += b.size
             elif "collective-permute" in (b.opcode or ""):
                 transfer += b.size
