@@ -440,9 +440,8 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*lead, *rest)))
 
     # stacked weights (L, ...) -> (N, R, k, ...): stage s's own rows, local to its shard
-    # (GPipe: (N, k, ...), the stage's rows as they are stored: a slice of them would be a copy)
-    w = [constrain(_read(env, v).reshape(((N, k) if R == 1 else (N, R, k)) + _read(env, v).shape[1:]), (ax,))
-         for v in xs]
+    # (GPipe takes [:, 0] of it: a (N, k, ...) reshape instead made XLA gather every layer once per fsdp shard)
+    w = [constrain(_read(env, v).reshape((N, R, k) + _read(env, v).shape[1:]), (ax,)) for v in xs]
     const_vals = [_read(env, v) for v in consts]
     const_dep = [_is_var(v) and v in batched for v in consts]
     # the first stage's inputs, per microbatch (a carry the batch does not reach is the same for each)
@@ -466,7 +465,7 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
         return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
     def _run_stages(w, r, c_now, inp):
-        w_now = w if R == 1 else [jax.vmap(pick)(wx, r) for wx in w]
+        w_now = [wx[:, 0] if R == 1 else jax.vmap(pick)(wx, r) for wx in w]
         return jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
 
     # GPipe: a stage's weights are the same every iteration, and what the backward keeps per microbatch
