@@ -65,6 +65,37 @@ def test_expert_parallelism_is_proposed_for_a_model_with_experts():
     assert advise.mesh_changes(opts, _report(logical_names=("embed", "mlp")))["expert"] == []
 
 
+def test_pipeline_meshes_take_the_stages_from_the_replicas_or_add_gpus():
+    assert meshes.pipelined("data=8", 2) == ["stage=2,data=4", "stage=2,data=8"]
+    assert meshes.pipelined("data=4", 4) == ["stage=4", "stage=4,data=4"]      # the replicas all become stages
+    assert meshes.pipelined("fsdp=8", 4) == ["stage=4,fsdp=8"]                 # FSDP keeps its devices: 4x the GPUs
+    assert meshes.pipelined("stage=2,fsdp=4", 2) == []
+
+
+def test_pipeline_is_proposed_when_the_state_is_most_of_the_peak():
+    opts = AnalyzeOptions(mesh="data=8", layout="dp")
+    heavy = _report(breakdown={"params": 30, "optimizer_state": 40, "gradients": 0, "activations_and_temporaries": 20,
+                               "runtime_overhead": 10}, per_device_peak_bytes=100)
+    assert advise.mesh_changes(opts, heavy)["pipeline"] == ["stage=2,data=4", "stage=2,data=8", "stage=4,data=2",
+                                                             "stage=4,data=8"]
+    light = _report(breakdown={"params": 10, "optimizer_state": 20, "gradients": 0, "activations_and_temporaries": 60,
+                               "runtime_overhead": 10}, per_device_peak_bytes=100)
+    assert advise.mesh_changes(opts, light)["pipeline"] == []
+
+
+def test_advise_proposes_pipeline_stages_that_compile_and_fit():
+    """Replicas hold the whole state: stages from them split the stacked layers' state (the compiled number)."""
+    r = CliRunner().invoke(cli.main, ["advise", str(MODELS / "llama.py"), "--arg", "preset=tiny", "--arg",
+                                      "n_layers=8", "--arg", "d_model=256", "--arg", "ffn_dim=1024", "--mesh",
+                                      "data=8", "--layout", "dp", "--batch", "16", "--gpu", "rtx-a6000",
+                                      "--mem-fraction", "0.0031", "--changes", "pipeline", "--jobs", "1", "--json"])
+    d = json.loads(r.output)
+    fits = [c for c in d["candidates"] if c["fits"]]
+    assert fits and all(list(c["changes"]) == ["pipeline"] for c in fits), r.output
+    assert any("stage=4,data=2" in c["command"] for c in fits)
+    assert fits[0]["per_device_peak_bytes"] < d["original"]["per_device_peak_bytes"]
+
+
 def test_two_mesh_changes_contradict():
     base = AnalyzeOptions(mesh="data=8")
     assert advise._apply(base, (("context", "data=4,context=2"), ("expert", "data=4,expert=2"))) is None
