@@ -197,7 +197,8 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
 
     def names_of(v):
         meta = v.get_metadata() if hasattr(v, "get_metadata") else {}
-        return P(*meta["out_sharding"]) if meta.get("out_sharding") else None
+        names = meta.get("out_sharding") or meta.get("sharding_names")   # flax 0.12.3 still says sharding_names
+        return P(*names) if names else None
 
     is_var = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
     param_names = jax.tree.map(names_of, params, is_leaf=is_var)
