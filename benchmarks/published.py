@@ -94,6 +94,7 @@ class Recipe:
     pipeline: str = ""          # with a stage axis in the mesh: jaxmem's --pipeline schedule ("" : none given)
     microbatches: int | None = None  # with a stage axis: --microbatches (the recipe's number of microbatches)
     repeats: int | None = None  # with --pipeline circular: --repeats
+    stage_remat: bool = False   # with a stage axis: --stage-remat (the stage's pass checkpointed at its input)
 
     @property
     def model_takes_attention(self) -> bool:
@@ -562,7 +563,7 @@ RECIPES: tuple[Recipe, ...] = (
         args=(("n_layers", 96), ("d_model", 12288), ("n_heads", 96), ("n_kv_heads", 96), ("head_dim", 128),
               ("ffn_dim", 32768), ("vocab_size", 50260), ("tie_embeddings", True), ("seq_len", 2048)),
         mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="fp32",
-        pipeline="gpipe", microbatches=64,
+        pipeline="gpipe", microbatches=64, stage_remat=True,
         approximations="models/gpt2.py has GPT-3's block (LayerNorm, GELU, biases, learned positions) but runs "
                        "its layers as a Python loop, which jaxmem does not pipeline (exit 2): compiled with "
                        "models/llama.py at GPT-3 175B's shapes (96 layers, d 12288, 96 heads of 128, no GQA, tied "
@@ -573,28 +574,23 @@ RECIPES: tuple[Recipe, ...] = (
                        "mdl) = (16, 12, 1, 4) as data=12 (replicas: weights whole, batch split), stage=16, "
                        "tensor=4 under --layout tp, in that order so that each 8-GPU host holds 2 stages x 4 "
                        "tensor shards as Pax's ICI mesh [2,1,1,4] does. MICROBATCH_SIZE=24 of the global 1536 as "
-                       "--microbatches 64 with --pipeline gpipe (CIRCULAR_REPEAT=1); SAVE_NOTHING as --remat "
-                       "full; FPROP_DTYPE float32 as --precision fp32. Pax runs the embedding and softmax data-"
+                       "--microbatches 64 with --pipeline gpipe (CIRCULAR_REPEAT=1); SAVE_NOTHING as --stage-remat "
+                       "(praxis checkpoints the stage body at its input) over --remat full; FPROP_DTYPE float32 as --precision fp32. Pax runs the embedding and softmax data-"
                        "parallel over (stage, replica, data), 8 sequences per device; jaxmem runs them on every "
                        "stage for its replica's 128 sequences. jaxmem's AdamW for Pax's Adam with weight decay",
-        why=("DISAGREES: jaxmem's GPipe keeps more per microbatch in flight than Pax's pipeline. With `--remat "
-             "full` the shipped Llama checkpoints each layer, so a stage keeps every layer's input for each of the "
-             "64 microbatches: `--top` shows f32(79, 6, 1, 2, 2048, 12288) = 88.88 GiB (79 iterations x 6 layers "
-             "x 2 sequences), where Pax's SAVE_NOTHING remats the whole stage per iteration and keeps only the "
-             "iteration's input (79 x f32(2, 2048, 12288) = 14.81 GiB). The rest of the 169.48 GiB: the fp32 "
-             "state (params 10.70, Adam moments 21.40 GiB), two 12 GiB f32(64, 2, 2048, 12288) buffers (the "
-             "replica's 64 microbatches entering and leaving the stage loop), the stage's weights' gradients. "
-             "Less the per-layer saves beyond Pax's the peak would be about 95 GiB, still above 71.33 GiB: the "
-             "run computed in fp32 (FPROP_DTYPE) on 80 GB cards only if Pax held less than jaxmem's program does "
-             "(it splits the embedding and softmax over (stage, replica, data), jaxmem over stage and data). "
-             "An earlier jaxmem gathered the whole global batch's hidden states onto every device inside the "
-             "stage loop (two 144 GiB buffers, 444 GiB): found with this row and fixed (the microbatch buffers "
-             "now turn by static slices and keep their batch on the data axes). The step estimate (122.184 s, "
-             "ratio 2.67) counts every stage's 79 iterations of fp32 work at the A100's TF32 rate and the "
-             "recompute; the record is itself odd for fp32 compute: 6 N T B is 4.29 PFLOP per GPU per step, in "
-             "45.714 s 94 TFLOP/s, 60% of the A100's 156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed "
-             "forward and the 19% bubble (with them, about 99%), so the run likely computed in bf16 or differed "
-             "from this config; the source does not say."),
+        why=("DISAGREES (88.90 GiB of 71.33). With --stage-remat as Pax's SAVE_NOTHING, a stage keeps the input of "
+             "each iteration as Pax does (`--top`: f32(79, 1, 2, 2048, 12288) = 14.81 GiB); the rest is the fp32 "
+             "state (params 10.70, Adam moments 21.40 GiB), a 12 GiB f32(64, 2, 2048, 12288) buffer of the "
+             "replica's 64 microbatches around the stage loop, and 2.25 GiB f32 buffers of the stage's 6-layer "
+             "weights (their gradients accumulated over the loop, and copies). Without --stage-remat (the "
+             "shipped Llama's per-layer remat only) every layer's input is kept per microbatch: 169.48 GiB. An "
+             "earlier jaxmem gathered the whole global batch's hidden states onto every device inside the stage "
+             "loop (two 144 GiB buffers, 444 GiB): found with this row and fixed. The record is itself odd for "
+             "fp32 compute: 6 N T B is 4.29 PFLOP per GPU per step, in 45.714 s 94 TFLOP/s, 60% of the A100's "
+             "156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed forward and the 19% bubble (with them, "
+             "about 99%), so the run likely computed in bf16 or differed from this config; the source does not "
+             "say. The step estimate (ratio 2.93) counts every stage's 79 iterations of fp32 work at the TF32 "
+             "rate plus the recompute."),
     ),
 )
 
@@ -649,6 +645,8 @@ def analyze_argv(r: Recipe, attention: str) -> list[str]:
         argv += ["--microbatches", str(r.microbatches)]
     if r.repeats is not None:
         argv += ["--repeats", str(r.repeats)]
+    if r.stage_remat:
+        argv += ["--stage-remat"]
     for k, v in args:
         argv += ["--arg", f"{k}={v}"]
     return argv + ["--json", "--no-explain"]

@@ -312,7 +312,8 @@ def _pipeline_fields(built: step.BuiltStep, planned: step.StepPlan, peak: int, b
     pipe = {"schedule": sched.kind, "axis": sched.axis, "stages": sched.stages, "microbatches": sched.microbatches,
             "repeats": sched.repeats, "layers": sched.layers, "layers_per_stage": sched.layers // sched.stages,
             "layers_per_repeat": sched.per_chunk, "iterations": sched.iterations, "bubble": sched.bubble,
-            "microbatches_in_flight": sched.in_flight(), "chosen": list(planned.notes),
+            "microbatches_in_flight": sched.in_flight(), "stage_remat": sched.checkpointed,
+            "chosen": list(planned.notes),
             "program": "one SPMD program for every stage (MaxText's pipeline): each stage runs the same "
                        "compiled step, so each stage's peak is this program's; the embedding and head are "
                        "computed on every stage, their weights sharded as the layout says (not over the stage "

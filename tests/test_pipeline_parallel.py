@@ -153,6 +153,28 @@ def test_activations_in_flight_grow_with_the_microbatches_in_flight():
     assert a["activations_in_flight"] * 11 == b["activations_in_flight"] * 7
 
 
+def test_stage_remat_keeps_one_activation_per_microbatch_instead_of_every_layers():
+    """--stage-remat checkpoints each stage pass at its input: with --remat full the 2 layers of a stage
+    each saved their input per iteration; now the stage keeps the one that entered it."""
+    args = (*LLAMA, "--mesh", "stage=4,fsdp=2", "--batch", 16)
+    layers = _analyze(ROOT / "models" / "llama.py", *args)["pipeline"]
+    stage = _analyze(ROOT / "models" / "llama.py", *args, "--stage-remat")["pipeline"]
+    assert stage["stage_remat"] and not layers["stage_remat"]
+    assert 0 < stage["activations_in_flight"] * 2 <= layers["activations_in_flight"] * 1.01
+
+
+def test_stage_remat_leaves_the_loss_and_gradients_as_they_were():
+    loss, params, batch = _linen("llama.py", 8)
+    sched, _ = ps.resolve("gpipe", 4, 4, None, 16, 2, "stage", stage_remat=True)
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("stage", "fsdp"))
+    f = ps.pipelined(loss, sched, mesh, batch_argnum=2)
+    with jax.set_mesh(mesh):
+        got, got_g = jax.jit(jax.value_and_grad(lambda p: f(p, {}, batch, None)[0]))(params)
+    want, want_g = jax.value_and_grad(lambda p: loss(p, {}, batch, None)[0])(params)
+    assert abs(float(got) - float(want)) <= 1e-5 * abs(float(want))
+    assert _close(got_g, want_g)
+
+
 def test_an_nnx_scan_model_pipelines_its_vmapped_blocks():
     d = _analyze(FIXTURES / "nnx_scan.py", "--mesh", "stage=4,fsdp=2")
     blocks = [s for s in d["shardings"] if s["path"].startswith("params:blocks/") and len(s["shape"]) == 3]

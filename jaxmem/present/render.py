@@ -145,7 +145,8 @@ def pipeline_lines(r: Report) -> list[str]:
     rep = f", {p['repeats']} repeats of {p['layers_per_repeat']} layers" if p["schedule"] == "circular" else ""
     out = [(f"pipeline {p['schedule']} over {p['axis']}: {p['stages']} stages x {p['layers_per_stage']} of "
             f"{p['layers']} layers{rep}, {p['microbatches']} microbatches, {p['iterations']} iterations, bubble "
-            f"{p['bubble']:.0%} of the stage time")]
+            f"{p['bubble']:.0%} of the stage time" + ("; each stage pass checkpointed at its input"
+                                                     if p.get("stage_remat") else ""))]
     if "activations_in_flight" in p:
         out.append(f"  at the peak: {fmt_bytes(p['activations_in_flight'])} of activations saved by the stage loop "
                    f"({p['microbatches_in_flight']} microbatches in flight per stage), "

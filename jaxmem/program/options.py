@@ -109,6 +109,10 @@ class StepChoice:
     repeats: int | None = _opt(None, Flag(
         "--repeats", "With --pipeline circular: how many times a microbatch passes through the stages (default: "
         "one layer per stage per repeat, MaxText's default).", kind="count", minimum=1))
+    stage_remat: bool = _opt(False, Flag(
+        "--stage-remat", "With a stage axis: checkpoint each stage's pass at its input (Pax's pipeline remat): a "
+        "stage keeps one activation per microbatch in flight instead of what the model saves in every layer, "
+        "and recomputes its layers in the backward (always so under --pipeline circular).", kind="switch"))
     donate: bool = _opt(True, Flag("--no-donate", "Do not donate the train state (shows the cost).",
                                    kind="switch", invert=True))
     model_args: tuple[tuple[str, Any], ...] = _opt((), Flag(
@@ -139,7 +143,7 @@ class StepChoice:
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
                            self.finetune(), self.rules, self.axis_types, self.remat, self.pipeline, self.microbatches,
-                           self.repeats)
+                           self.repeats, self.stage_remat)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -206,6 +210,7 @@ class StepOptions:
     pipeline: str = "gpipe"         # with a stage axis: the schedule (jaxmem.program.pipeline_stages)
     microbatches: int | None = None  # ... the pipeline's microbatches (step.plan resolves the default)
     repeats: int | None = None      # ... the circular schedule's repeats (None: one layer per stage per repeat)
+    stage_remat: bool = False       # ... each stage's pass checkpointed at its input
 
 
 def remat_problem(name: str) -> str | None:

@@ -61,6 +61,12 @@ class Schedule:
     repeats: int       # R (1 under gpipe)
     layers: int = 0    # L, known once the layer scan is found (0 before)
     axis: str = "stage"
+    stage_remat: bool = False   # each stage's pass checkpointed at its input (always under circular)
+
+    @property
+    def checkpointed(self) -> bool:
+        """Each iteration's stage pass is checkpointed at its input (--stage-remat, or circular's repeats)."""
+        return self.stage_remat or self.repeats > 1
 
     @property
     def per_chunk(self) -> int:
@@ -98,7 +104,7 @@ def default_microbatches(stages: int, batch: int, data: int) -> int | None:
 
 
 def resolve(kind: str, stages: int, microbatches: int | None, repeats: int | None, batch: int | None,
-            data: int, axis: str, accum: int = 1) -> tuple[Schedule, list[str]]:
+            data: int, axis: str, accum: int = 1, *, stage_remat: bool = False) -> tuple[Schedule, list[str]]:
     """The schedule the options ask for, checked against the batch (before any device exists), and
     the notes that say what was chosen for the user."""
     if kind not in SCHEDULES:
@@ -127,7 +133,7 @@ def resolve(kind: str, stages: int, microbatches: int | None, repeats: int | Non
                         f"for its next repeat, so the circular schedule needs at least one microbatch per stage "
                         f"({stages}); give --microbatches {stages} or more")
     r = 1 if kind == "gpipe" else repeats or 0   # 0: the circular default, one layer per stage per repeat
-    return Schedule(kind, stages, m, r, axis=axis), notes
+    return Schedule(kind, stages, m, r, axis=axis, stage_remat=stage_remat), notes
 
 
 # ------------------------------------------------------------------------------ finding the layer scan
@@ -469,11 +475,11 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
         return jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
 
     # GPipe: a stage's weights are the same every iteration, and what the backward keeps per microbatch
-    # is what the model's own remat policy saves. Circular: the repeat's rows are picked per iteration,
-    # and saved whole each iteration would keep its own copy of them; so each iteration is checkpointed
-    # at its inputs (the microbatch that entered the stage, MaxText's iteration_input) and the backward
-    # recomputes the stage's forward first.
-    _stages = _run_stages if R == 1 else jax.checkpoint(
+    # is what the model's own remat policy saves. Circular: the repeat's rows are picked per iteration, and
+    # saved whole each iteration would keep its own copy of them; so each iteration is checkpointed at its
+    # inputs (the microbatch that entered the stage, MaxText's iteration_input) and the backward recomputes
+    # the stage's forward first. --stage-remat asks for that under GPipe too (Pax's pipeline remat).
+    _stages = _run_stages if not sched.checkpointed else jax.checkpoint(
         _run_stages, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
 
     # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each

@@ -132,7 +132,7 @@ def _pipeline_flags(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec
     stage = mesh_spec.axis_of("stage")
     n = mesh_spec.axis_size(stage) if stage else 1
     asked = [flag for flag, given in (("--pipeline", opts.pipeline != "gpipe"), ("--microbatches", opts.microbatches),
-                                      ("--repeats", opts.repeats)) if given]
+                                      ("--repeats", opts.repeats), ("--stage-remat", opts.stage_remat)) if given]
     if asked and (n == 1 or wl.is_custom_step):
         why = ("this workload gives its own step, which pipelines itself" if wl.is_custom_step and n > 1
                else "they need a stage axis in --mesh, e.g. --mesh stage=4,fsdp=2")
@@ -153,7 +153,7 @@ def _plan_pipeline(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec,
         raise UserError(f"--mesh {stage}={n} with explicit axes: jaxmem pipelines under auto axes only; use "
                         "--axis-types auto, or drop the stage axis")
     return pipeline_stages.resolve(opts.pipeline, n, opts.microbatches, opts.repeats, batch, mesh_spec.data_size,
-                                   stage, opts.accum)
+                                   stage, opts.accum, stage_remat=opts.stage_remat)
 
 
 def build(p: StepPlan, mesh) -> BuiltStep:
