@@ -148,10 +148,6 @@ class LayerScan:
     length: int                     # L
     inputs: frozenset[int]          # the loss's flat inputs whose values are the scan's stacked xs
 
-    @property
-    def eqn(self):
-        return self.eqns[self.index]
-
 
 def _inline_calls(jaxpr) -> list:
     """The top-level equations, with jit/closed_call wrappers that hold a scan replaced by their own
@@ -170,7 +166,7 @@ def _inline_calls(jaxpr) -> list:
             body = [_subst(e, rename) for e in body]
             # the wrapper's outputs are its jaxpr's outvars: alias them with an identity copy
             for outer, inner_v in zip(eqn.outvars, sub.outvars, strict=True):
-                body.append(_alias(outer, rename.get(inner_v, inner_v), eqn))
+                body.append(_Alias(outer, rename.get(inner_v, inner_v), eqn.source_info))
             out.extend(body)
         else:
             out.append(eqn)
@@ -195,10 +191,6 @@ class _Alias:
         self.outvars, self.invars, self.source_info = [outvar], [invar], source_info
         self.primitive = None
         self.params: dict = {}
-
-
-def _alias(outer, inner, eqn):
-    return _Alias(outer, inner, eqn.source_info)
 
 
 def _subst(eqn, rename: dict):
@@ -262,18 +254,23 @@ def _eval(eqns, env: dict, base_stack) -> None:
         if isinstance(eqn, _Alias):
             env[eqn.outvars[0]] = _read(env, eqn.invars[0])
             continue
-        params = eqn.primitive.get_bind_params(eqn.params)
-        subfuns: tuple = ()
-        if isinstance(params, tuple):   # jax before 0.10: (subfuns, params)
-            subfuns, params = params
-        with source_info_util.user_context(eqn.source_info.traceback,
-                                           name_stack=base_stack + eqn.source_info.name_stack), eqn.ctx.manager:
-            ans = eqn.primitive.bind(*subfuns, *(_read(env, v) for v in eqn.invars), **params)
+        with eqn.ctx.manager:
+            ans = _bind(eqn, eqn.params, [_read(env, v) for v in eqn.invars], base_stack)
         if eqn.primitive.multiple_results:
             for v, a in zip(eqn.outvars, ans, strict=True):
                 env[v] = a
         else:
             env[eqn.outvars[0]] = ans
+
+
+def _bind(eqn, params: dict, args: Sequence, base_stack):
+    """eqn's primitive bound to `args` with `params`, under eqn's own name stack on top of `base_stack`."""
+    bind_params = eqn.primitive.get_bind_params(params)
+    subfuns: tuple = ()
+    if isinstance(bind_params, tuple):   # jax before 0.10: (subfuns, params)
+        subfuns, bind_params = bind_params
+    with source_info_util.user_context(eqn.source_info.traceback, name_stack=base_stack + eqn.source_info.name_stack):
+        return eqn.primitive.bind(*subfuns, *args, **bind_params)
 
 
 def _read(env, v):
@@ -318,7 +315,6 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, batch_axes: tuple[str, .
         found = find_layer_scan(closed, params_in)
         if found is None:
             raise no_scan_error(sched)
-        check_layers(found.length, sched)
         base = source_info_util.current_name_stack()
         jaxpr = closed.jaxpr
         eqns = list(found.eqns)
@@ -326,8 +322,8 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, batch_axes: tuple[str, .
         dep = _depends(eqns, {v for v, b in zip(jaxpr.invars, is_batch, strict=True) if b})
 
         # before the scan: every microbatch at once (what does not depend on the batch, once)
-        pre_out = sorted({v for v in _reads([scan] + post) | set(jaxpr.outvars) if _is_var(v)} &
-                         {o for e in pre for o in e.outvars}, key=id)
+        later = _reads([scan] + post) | {v for v in jaxpr.outvars if _is_var(v)}
+        pre_out = list(dict.fromkeys(o for e in pre for o in e.outvars if o in later))   # in program order
 
         def pre_fn(consts, ins):
             env = dict(zip(jaxpr.constvars, consts, strict=True))
@@ -351,7 +347,8 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, batch_axes: tuple[str, .
             scan_out = _pipeline_loop(scan, env, batched, sched, mesh, base, _batch_entry(mesh, batch_axes, micro))
         # the final carry and the per-layer outputs (ys, in layer order), per microbatch
         env.update(zip(scan.outvars, scan_out, strict=True))
-        post_in = sorted({v for v in _reads(post) | set(jaxpr.outvars) if _is_var(v)} & set(env), key=id)
+        reads = [v for v in (*(v for e in post for v in e.invars), *jaxpr.outvars) if _is_var(v)]
+        post_in = [v for v in dict.fromkeys(reads) if v in env]   # what the rest reads from before it, in order
 
         def post_fn(vals):
             e2 = dict(zip(post_in, vals, strict=True))
@@ -459,12 +456,7 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
     def stage_fn(w_stage, c_dep, carry):
         it = iter(c_dep)
         cs = [next(it) if d else c for c, d in zip(const_vals, const_dep, strict=True)]
-        bp = scan.primitive.get_bind_params(params)
-        subfuns: tuple = ()
-        if isinstance(bp, tuple):
-            subfuns, bp = bp
-        with source_info_util.user_context(scan.source_info.traceback, name_stack=base + scan.source_info.name_stack):
-            out = scan.primitive.bind(*subfuns, *cs, *carry, *w_stage, **bp)
+        out = _bind(scan, params, [*cs, *carry, *w_stage], base)
         return list(out[:nk]), list(out[nk:])
 
     def pick(a, i):
