@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import traceback
 
 HOW_TO_REPORT = ("This is not your mistake. Please report it to the jaxmem maintainers with the command line, "
@@ -78,3 +79,21 @@ def cap(text: str, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE
     more = len(lines) - len(kept)
     lines_note = f"{more} more line{'s' if more != 1 else ''}, " if more else ""
     return f"{shown}\n[message cut: {lines_note}{len(whole) - len(shown)} more characters]"
+
+
+def trace_error(e: Exception) -> str:
+    """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
+    msg = str(e).strip()
+    m = re.search(r"unbound axis name: (\w+)", msg)
+    if m:
+        return (f"the model uses the collective axis {m.group(1)!r} (e.g. BatchNorm(axis_name=...)), written for pmap; "
+                "jaxmem runs the step under jit with global arrays, where cross-device statistics are automatic. "
+                f"Drop axis_name={m.group(1)!r} from the model for the analysis.")
+    if re.search(r"of type:? (AxisType\.)?Auto|axis names that are of type Auto|requires.*Explicit", msg):
+        return (f"the model is written for JAX's explicit sharding (out_sharding=, reshard) and the mesh's axes are "
+                f"Auto: run with --axis-types explicit (API axis_types='explicit'), or give the Workload "
+                f"axis_types='explicit'. ({describe(e)})")
+    m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
+    if m:
+        return f"a sharding does not divide a dimension: {describe(e)}"
+    return f"tracing the training step failed: {describe(e)}"

@@ -200,6 +200,13 @@ def test_a_model_without_a_layer_scan_is_exit_2_saying_what_is_needed():
     assert "no scan over stacked layer weights" in out and "nn.scan or nnx.scan" in out
 
 
+def test_a_model_whose_trace_fails_while_stages_are_found_is_exit_2_explained():
+    """The layer scan is looked for by tracing the loss before the step is built: a model written for explicit
+    sharding, under auto axes, gets the message lowering gives it, not a jaxmem bug."""
+    out = _exit_2(FIXTURES / "explicit_nnx.py", "--arg", "explicit=false", "--mesh", "stage=2,fsdp=4")
+    assert "--axis-types explicit" in out
+
+
 @pytest.mark.parametrize("args, says", [
     (["--mesh", "stage=4,fsdp=2", "--batch", 16, "--pipeline", "circular", "--microbatches", 2],
      "needs at least one microbatch per stage"),

@@ -12,7 +12,7 @@ import time
 import jax
 
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
-from jaxmem.errors import UserError, describe
+from jaxmem.errors import UserError, trace_error
 from jaxmem.program.step import BuiltStep
 
 # XLA:CPU's YNNPACK fusions (dots, reductions) allocate their intermediates at run time, outside
@@ -49,7 +49,7 @@ def lower(built: BuiltStep):
     except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
         raise
     except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
-        raise UserError(_explain_trace_error(e)) from None
+        raise UserError(trace_error(e)) from None
     if built.calls is not None:
         built.calls.check()   # what the trace found (a --remat-at that placed nothing), before any compile
     return lowered, time.perf_counter() - t0
@@ -364,21 +364,3 @@ def xla_rematerialized(hlo_text: str | None) -> int:
     clones ``<name>.remat``, ``.remat2``, ...). The pass changes a program only when the program as
     written exceeds XLA's memory budget for the card."""
     return len(set(re.findall(r"%([\w.\-]+?\.remat\d*)\b", hlo_text or "")))
-
-
-def _explain_trace_error(e: Exception) -> str:
-    """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
-    msg = str(e).strip()
-    m = re.search(r"unbound axis name: (\w+)", msg)
-    if m:
-        return (f"the model uses the collective axis {m.group(1)!r} (e.g. BatchNorm(axis_name=...)), written for pmap; "
-                "jaxmem runs the step under jit with global arrays, where cross-device statistics are automatic. "
-                f"Drop axis_name={m.group(1)!r} from the model for the analysis.")
-    if re.search(r"of type:? (AxisType\.)?Auto|axis names that are of type Auto|requires.*Explicit", msg):
-        return (f"the model is written for JAX's explicit sharding (out_sharding=, reshard) and the mesh's axes are "
-                f"Auto: run with --axis-types explicit (API axis_types='explicit'), or give the Workload "
-                f"axis_types='explicit'. ({describe(e)})")
-    m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
-    if m:
-        return f"a sharding does not divide a dimension: {describe(e)}"
-    return f"tracing the training step failed: {describe(e)}"

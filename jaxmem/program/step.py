@@ -28,6 +28,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxmem import errors
 from jaxmem.errors import UserError
 from jaxmem.program import calls as calls_mod
 from jaxmem.program import finetune, layouts, pipeline_stages, sharding, sizes, state, tree, user_specs
@@ -168,8 +169,13 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
         probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
-        with sharding.tracing(mesh, sharding.activation_rules(p.rules)):
-            stage_leaves, layers = pipeline_stages.layer_leaves(probe, st, schedule)
+        try:
+            with sharding.tracing(mesh, sharding.activation_rules(p.rules)):
+                stage_leaves, layers = pipeline_stages.layer_leaves(probe, st, schedule)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- the model's trace: explained as compiled.lower explains it
+            raise UserError(errors.trace_error(e)) from None
         schedule = pipeline_stages.with_layers(schedule, layers)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec,
                               stage=None if schedule is None else (schedule.axis, stage_leaves))
