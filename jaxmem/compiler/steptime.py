@@ -231,9 +231,10 @@ def _dims_attr(ins: hlo_text.Instruction, key: str) -> list[int]:
 def loop_dot_share(module: hlo_text.Module, trip_count: int) -> float:
     """The share of the step's dot FLOPs run inside the while loops of `trip_count` iterations (and
     the computations they call): a pipeline's stage loops, forward and backward."""
-    per_comp: dict[str, float] = defaultdict(float)
-    for kind_passes_flops, comp in _dot_flops_by_computation(module):
-        per_comp[comp] += kind_passes_flops
+    mult = module.multiplicity
+    per_comp: dict[str, float] = defaultdict(float)   # computation -> its dots' FLOPs per step
+    for ins, flops, _ in _dots(module):
+        per_comp[ins.computation] += flops * mult.get(ins.computation, 0)
     total = sum(per_comp.values())
     if not total:
         return 0.0
@@ -275,22 +276,15 @@ def _dots(module: hlo_text.Module):
                                        None if alg in (None, "ALG_UNSET") else alg)
 
 
-def _dot_flops_by_computation(module: hlo_text.Module):
-    """(FLOPs per step, computation) of every dot and GEMM / attention custom call."""
-    mult = module.multiplicity
-    for ins, flops, _ in _dots(module):
-        yield flops * mult.get(ins.computation, 0), ins.computation
-
-
-def pipeline_time(estimate_s: dict, module: hlo_text.Module | str, *, iterations: int, bubble: float) -> dict:
+def pipeline_time(step_time: dict, module: hlo_text.Module | str, *, iterations: int, bubble: float) -> dict:
     """The pipeline's bubble in a step estimate: every stage runs all `iterations` of the stage loop, and
     `bubble` of them on no microbatch (the SPMD program computes and discards them), so the estimate
     already holds it; this names how much (the loop's share of the dots, times the compute-or-memory time)."""
-    if not estimate_s.get("available"):
+    if not step_time.get("available"):
         return {}
     mod = module if isinstance(module, hlo_text.Module) else hlo_text.parse_module(module)
     share = loop_dot_share(mod, iterations)
-    busy = max(estimate_s["compute_s"], estimate_s["memory_s"])
+    busy = max(step_time["compute_s"], step_time["memory_s"])
     return {"iterations": iterations, "bubble_share": bubble, "stage_loop_dot_share": share,
             "bubble_s": bubble * share * busy,
             "rule": "bubble = (N-1)/(M*R+N-1) of the stage loop's time; the stage loop's time = its share of the "

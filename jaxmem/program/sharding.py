@@ -155,12 +155,12 @@ def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues,
         for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
             ps = path_str(path)
             names = names_for(path)
-            layered = stage is not None and ps in stage[1]
-            if layered:   # the rules never split a dimension named layers: it is the stage axis's
+            stage_axis = stage[0] if stage is not None and ps in stage[1] else None
+            if stage_axis:   # the rules never split a dimension named layers: it is the stage axis's
                 names = ("layers",) + tuple(names[1:] if names else (None,) * (len(x.shape) - 1))
             spec = rules_mod.leaf_spec(ps, tuple(x.shape), x.dtype.itemsize, names, rules, mesh_spec, issues)
-            if layered and stage is not None:
-                spec = (stage[0],) + tuple(spec[1:])
+            if stage_axis:
+                spec = (stage_axis,) + tuple(spec[1:])
             out[ps] = (tuple(x.shape), spec)
     return out
 
