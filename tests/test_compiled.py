@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import build_step
-from jaxmem.compiler import compiled
+from jaxmem.compiler import compiled, versions
 from jaxmem.xla.hlo import decode_hlo_proto
 
 
@@ -33,7 +33,11 @@ def test_fast_options_leave_the_buffer_assignment_identical(models_dir, model, p
         # compile with the explanation answers a request without it)
         plain = compiled.compile_step(built, explain=False, cache=False, fast=True)
         assert plain.dump is None
-        assert {k: getattr(plain.stats, k) for k in XLA_NUMBERS} == {k: getattr(fast.stats, k) for k in XLA_NUMBERS}
+        same = XLA_NUMBERS
+        if versions.gpu_peak_is_static():   # jaxlib 0.9: without the dump, XLA's peak is the static memory, said so
+            same = tuple(k for k in XLA_NUMBERS if k != "peak")
+            assert plain.stats.peak < fast.stats.peak and any("static memory alone" in n for n in plain.stats.notes)
+        assert {k: getattr(plain.stats, k) for k in same} == {k: getattr(fast.stats, k) for k in same}
     # the Artifacts are plain JSON (the cache stores them so)
     assert fast.dump and "ENTRY" in fast.hlo_text and not fast.cached
     assert compiled.Artifacts.from_json(json.loads(json.dumps(fast.to_json()))) == fast

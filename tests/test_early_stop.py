@@ -12,6 +12,7 @@ import pytest
 
 from conftest import build_step
 from jaxmem.compiler import compiled, early_stop, steptime, versions
+from jaxmem.errors import UserError
 from jaxmem.xla.hlo import decode_hlo_proto
 
 XLA_NUMBERS = ("argument", "output", "alias", "temp", "generated_code", "peak", "host_temp",
@@ -31,6 +32,12 @@ def _built(models_dir, model: str, layout: str, mesh: str = "data=8", model_args
 ])
 def test_stopped_compile_equals_the_whole_compile(models_dir, model, layout, opts):
     target, built = _built(models_dir, model, layout, **opts)
+    if opts.get("offload") and versions.parse(jaxlib.__version__) < (0, 10):
+        # jaxlib 0.9's XLA refuses state returned to host memory (E1200): stopped or whole, the same exit-2 error
+        for child in (None, early_stop.Child.start(target)):
+            with pytest.raises(UserError, match="E1200.*jax 0.10 or newer compiles it"):
+                compiled.compile_step(built, explain=True, cache=False, child=child)
+        return
     _assert_stopped_equals_whole(target, built, opts)
 
 

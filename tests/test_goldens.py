@@ -9,6 +9,8 @@ import pathlib
 
 import pytest
 
+from jaxmem.compiler import versions
+
 GOLDEN = pathlib.Path(__file__).resolve().parent / "fixtures" / "golden"
 _spec = importlib.util.spec_from_file_location("make_goldens", GOLDEN / "make_goldens.py")
 make_goldens = importlib.util.module_from_spec(_spec)
@@ -35,13 +37,14 @@ def test_report_equals_the_golden_from_before_roles(case):
 
 
 def test_the_ends_of_the_tested_range_have_goldens():
-    # .ci/run's two legs: both must compare against a golden, not skip
+    # .ci/run's legs (both ends of the range and the reference between): each compares against a golden, not skip
     import pathlib
 
     ci = pathlib.Path(__file__).resolve().parent.parent / ".ci"
-    pins = [line.split("==")[1].strip() for f in ("oldest.txt", "newest.txt")
+    pins = [line.split("==")[1].strip() for f in ("lowest.txt", "reference.txt", "newest.txt")
             for line in (ci / f).read_text().splitlines() if line.startswith("jax==")]
-    assert len(pins) == 2 and set(pins) <= set(HELD)
+    assert len(pins) == 3 and set(pins) <= set(HELD)
+    assert versions.parse(pins[0])[:3] == versions.TESTED[0] and versions.parse(pins[2])[:2] == versions.TESTED[1]
 
 
 @pytest.mark.parametrize("case", make_goldens.CASES, ids=[c[0] for c in make_goldens.CASES])

@@ -141,6 +141,13 @@ def _raise_compile_error(msg: str) -> None:
     if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
         raise UserError("a custom partitioning rule of the model failed while XLA partitioned the step: "
                         f"{rule}") from None
+    if "HostOffloadOutputLocationMismatch" in msg:   # jaxlib 0.9's XLA: state returned to host memory
+        from jaxmem.compiler import versions
+
+        raise UserError(f"this XLA (jaxlib {versions.installed().get('jaxlib', '?')}) cannot compile a step that "
+                        "returns its state to pinned host memory (XLA error E1200, "
+                        "HostOffloadOutputLocationMismatch); jax 0.10 or newer compiles it: upgrade jax and jaxlib, "
+                        "or drop --offload optimizer") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
         from jaxmem.errors import cap
 

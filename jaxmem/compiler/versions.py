@@ -22,8 +22,8 @@ import sys
 from importlib import metadata
 
 # The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
-TESTED = ((0, 10, 2), (0, 12))          # from 0.10.2 up to every 0.12.x
-TESTED_TEXT = "jax/jaxlib 0.10.2 through 0.12.x"
+TESTED = ((0, 9, 0), (0, 12))           # from 0.9.0 up to every 0.12.x
+TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
 # Where both are installed the CUDA 13 one is named (which one jax loads then was not checked)
 PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
 
