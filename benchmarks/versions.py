@@ -1,9 +1,11 @@
 """The same analyses under two (or more) jax versions: the per-device peak and the analysis time.
 
-    python benchmarks/versions.py --env oldest=.venv-oldest/bin/python --env newest=.venv-newest/bin/python
+    python benchmarks/versions.py --env lowest=.venv-lowest/bin/python --env reference=.venv-reference/bin/python \
+        --env newest=.venv-newest/bin/python
 
 Each --env names a Python whose environment has jaxmem installed (.ci/run builds the two ends of
-the tested range as .venv-oldest and .venv-newest). Every case runs as a user runs it,
+the tested range as .venv-lowest and .venv-newest, and the reference jax 0.10.2 on Python 3.13 as
+.venv-reference); the last is compared with the first. Every case runs as a user runs it,
 ``python -m jaxmem.cli analyze ... --json --timings --no-cache``, one at a time, and the table
 (benchmarks/results/versions.md) gives the peak, its parts that are jaxmem's count of the train
 state (identical across versions: asserted), XLA's temporaries (they may differ) and the wall
@@ -37,7 +39,8 @@ CASES = [
      ["models/llama.py", "--lora", "16", "--lora-targets", "attn|mlp", "--base-dtype", "nf4", "--precision", "bf16",
       "--remat", "full", "--mesh", "data=8", "--gpu", "h100"]),
 ]
-QUICK = [(f"{m} tiny, 8 x H100", [f"models/{m}.py", "--arg", "preset=tiny", "--mesh", "data=8", "--gpu", "h100"])
+QUICK = [(f"{m} tiny, 8 x H100",
+          [f"models/{m}.py", "--arg", "preset=tiny", "--mesh", "data=8", "--batch", "8", "--gpu", "h100"])
          for m in ("llama", "gpt2", "moe")]
 
 
@@ -66,7 +69,7 @@ def main() -> None:
     envs = [tuple(e.split("=", 1)) for e in a.env]
     cases = QUICK if a.quick else CASES
     results = {name: [run(py, args) for _, args in cases] for name, py in envs}
-    lines = ["# The same analyses under the oldest and the newest supported jax", "",
+    lines = ["# The same analyses at both ends of the supported jax range (and the reference between)", "",
              f"Written by `python benchmarks/versions.py {' '.join('--env ' + e for e in a.env)}"
              f"{' --quick' if a.quick else ''}` on this project's 2-core CPU machine (deviceless compiles, "
              "`--no-cache`, one at a time). Parameters, optimizer state, batch and other state are jaxmem's count "
