@@ -53,20 +53,30 @@ def module_rows(modules, limit: int | None = MODULE_ROWS) -> tuple[list[tuple[st
     return rows[:limit], (len(rest), sum(r[1] for r in rest))
 
 
+# remat policies that keep nothing between the checkpoints: --remat full would change nothing
+_SAVES_NOTHING = ("full", "nothing_saveable")
+
+
 def hints(r: Report) -> list[str]:
-    """What to change so it fits, ordered by the biggest part of the peak."""
+    """What to change so it fits, for each of the three largest parts that is at least a tenth of the peak."""
     b = r.breakdown
+    peak = r.per_device_peak_bytes or sum(b.values()) or 1
+    remat = str(r.options.get("remat") or "none")
     out = []
-    big = sorted(b.items(), key=lambda kv: -kv[1])
-    for key, _ in big[:3]:
+    for key, value in sorted(b.items(), key=lambda kv: -kv[1])[:3]:
+        if value < peak / 10:
+            continue   # not what makes the peak
+        part = f"{key} {value / peak:.0%} of the peak"
         if key == "activations_and_temporaries":
-            out.append("activations dominate: try --remat full (or dots_saveable), a smaller --batch, or --accum N")
+            remat_fix = ("" if remat in _SAVES_NOTHING
+                         else "--remat full (or dots_saveable), " if remat == "none" else "--remat full, ")
+            out.append(f"{part}: {remat_fix}a smaller --batch, or --accum N")
         elif key in ("optimizer_state", "params", "gradients") and r.layout == "dp":
-            out.append(f"{key} is replicated under dp: --layout fsdp shards params, gradients and optimizer state")
+            out.append(f"{part}, replicated under dp: --layout fsdp shards params, gradients and optimizer state")
         elif key == "optimizer_state":
-            out.append("optimizer state is large: --optimizer adafactor or lion, or --precision bf16-pure")
+            out.append(f"{part}: --optimizer adafactor or lion, or --precision bf16-pure")
         elif key == "params" and r.layout == "fsdp":
-            out.append("params dominate: more devices on the data axis, or --layout fsdp_tp with a model axis")
+            out.append(f"{part}: more devices on the data axis, or --layout fsdp_tp with a model axis")
     return out
 
 
