@@ -38,8 +38,6 @@ def test_report_equals_the_golden_from_before_roles(case):
 
 def test_the_ends_of_the_tested_range_have_goldens():
     # .ci/run's legs (both ends of the range and the reference between): each compares against a golden, not skip
-    import pathlib
-
     ci = pathlib.Path(__file__).resolve().parent.parent / ".ci"
     pins = [line.split("==")[1].strip() for f in ("lowest.txt", "reference.txt", "newest.txt")
             for line in (ci / f).read_text().splitlines() if line.startswith("jax==")]

@@ -25,10 +25,12 @@ def _with(r, layout="fsdp", remat="none", **parts):
 
 def test_activations_suggest_the_remat_the_step_does_not_already_have(report):
     none = hints(_with(report, activations_and_temporaries=80, params=20))
-    assert none[0] == ("activations_and_temporaries 80% of the peak: --remat full (or dots_saveable), "
-                       "a smaller --batch, or --accum N")
-    dots = hints(_with(report, remat="dots_saveable", activations_and_temporaries=80, params=20))
-    assert dots[0] == "activations_and_temporaries 80% of the peak: --remat full, a smaller --batch, or --accum N"
+    assert none[0] == ("activations_and_temporaries 80% of the peak: --remat full (or dots_saveable) with --remat-at "
+                       "BLOCK if the model file takes no remat, a smaller --batch, or --accum N")
+    placed = _with(report, remat="dots_saveable", activations_and_temporaries=80, params=20)
+    placed = dataclasses.replace(placed, options={**placed.options, "remat_at": "^Block$"})   # it takes --remat-at
+    assert hints(placed)[0] == ("activations_and_temporaries 80% of the peak: --remat full, a smaller --batch, "
+                                "or --accum N")
     for remat in ("full", "nothing_saveable"):   # already saves nothing: remat is not the fix
         h = hints(_with(report, remat=remat, activations_and_temporaries=80, params=20))
         assert h[0] == "activations_and_temporaries 80% of the peak: a smaller --batch, or --accum N"

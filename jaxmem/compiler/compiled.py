@@ -142,9 +142,9 @@ def _raise_compile_error(msg: str) -> None:
         raise UserError("a custom partitioning rule of the model failed while XLA partitioned the step: "
                         f"{rule}") from None
     if "HostOffloadOutputLocationMismatch" in msg:   # jaxlib 0.9's XLA: state returned to host memory
-        from jaxmem.compiler import versions
+        import jaxlib
 
-        raise UserError(f"this XLA (jaxlib {versions.installed().get('jaxlib', '?')}) cannot compile a step that "
+        raise UserError(f"this XLA (jaxlib {jaxlib.__version__}) cannot compile a step that "
                         "returns its state to pinned host memory (XLA error E1200, "
                         "HostOffloadOutputLocationMismatch); jax 0.10 or newer compiles it: upgrade jax and jaxlib, "
                         "or drop --offload optimizer") from None

@@ -68,9 +68,13 @@ def hints(r: Report) -> list[str]:
             continue   # not what makes the peak
         part = f"{key} {value / peak:.0%} of the peak"
         if key == "activations_and_temporaries":
-            remat_fix = ("" if remat in _SAVES_NOTHING
-                         else "--remat full (or dots_saveable), " if remat == "none" else "--remat full, ")
-            out.append(f"{part}: {remat_fix}a smaller --batch, or --accum N")
+            fixes = ["a smaller --batch", "or --accum N"]
+            if remat not in _SAVES_NOTHING:
+                stronger = "--remat full (or dots_saveable)" if remat == "none" else "--remat full"
+                # a model file without a `remat` argument is checkpointed by --remat-at (the report cannot tell)
+                where = "" if r.options.get("remat_at") else " with --remat-at BLOCK if the model file takes no remat"
+                fixes.insert(0, stronger + where)
+            out.append(f"{part}: {', '.join(fixes)}")
         elif key in ("optimizer_state", "params", "gradients") and r.layout == "dp":
             out.append(f"{part}, replicated under dp: --layout fsdp shards params, gradients and optimizer state")
         elif key == "optimizer_state":
