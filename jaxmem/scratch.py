@@ -55,7 +55,8 @@ class Interrupted(KeyboardInterrupt):
 
 
 _state: dict[str, Any] = {"signum": None, "wake_w": None, "armed": True, "phase": "", "phase_at_signal": "",
-                          "swallowed_in": None, "helper": None, "reraising": False, "ending": False}
+                          "swallowed_in": None, "helper": None, "reraising": False, "ending": False,
+                          "handler": None}
 
 
 def interrupted_by_signal() -> bool:
@@ -281,6 +282,7 @@ def run_scope(*, end_stuck: bool = True):
             sys.excepthook = functools.partial(_excepthook, saved_excepthook)
             for name in _QUIET_LOGGERS:
                 logging.getLogger(name).addFilter(_QUIET)
+            _state["handler"] = on_signal
             for s in SIGNALS:
                 with contextlib.suppress(OSError, ValueError):
                     saved_handlers[s] = signal.signal(s, on_signal)
@@ -389,7 +391,6 @@ def _reraise_until_unwound(signum: int) -> None:
     """The CLI's insistence: code on the way may catch the Interrupted (a bare `except:`) and go on;
     raised again every REPEAT_S until the scope unwinds, the command ends as the signal (128 + N),
     within a second, instead of running on until the helper's SIGKILL."""
-    import _thread
     import time
 
     while True:
@@ -397,8 +398,7 @@ def _reraise_until_unwound(signum: int) -> None:
         if _state["ending"]:
             return
         _state["armed"] = True
-        with contextlib.suppress(Exception):
-            _thread.interrupt_main(signal.Signals(signum))
+        _signal_main(signum)
 
 
 def _excepthook(default, etype, value, tb) -> None:
@@ -412,10 +412,22 @@ def _excepthook(default, etype, value, tb) -> None:
 
 
 def _raise_in_main(signum: int) -> None:
-    import _thread
     import time
 
     time.sleep(0.01)   # let the callback and the hook return first
+    _signal_main(signum)
+
+
+def _signal_main(signum: int) -> None:
+    """Run the scope's handler in the main thread again. A real signal aimed at that thread, not
+    _thread.interrupt_main: that only flags the handler for the next bytecode, and a main thread
+    blocked in a call (a model's time.sleep inside a gc callback, reached again after jax swallowed
+    the first interrupt) never gets there; the signal ends the call with EINTR."""
+    import _thread
+
+    main = threading.main_thread().ident
     with contextlib.suppress(Exception):
-        # runs the scope's handler in the main thread (not an OS signal)
-        _thread.interrupt_main(signal.Signals(signum))
+        if hasattr(signal, "pthread_kill") and main is not None and signal.getsignal(signum) is _state["handler"]:
+            signal.pthread_kill(main, signum)
+        else:   # no pthread_kill (Windows), or the scope's handler is gone: Python's flag only
+            _thread.interrupt_main(signal.Signals(signum))

@@ -403,6 +403,11 @@ SIGNALS = [
           env=(("PROBE_BLOCK", "gc"),), checks=("no_text:Exception ignored",), cls="signals"),
     Probe("SIGTERM swallowed by a bare except: raised again", ("analyze", BLOCKS, *CPU), 143, "stopped by SIGTERM",
           process=True, signal="SIGTERM", env=(("PROBE_BLOCK", "swallow"),), cls="signals"),
+    # the re-raise must be a real signal: jax swallowed an interrupt and the model's second call then
+    # blocked in a gc callback's sleep, which a flag for the next bytecode never ended (CI: SIGKILL, -9)
+    Probe("SIGINT swallowed, then a blocking call: raised again as a signal", ("analyze", BLOCKS, *CPU), 130,
+          "stopped by SIGINT", process=True, signal="SIGINT", env=(("PROBE_BLOCK", "swallow_then_block"),),
+          cls="signals"),
     # jaxlib checks for signals during an XLA:CPU compile and raises while XLA's threads still run:
     # the interpreter's shutdown then segfaulted (-11) and the compile's dump outlived the clean-up
     *[Probe(f"{sig} during an XLA:CPU compile", ("analyze", TINY, *CPU, "--no-cache"), 128 + n,
