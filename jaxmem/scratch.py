@@ -56,7 +56,7 @@ class Interrupted(KeyboardInterrupt):
 
 _state: dict[str, Any] = {"signum": None, "wake_w": None, "armed": True, "phase": "", "phase_at_signal": "",
                           "swallowed_in": None, "helper": None, "reraising": False, "ending": False,
-                          "handler": None}
+                          "handler": None, "handled": 0}
 
 
 def interrupted_by_signal() -> bool:
@@ -249,9 +249,10 @@ def run_scope(*, end_stuck: bool = True):
     saved_hook: Any = None
     saved_excepthook: Any = None
     _state.update(signum=None, armed=True, phase="", phase_at_signal="", swallowed_in=None, reraising=False,
-                  ending=False, deferred=False)
+                  ending=False, deferred=False, handled=0)
 
     def on_signal(signum, frame):
+        _state["handled"] += 1   # the main thread ran Python again (_signal_main's question)
         if _state["signum"] is None:
             _state["signum"], _state["phase_at_signal"] = signum, _state["phase"]
         # once (a second ^C must not cut the unwinding short), and never in the scope's own clean-up
@@ -418,16 +419,29 @@ def _raise_in_main(signum: int) -> None:
     _signal_main(signum)
 
 
-def _signal_main(signum: int) -> None:
-    """Run the scope's handler in the main thread again. A real signal aimed at that thread, not
-    _thread.interrupt_main: that only flags the handler for the next bytecode, and a main thread
-    blocked in a call (a model's time.sleep inside a gc callback, reached again after jax swallowed
-    the first interrupt) never gets there; the signal ends the call with EINTR."""
-    import _thread
+ESCALATE_S = 0.1   # how long the handler may take to run on the flag before a real signal is sent
 
-    main = threading.main_thread().ident
+
+def _signal_main(signum: int) -> None:
+    """Run the scope's handler in the main thread again: first as Python's flag for its next bytecode
+    (_thread.interrupt_main), then, if the handler has not run within ESCALATE_S, as a real signal
+    aimed at that thread. The flag never reaches a thread blocked in a call (a model's time.sleep in
+    a gc callback, reached again after jax swallowed the first interrupt: CI saw SIGKILL); the signal
+    ends that call with EINTR. Not a signal every time: a C extension being initialized (an import)
+    may not retry a call that a signal interrupts."""
+    import _thread
+    import time
+
+    seen = _state["handled"]
     with contextlib.suppress(Exception):
-        if hasattr(signal, "pthread_kill") and main is not None and signal.getsignal(signum) is _state["handler"]:
+        _thread.interrupt_main(signal.Signals(signum))
+    end = time.monotonic() + ESCALATE_S
+    while time.monotonic() < end:
+        time.sleep(0.01)
+        if _state["handled"] != seen or _state["ending"]:
+            return
+    main = threading.main_thread().ident
+    # only while the scope's handler is installed: after it, a default SIGTERM would kill the process
+    if hasattr(signal, "pthread_kill") and main is not None and signal.getsignal(signum) is _state["handler"]:
+        with contextlib.suppress(Exception):
             signal.pthread_kill(main, signum)
-        else:   # no pthread_kill (Windows), or the scope's handler is gone: Python's flag only
-            _thread.interrupt_main(signal.Signals(signum))
