@@ -374,6 +374,29 @@ def test_moe_tiny_analyzes(gpu, mesh):
     assert d["breakdown"]["params"] == 4 * n // int(mesh[5:])  # fp32, every leaf (experts too) split over the data axis
 
 
+@pytest.mark.parametrize("train_experts", [1, 0])
+def test_a_ragged_dot_expert_layer_analyzes_with_exact_state_bytes(train_experts):
+    """jax.lax.ragged_dot, the call the gemma library's Gemma 4 MoE is made of (MoERagged), in a layer
+    written with its own bf16 params (benchmarks/outside/ragged_dot_layer.py, at a tiny size)."""
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    experts, width, expert_width, tokens = 8, 64, 128, 512
+    layer = MODELS.parent / "benchmarks" / "outside" / "ragged_dot_layer.py"
+    args = ["analyze", str(layer), "--arg", f"tokens={tokens}", "--arg", f"experts={experts}", "--arg",
+            f"width={width}", "--arg", f"expert_width={expert_width}", "--arg", f"train_experts={train_experts}",
+            "--gpu", "h100", "--json", "--no-explain"]
+    r = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    n = experts * width * expert_width + expert_width
+    assert d["param_count"] == n
+    assert d["breakdown"]["params"] == 2 * n                 # bf16, as the layer declares them
+    assert d["breakdown"]["optimizer_state"] == 4 * n + 4    # adamw: mu and nu in the params' bf16, an int32 count
+    assert d["breakdown"]["batch"] == tokens * width * 2 + experts * 4
+
+
 def test_moe_expert_kernels_carry_the_exp_logical_name_first():
     params, _ = _moe_params(preset="tiny")
     boxes = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, meta.Partitioned))
