@@ -13,7 +13,9 @@ Each case runs ``python -m jaxmem.cli analyze benchmarks/outside/gemma4_lib.py .
 (the model file wraps ``gm.nn.Gemma4_*`` as it is, with a next-token loss) and counts the library's own
 parameters in the same environment (``jax.eval_shape`` of the module's ``init``): jaxmem's parameter
 count must equal it (asserted). The table (benchmarks/results/outside-libraries.md) gives both, the
-per-device state and peak, and the analysis time.
+per-device state and peak, and the analysis time; then each case's largest buffers at its peak, and one
+`jax.lax.ragged_dot` expert layer alone (benchmarks/outside/ragged_dot_layer.py): the call the library's
+MoE is made of, to show what this XLA makes of it for a GPU.
 """
 
 from __future__ import annotations
@@ -29,11 +31,19 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "outside-libraries.md"
 MODEL = "benchmarks/outside/gemma4_lib.py"
-COMMON = ["--gpu", "h100", "--mesh", "fsdp=8", "--precision", "bf16", "--no-explain"]
+COMMON = ["--gpu", "h100", "--mesh", "fsdp=8", "--precision", "bf16"]
 # (title, size, extra options): the library has no remat hook; --remat-at checkpoints its layer_N blocks
 CASES = [(f"Gemma 4 {size}, text, batch 8 x 1024, FSDP 8 x H100, bf16", size, []) for size in ("E2B", "E4B", "26B_A4B")]
 CASES.append(("Gemma 4 26B_A4B, the same, --remat full at each layer", "26B_A4B",
               ["--remat", "full", "--remat-at", "layer_[0-9]+$"]))
+
+# The library's MoE (MoERagged) is jax.lax.ragged_dot: one such expert layer alone, trained and with frozen
+# experts (benchmarks/outside/ragged_dot_layer.py: 64 experts, 4096 tokens, width 256 -> 512), one H100
+RAGGED = "benchmarks/outside/ragged_dot_layer.py"
+RAGGED_CASES = [("ragged_dot expert layer, experts trained", ["--arg", "train_experts=1"]),
+                ("ragged_dot expert layer, experts frozen (forward only)", ["--arg", "train_experts=0"])]
+RAGGED_TOKEN_BYTES = {"input": 4096 * 256 * 2, "output": 4096 * 512 * 2}   # bf16 tokens x width
+TOP = 3   # largest buffers listed per case
 
 LIBRARY_COUNT = """
 import json, math, sys
@@ -48,11 +58,14 @@ print(json.dumps({"count": sum(math.prod(x.shape) for x in leaves),
 
 
 def gib(b: float) -> str:
-    return f"{b / 2**30:.2f} GiB"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.2f} MiB"
 
 
 def analyze(python: str, size: str, extra: list[str]) -> tuple[dict, float, list[str]]:
-    args = [MODEL, "--arg", f"size={size}", *COMMON, *extra]
+    return run_analyze(python, [MODEL, "--arg", f"size={size}", *COMMON, *extra])
+
+
+def run_analyze(python: str, args: list[str]) -> tuple[dict, float, list[str]]:
     t0 = time.perf_counter()
     p = subprocess.run([python, "-m", "jaxmem.cli", "analyze", *args, "--json", "--no-cache"],
                        cwd=ROOT, capture_output=True, text=True)
@@ -73,7 +86,7 @@ def main() -> None:
     ap.add_argument("--python", required=True, help="a Python whose environment has jaxmem and gemma 4.x")
     ap.add_argument("--out", type=pathlib.Path, default=OUT)
     a = ap.parse_args()
-    rows, commands, versions = [], [], None
+    rows, commands, buffers, versions = [], [], [], None
     counts: dict[str, dict] = {}
     for title, size, extra in CASES:
         d, wall, args = analyze(a.python, size, extra)
@@ -88,6 +101,17 @@ def main() -> None:
                     f"{gib(b['optimizer_state'])} | {gib(b['activations_and_temporaries'])} | "
                     f"{gib(d['per_device_peak_bytes'])} | {'yes' if d['fits'] else 'no'} | {wall:.1f} s |")
         commands.append(f"- {title}: `jaxmem analyze {shlex.join(args)}`")
+        buffers.extend(buffer_rows(title, d))
+    ragged_rows = []
+    for title, extra in RAGGED_CASES:
+        d, wall, args = run_analyze(a.python, [RAGGED, "--gpu", "h100", *extra])
+        top = d["top_buffers"][0]
+        ragged_rows.append(f"| {title} | {gib(RAGGED_TOKEN_BYTES['input'])} | {gib(RAGGED_TOKEN_BYTES['output'])} | "
+                           f"{top['dtype']}{top['shape']} `{top['instruction']}` | {gib(top['size'])} | "
+                           f"{top['size'] / RAGGED_TOKEN_BYTES['input']:.0f}x / "
+                           f"{top['size'] / RAGGED_TOKEN_BYTES['output']:.0f}x | "
+                           f"{gib(d['breakdown']['activations_and_temporaries'])} |")
+        commands.append(f"- {title}: `jaxmem analyze {shlex.join(args)}`")
     v = versions or {}
     header = (f"Written by `python benchmarks/outside_libraries.py --python {a.python}` on this project's 2-core "
               "CPU machine (deviceless compiles, `--no-cache`, one at a time): Python "
@@ -100,9 +124,23 @@ def main() -> None:
                "fits (JAX default: 75% of 80 GB)", "analysis")
     lines = ["# Outside libraries' own models, analyzed in their environment", "", header, "",
              "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|", *rows, "",
+             (f"The {TOP} largest buffers live at each case's peak (module: the op's Flax path; `-`: an "
+             "instruction XLA made without one):"), "",
+             "| case | bytes | buffer | category | module | instruction |", "|---" * 6 + "|", *buffers, "",
+             ("The library's MoE layer is `jax.lax.ragged_dot` (`MoERagged`). The same call alone, in "
+             f"`{RAGGED}` (64 experts, 4096 tokens, width 256 -> 512, one H100), shows how this XLA "
+             "compiles it for a GPU: the largest buffer against the tokens' own input and output:"), "",
+             ("| case | tokens in | tokens out | largest buffer | its bytes | its bytes / tokens in, out | "
+             "activations and temporaries |"),
+             "|---" * 7 + "|", *ragged_rows, "",
              "Commands (each with `--json --no-cache`):", "", *commands]
     a.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def buffer_rows(title: str, d: dict) -> list[str]:
+    return [f"| {title} | {gib(b['size'])} | {b['dtype']}{b['shape']} | {b['category']} | "
+            f"{b['module_path'] or '-'} | `{b['instruction']}` |" for b in d["top_buffers"][:TOP]]
 
 
 def library_version(python: str) -> str:
