@@ -52,11 +52,40 @@ class TargetInfo:
     xla_budget_note: str = ""
 
 
+# Every warning kind a report can carry, with its meaning, in the order the analysis emits them
+# (jaxmem/analysis/checks.py: CHECKS). docs/analyze.md "Warnings" names each (tests/test_report.py).
+# A new kind: add it here and its check to CHECKS; a ReportWarning of a kind not listed is refused.
+WARNING_KINDS: dict[str, str] = {
+    "not_donated": "the state is copied, not updated in place (donate it)",
+    "runtime_out_of_pool": "the CUDA context and NCCL's communicators need more than JAX's pool leaves on the card",
+    "gradients_not_split": "--no-explain: gradients are not told apart from the other temporaries",
+    "xla_remat_failed": "XLA:GPU's rematerialization could not bring the program under its memory limit",
+    "compile_fallback": "the compile deviated from the default pipeline (no Triton GEMM tiling, an older jax)",
+    "untested_jax": "the installed jax or jaxlib is outside the tested range",
+    "cpu_fusions_off": "--gpu cpu: the step is compiled with XLA:CPU's YNNPACK fusions off",
+    "xla_rematerialized": "XLA recomputed instructions to bring the step under its budget for the card",
+    "precision_no_effect": "--precision left most matmul FLOPs in 32-bit: the layers fix their own dtype",
+    "remat_at_ignored": "--remat-at on a model whose workload() places its own checkpoints",
+    "unsharded_leaf": "a leaf could not be sharded as the layout asked",
+    "axis_splits_nothing": "a mesh axis that splits nothing of what its role should split",
+    "tensor_split_by_size": "a tp layout on weights without logical axis names: each split by its largest dimension",
+    "remat_offloaded_nothing": "an offloading --remat policy moved no activation to host memory",
+    "offload_not_placed": "--offload: XLA's host bytes differ from the offloaded state",
+    "host_memory_exceeded": "pinned host memory per device exceeds the reference system's RAM per GPU",
+    "gathered_params_live": "all-gathered weights live at the peak",
+    "remat_saves_too_much": "a remat policy that still keeps most activations",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ReportWarning:
-    kind: str          # not_donated | unsharded_leaf | ...
+    kind: str          # one of WARNING_KINDS
     message: str
     bytes: int = 0     # the per-device cost of leaving it as it is
+
+    def __post_init__(self):
+        if self.kind not in WARNING_KINDS:   # renderers match kinds by name: a typo would vanish silently
+            raise ValueError(f"unknown warning kind {self.kind!r}: add it to jaxmem.report.WARNING_KINDS")
 
 
 @dataclasses.dataclass(frozen=True)

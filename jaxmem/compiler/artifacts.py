@@ -26,6 +26,8 @@ class CompiledStats:
     host_argument: int = 0
     host_output: int = 0
     host_alias: int = 0
+    # XLA:GPU's rematerialization falling short of its memory limit, as XLA logged it
+    remat_failures: tuple[str, ...] = ()
 
     @property
     def lower_bound(self) -> int:
@@ -55,7 +57,8 @@ class Artifacts:
     def to_json(self) -> dict:
         import base64
 
-        return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes)}, "cost": self.cost,
+        return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes),
+                          "remat_failures": list(self.stats.remat_failures)}, "cost": self.cost,
                 "hlo_text": self.hlo_text,
                 "dump": None if self.dump is None else base64.b64encode(self.dump).decode("ascii")}
 
@@ -73,15 +76,16 @@ class Artifacts:
         if set(st) - set(names) or not {n for n, f in names.items() if f.default is dataclasses.MISSING} <= set(st):
             raise ValueError(f"stats fields {sorted(st)} are not CompiledStats'")
         for n, v in st.items():
-            if n == "notes":
+            if n in ("notes", "remat_failures"):
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                    raise ValueError("stats.notes must be a list of strings")
+                    raise ValueError(f"stats.{n} must be a list of strings")
             elif n in ("lower_s", "compile_s"):
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise ValueError(f"stats.{n} must be a number")
             elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"stats.{n} must be a whole number of bytes")
         st["notes"] = tuple(st.get("notes", ()))
+        st["remat_failures"] = tuple(st.get("remat_failures", ()))
         cost = d.get("cost") or {}
         if not isinstance(cost, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                  for v in cost.values()):

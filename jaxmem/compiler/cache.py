@@ -42,6 +42,7 @@ An entry never answers for anything but its own key, and a damaged one is a miss
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -57,8 +58,9 @@ from typing import Any
 from jaxmem import env, files
 from jaxmem.compiler import cache_key
 
-FORMAT = 3   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
-# early-stopped compile keeps its module's cost: an entry without it would cost its text differently)
+FORMAT = 4   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
+# early-stopped compile keeps its module's cost: an entry without it would cost its text differently; 4: XLA's
+# rematerialization failures in stats.remat_failures, not among the notes)
 MAGIC = "jaxmem-compile-cache"
 # The most an entry may hold: a buffer-assignment dump of a large model is tens of MB; a file far
 # larger than any entry is not read into memory (it is a miss).
@@ -297,6 +299,16 @@ def store_in_background(k: str, payload: dict) -> None:
 def wait_for_stores() -> None:
     while _pending:
         _pending.pop().join()
+
+
+@contextlib.contextmanager
+def stores_settled():
+    """The span in which store_in_background may write behind the caller: on leaving it (returned or
+    raised), every entry written inside is on disk (an analysis' answer is there when it returns)."""
+    try:
+        yield
+    finally:
+        wait_for_stores()
 
 
 def store(k: str, payload: dict) -> None:

@@ -14,6 +14,7 @@ import jax
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.errors import UserError, trace_error
 from jaxmem.program.step import BuiltStep
+from jaxmem.report import ReportWarning
 
 # XLA:CPU's YNNPACK fusions (dots, reductions) allocate their intermediates at run time, outside
 # XLA's buffer assignment: `jaxmem verify` measured +16 MiB per device for one attention-score
@@ -87,8 +88,9 @@ def no_persistent_cache():
 def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
     t1 = time.perf_counter()
     notes: list[str] = []
+    failures: list[str] = []   # XLA's rematerialization falling short (its log)
     try:
-        with _xla_log(notes), no_persistent_cache():
+        with _xla_log(failures), no_persistent_cache():
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     except Exception as e:
         msg = str(e)
@@ -101,7 +103,7 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
 
             shutil.rmtree(dump_dir, ignore_errors=True)
             os.makedirs(dump_dir, exist_ok=True)
-        with _xla_log(notes), no_persistent_cache():
+        with _xla_log(failures), no_persistent_cache():
             compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
@@ -111,7 +113,7 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
         argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes), alias=int(m.alias_size_in_bytes),
         temp=int(m.temp_size_in_bytes), generated_code=int(m.generated_code_size_in_bytes),
         peak=int(getattr(m, "peak_memory_in_bytes", 0) or 0), host_temp=int(m.host_temp_size_in_bytes),
-        lower_s=lower_s, compile_s=t2 - t1, notes=tuple(notes),
+        lower_s=lower_s, compile_s=t2 - t1, notes=tuple(notes), remat_failures=tuple(failures),
         host_argument=int(m.host_argument_size_in_bytes), host_output=int(m.host_output_size_in_bytes),
         host_alias=int(m.host_alias_size_in_bytes),
     )
@@ -310,7 +312,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
         raise RuntimeError(str(e)) from None
     try:
         # read while the child prints the module (early_stop.Child.printed)
-        notes += _notes_from_log(log)
+        failures = _notes_from_log(log)
         m = memory_stats.from_hlo_proto(raw)
         assignment = decode_hlo_proto(raw)
         text = compiler.printed(raw)
@@ -320,7 +322,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
         argument=m["argument"], output=m["output"], alias=m["alias"], temp=m["temp"],
         generated_code=0,   # what a compile-only executable reports: no code is loaded
         peak=assignment.xla_peak, host_temp=m["host_temp"],
-        lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes),
+        lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes), remat_failures=tuple(failures),
         host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],
     )
     # the deviceless compile-only executable has no cost analysis either: the step-time estimate
@@ -334,7 +336,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
 
 
 @contextlib.contextmanager
-def _xla_log(notes: list[str]):
+def _xla_log(failures: list[str]):
     """Capture XLA's C++ log lines (written to fd 2) during a compile.
 
     The one worth keeping becomes a note: XLA:GPU's rematerialization failing to bring
@@ -354,7 +356,7 @@ def _xla_log(notes: list[str]):
             os.dup2(saved, 2)
             os.close(saved)
             log.seek(0)
-            notes += _notes_from_log(log.read().decode(errors="replace"))
+            failures += _notes_from_log(log.read().decode(errors="replace"))
 
 
 def _notes_from_log(text: str) -> list[str]:
@@ -371,3 +373,25 @@ def xla_rematerialized(hlo_text: str | None) -> int:
     clones ``<name>.remat``, ``.remat2``, ...). The pass changes a program only when the program as
     written exceeds XLA's memory budget for the card."""
     return len(set(re.findall(r"%([\w.\-]+?\.remat\d*)\b", hlo_text or "")))
+
+
+def check_compile(stats: CompiledStats) -> list[ReportWarning]:
+    """xla_remat_failed: XLA:GPU's rematerialization fell short of its memory limit (XLA's log);
+    compile_fallback: how the compile deviated from the default pipeline."""
+    return ([ReportWarning("xla_remat_failed", n) for n in stats.remat_failures]
+            + [ReportWarning("compile_fallback", n) for n in stats.notes])
+
+
+def check_rematerialized(remat_n: int, gpu: str, peak: int, written: int | None) -> list[ReportWarning]:
+    """xla_rematerialized: XLA recomputed `remat_n` instructions; `written` is the peak of the step
+    as written (compiled again with the pass off: jaxmem.analysis.stages.as_written), None when not
+    compiled (far over the line, where the answer does not hinge on it)."""
+    if not remat_n:
+        return []
+    how = ("" if written is None else
+           f" The step as written, compiled again with that pass off (XLA_FLAGS=--xla_disable_hlo_passes="
+           f"rematerialization): {written / 2**30:,.2f} GiB per device, {(written - peak) / 2**30:+,.2f} GiB.")
+    return [ReportWarning(
+        "xla_rematerialized", f"XLA recomputed {remat_n} instructions of this step to bring it under its memory "
+        f"budget (its rematerialization pass runs when a program exceeds about 80% of the {gpu}'s memory): "
+        f"the peak is of the program as XLA changed it.{how}", 0 if written is None else max(written - peak, 0))]

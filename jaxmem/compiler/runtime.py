@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from jaxmem.compiler import calibration
 from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target
+from jaxmem.report import ReportWarning
 
 if TYPE_CHECKING:
     from jaxmem.xla.hlo_text import Module
@@ -295,3 +296,17 @@ def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True,
     # Grown on demand up to the same cap: the runtime's memory and the pool share the card.
     usable = min(pool, total - oop)
     return usable, total - usable, oop <= total
+
+
+def check_out_of_pool(target: Target, rt: Runtime, bud: Budget) -> list[ReportWarning]:
+    """runtime_out_of_pool: the CUDA context and NCCL's communicators do not fit beside JAX's pool."""
+    if bud.out_of_pool_fits:
+        return []
+    assert target.memory_bytes is not None and bud.out_of_pool_room is not None   # a GPU's pool: both known
+    return [ReportWarning(
+        "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
+        f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
+        f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({bud.note}): NCCL fails to initialize; use a "
+        f"memory fraction of at most "
+        f"{max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
+        rt.out_of_pool_bytes - bud.out_of_pool_room)]

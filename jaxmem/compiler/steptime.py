@@ -55,6 +55,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from jaxmem.report import ReportWarning
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
@@ -547,3 +548,21 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }
+
+
+def check_precision(precision: str, step_time: dict) -> list[ReportWarning]:
+    """precision_no_effect: --precision bf16/bf16-pure/fp8 whose matmuls still run in fp32: the model
+    fixes its layers' dtype (dtype=jnp.float32), so the flag changed the casts, not the dots."""
+    if precision not in ("bf16", "bf16-pure", "fp8") or not step_time.get("available"):
+        return []
+    dots = [p for p in step_time.get("compute_peaks", []) if p["kind"] != "non-dot"]
+    total = sum(p["flops"] for p in dots)
+    low = sum(p["flops"] for p in dots if p["kind"] in ("bf16", "fp16", "fp8", "int8"))
+    if not total or low / total >= 0.5:
+        return []
+    kinds = ", ".join(f"{p['kind']} {p['flops'] / total:.0%}" for p in sorted(dots, key=lambda p: -p["flops"]))
+    return [ReportWarning("precision_no_effect",
+                          f"--precision {precision} left {1 - low / total:.0%} of the matmul FLOPs in 32-bit (dots by "
+                          f"type: {kinds}): "
+                          "the model's layers fix their own compute dtype (dtype=jnp.float32), so the flag changed "
+                          "only the casts of the parameters and inputs; set the layers' dtype to change the matmuls")]

@@ -13,6 +13,7 @@ import math
 import os
 
 from jaxmem.errors import UserError
+from jaxmem.report import ReportWarning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,3 +354,38 @@ def usable_fraction() -> tuple[float, str]:
         frac, src = 0.75, "JAX default: 75% of the card"
     mode = "preallocated" if prealloc else "grown on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false)"
     return frac, f"{src}, {mode}"
+
+
+# Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").
+CPU_FUSIONS_OFF = (
+    "--gpu cpu predicts the step compiled with XLA:CPU's YNNPACK fusions off, as jaxmem compiles it: their run-time "
+    "scratch is invisible to XLA's buffer assignment, and a plain jax.jit (fusions on) can peak much higher "
+    "(benchmarks/results/accuracy-cpu.md). To run the predicted program in your own training, turn them off: "
+    "jax.jit(step, ..., compiler_options={'xla_cpu_experimental_ynn_fusion_type': ''}) or, for the whole process, "
+    "XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=")
+
+
+def check_cpu_fusions(target: Target) -> list[ReportWarning]:
+    """cpu_fusions_off: every CPU report says which program it predicts."""
+    return [ReportWarning("cpu_fusions_off", CPU_FUSIONS_OFF)] if target.platform == "cpu" else []
+
+
+def host_fits(host: dict[str, int], gpu: str) -> bool:
+    """Pinned host memory within the reference system's RAM per GPU (Performance.host_memory)."""
+    perf = performance(gpu)
+    total = sum(host.values())
+    return not total or perf is None or perf.host_memory is None or total <= perf.host_memory
+
+
+def check_host_memory(host: dict[str, int], gpu: str) -> list[ReportWarning]:
+    """host_memory_exceeded: more pinned host memory per device than the reference system has per GPU."""
+    if host_fits(host, gpu):
+        return []
+    perf = performance(gpu)
+    assert perf is not None and perf.host_memory is not None
+    total = sum(host.values())
+    return [ReportWarning(
+        "host_memory_exceeded", f"{total / 2**30:.1f} GiB of pinned host memory per device exceeds the "
+        f"{perf.host_memory / 2**30:.0f} GiB per GPU of the reference system's RAM (jaxmem gpus --json: host_memory): "
+        "offload less (fewer offloaded names, --remat full) or spread the state over more devices",
+        total - perf.host_memory)]

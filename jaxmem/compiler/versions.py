@@ -21,6 +21,8 @@ import re
 import sys
 from importlib import metadata
 
+from jaxmem.report import ReportWarning
+
 # The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
 TESTED = ((0, 9, 0), (0, 12))           # from 0.9.0 up to every 0.12.x
 TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
@@ -277,3 +279,9 @@ def summary(versions: dict[str, str], flags: dict) -> str:
     if dropped:
         tail += f" ({len(dropped)} left out of the compile: --json xla_flags)"
     return f"{head}; XLA_FLAGS: {tail}"
+
+
+def check_range() -> list[ReportWarning]:
+    """untested_jax: the installed jax or jaxlib outside the tested range."""
+    untested = range_warning()
+    return [] if untested is None else [ReportWarning("untested_jax", untested)]

@@ -22,6 +22,7 @@ from jaxmem.program import layouts
 from jaxmem.program import rules as rules_mod
 from jaxmem.program.state import AbstractState
 from jaxmem.program.tree import path_str
+from jaxmem.report import ReportWarning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,3 +283,32 @@ def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool
     finally:
         for cls, orig in saved.items():
             cls.__call__ = orig  # type: ignore[method-assign]
+
+
+def check_unsharded(issues, leaves) -> list[ReportWarning]:
+    """unsharded_leaf: each leaf the layout could not shard, largest first, with the optimizer-state
+    copies that stay replicated with it in its cost."""
+    out = []
+    for issue, moments in sorted(_with_moments(issues, leaves), key=lambda im: -im[0].replicated_bytes):
+        also = f" (so do its {moments} optimizer-state copies: {moments + 1}x the bytes)" if moments else ""
+        out.append(ReportWarning(
+            "unsharded_leaf", f"{issue.leaf} {issue.shape} stays replicated on {issue.axis}{also}: {issue.reason}",
+            issue.replicated_bytes * (moments + 1)))
+    return out
+
+
+def _with_moments(issues, leaves) -> list[tuple]:
+    """Each sharding issue of a parameter with the optimizer-state leaves that mirror it (Adam's mu and
+    nu: the same path and shape, sharded as it is): they stay replicated with it."""
+    params = {(leaf.path.split(":", 1)[-1], tuple(leaf.shape)) for leaf in leaves if leaf.category == "params"}
+    copies: dict[tuple[str, tuple], int] = {}
+    for leaf in leaves:
+        if leaf.category != "optimizer_state":
+            continue
+        parts = leaf.path.split(":", 1)[-1].split("/")
+        # the longest tail of its path that is a parameter's (optax nests the params' tree under mu/, nu/)
+        key = next((k for k in (("/".join(parts[i:]), tuple(leaf.shape)) for i in range(1, len(parts)))
+                    if k in params), None)
+        if key is not None:
+            copies[key] = copies.get(key, 0) + 1
+    return [(i, copies.get((i.leaf, tuple(i.shape)), 0)) for i in issues]

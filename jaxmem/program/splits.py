@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.program.layouts import MeshSpec
+from jaxmem.report import ReportWarning
 
 STATE_ROLES = ("fsdp", "tensor", "expert")
 
@@ -91,3 +92,33 @@ def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, a
                        "devices compute the same activations")
             out.append((message, saved))
     return out
+
+
+def check_idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
+                    logical_names: tuple[str, ...], tensor_names: tuple[str, ...]) -> list[ReportWarning]:
+    """axis_splits_nothing: each axis of size > 1 that does not do its role's job (idle_axes)."""
+    return [ReportWarning("axis_splits_nothing", message, cost)
+            for message, cost in idle_axes(roles, layout, state_bytes, activation_bytes, logical_names, tensor_names)]
+
+
+def check_tensor_by_size(layout: str, mesh_spec: MeshSpec, leaves: Sequence[Any],
+                         logical_names: tuple[str, ...]) -> list[ReportWarning]:
+    """tensor_split_by_size: a tp layout on weights that carry no logical names: the tensor axis split
+    each by its largest dimension, which is not Megatron's split (heads, mlp columns; rows for the
+    projections back)."""
+    tensor = mesh_spec.model_axis
+    if layout not in ("tp", "fsdp_tp") or not tensor or mesh_spec.axis_size(tensor) < 2 or logical_names:
+        return []
+    split = [leaf for leaf in leaves if leaf.category == "params" and any(tensor in _axes(e) for e in leaf.spec if e)]
+    if not split:
+        return []
+    big = max(split, key=lambda leaf: leaf.global_bytes)
+    dim = next(i for i, e in enumerate(big.spec) if e and tensor in _axes(e))
+    return [ReportWarning(
+        "tensor_split_by_size",
+        f"{tensor}={mesh_spec.axis_size(tensor)} split {len(split)} weights that carry no logical axis names by "
+        f"their largest dimension (e.g. {big.path.split(':', 1)[-1]} {big.shape} on dim {dim}), which need not be "
+        "Megatron's split (attention heads, MLP columns, rows for the projections back): this program's memory and "
+        "communication may not be a real tensor-parallel run's. Name the weights' axes "
+        "(nn.with_logical_partitioning, nnx.Param sharding metadata), or shard them yourself "
+        "(Workload(state_specs=...), --rules)")]

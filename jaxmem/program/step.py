@@ -38,6 +38,7 @@ from jaxmem.program.options import PRECISIONS, StepOptions
 from jaxmem.program.sharding import LeafInfo, StepArgs, StepOut, module_outputs  # noqa: F401  (public names of the step)
 from jaxmem.program.state import OPTIMIZERS, is_nnx  # noqa: F401  (public names of the step)
 from jaxmem.program.workload import Workload
+from jaxmem.report import ReportWarning
 
 
 @dataclasses.dataclass
@@ -346,3 +347,10 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
     notes = [] if donated else ["state not donated (Workload(donate=False) or --no-donate)"]
     return BuiltStep(step, (a_state, a_batch), (0,) if donated else (), leaves, issues, mesh, donated, notes,
                      None)
+
+
+def check_donation(built: BuiltStep, copied_bytes: int) -> list[ReportWarning]:
+    """not_donated: a state the step copies instead of updating in place (one per note of build)."""
+    return [ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not "
+                          "updated in place; donate them (jax.jit(..., donate_argnums=0))", copied_bytes)
+            for n in built.notes]

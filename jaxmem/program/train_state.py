@@ -17,7 +17,9 @@ from collections.abc import Iterable
 
 from jaxmem.program import fp8
 from jaxmem.program.finetune import QUANT_SCALE
+from jaxmem.program.options import offloads_activations
 from jaxmem.program.sharding import LeafInfo
+from jaxmem.report import ReportWarning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,3 +105,37 @@ def classic_bytes_per_param(optimizer: str, precision: str) -> int:
     if precision == "bf16":
         return 2 + 2 + 4 + 4 * slots
     return 2 + 2 + 2 * slots
+
+
+# ---------------------------------------------------------------- pinned host memory (--offload, offloading remat)
+
+
+def host_bytes(state: StateBytes, host_temp: int, remat: str) -> dict[str, int]:
+    """Per-device pinned-host bytes when something is offloaded ({} otherwise): the offloaded state's
+    categories, plus XLA's host temporaries, which under an offloading --remat policy are the
+    offloaded activations (the only host buffers the step makes)."""
+    if not state.host and not host_temp:
+        return {}
+    return {**state.host, ("activations" if offloads_activations(remat) else "temporaries"): host_temp}
+
+
+def check_remat_offload(remat: str, host_temp: int) -> list[ReportWarning]:
+    """remat_offloaded_nothing: an offloading --remat policy under which XLA made no host buffer."""
+    if not offloads_activations(remat) or host_temp:
+        return []
+    return [ReportWarning(
+        "remat_offloaded_nothing", f"--remat {remat} moved no activation to host memory: the model saves none "
+        "that the policy offloads (offload:NAME needs activations named with checkpoint_name inside layers "
+        "wrapped in nn.remat/jax.checkpoint with jaxmem.remat_policy(remat); offload_dots needs dots without "
+        "batch dimensions there)")]
+
+
+def check_offload_placed(state: StateBytes, host_argument: int) -> list[ReportWarning]:
+    """offload_not_placed: XLA's host_argument must be the offloaded state's bytes; if XLA kept some of
+    it on the device, say so (the device numbers already count it: it is in XLA's device arguments)."""
+    if not state.host or host_argument == state.host_arguments:
+        return []
+    return [ReportWarning(
+        "offload_not_placed", f"--offload: XLA placed {host_argument:,} bytes of arguments in host memory, "
+        f"not the {state.host_arguments:,} offloaded; the device numbers count what stayed on the device",
+        max(state.host_arguments - host_argument, 0))]

@@ -28,6 +28,7 @@ from typing import Any
 
 from jaxmem.errors import UserError, describe
 from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
+from jaxmem.report import ReportWarning
 
 
 def remat_policy(name: str, save: tuple[str, ...] | list[str] = ()):
@@ -482,3 +483,12 @@ def _user_frame(e: BaseException, path: Path) -> str:
         return f"{type(e).__name__}: {(e.msg or '').strip()}{where}"
     first, sep, rest = describe(e).partition("\n")
     return f"{first}{where}{sep}{rest}"
+
+
+def check_remat_at(wl: Workload, remat_at: str | None, remat: str) -> list[ReportWarning]:
+    """remat_at_ignored: --remat-at on a model whose workload() places its own checkpoints."""
+    if remat_at is None or not wl.remat_hook:
+        return []
+    return [ReportWarning(
+        "remat_at_ignored", f"--remat-at {remat_at!r} is not applied: this model's workload() takes `remat` "
+        f"and places its own checkpoints (--remat {remat} went there)")]

@@ -119,3 +119,14 @@ def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: in
             "pass: the policy saves more than it should; try --remat full (saves only layer inputs)",
             acts))
     return out
+
+
+def check_gradients_split(explained: bool, temp: int, gradients: int) -> list[ReportWarning]:
+    """gradients_not_split: without the buffer assignment (--no-explain) nothing tells how much of
+    XLA's temporaries are gradients; all of them stay activations_and_temporaries."""
+    if explained or not gradients:
+        return []
+    return [ReportWarning(
+        "gradients_not_split", f"--no-explain: XLA's temporaries ({temp / 2**20:,.2f} MiB) are not split into "
+        f"gradients (at most {gradients / 2**20:,.2f} MiB, if all were live at once) and activations; all of "
+        "them are under activations_and_temporaries. Drop --no-explain to split them.")]

@@ -1,0 +1,71 @@
+"""The report's warnings: one table of checks, run in this order (the order a report lists them).
+
+Each check is a small function in the module that owns its concern (the runtime's memory in
+jaxmem/compiler/runtime.py, a leaf's sharding in jaxmem/program/sharding.py, ...); it returns a
+list of jaxmem.report.ReportWarning (empty when all is well) and changes nothing. The table below
+adapts each to the analysis' Measured value (jaxmem.analysis.stages), in one line.
+
+To add a check (one line here, one entry in jaxmem.report.WARNING_KINDS):
+
+    1. in the owning module:  def check_thing(a, b) -> list[ReportWarning]: ...
+    2. in jaxmem.report.WARNING_KINDS:  "thing_kind": "what it means",   (and a line in docs/analyze.md)
+    3. here, where its warnings should appear in the report:
+           Check(("thing_kind",), lambda m: owner.check_thing(m.opts.thing, m.stats.temp)),
+
+`m` has every stage's values: m.opts, m.wl, m.target, m.mesh_spec, m.planned, m.built, m.stats, m.state,
+m.rt, m.ex, m.breakdown, m.peak, m.step_time, m.budget, m.host, m.fits, m.roles (see Measured).
+A check's kinds are named in the table so that tests can tell every kind has a producer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from jaxmem.analysis.stages import Measured
+from jaxmem.compiler import compiled, runtime, steptime, targets, versions
+from jaxmem.program import sharding, splits, step, train_state, workload
+from jaxmem.report import ReportWarning
+from jaxmem.xla import explain
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    kinds: tuple[str, ...]                                 # the warning kinds it can produce
+    run: Callable[[Measured], list[ReportWarning]]
+
+
+def _tensor_names(m: Measured) -> tuple[str, ...]:
+    """The parameters a rule puts on the tensor axis (idle_axes names them when it splits nothing)."""
+    tensor = m.planned.mesh_spec.model_axis
+    return tuple(n for n, axes in m.planned.rules.params if tensor and axes and tensor in axes)
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(("not_donated",), lambda m: step.check_donation(m.built, m.stats.output - m.stats.alias)),
+    Check(("runtime_out_of_pool",), lambda m: runtime.check_out_of_pool(m.target, m.rt, m.budget)),
+    Check(("gradients_not_split",), lambda m: explain.check_gradients_split(m.ex is not None, m.stats.temp,
+                                                                           m.state.gradients)),
+    Check(("xla_remat_failed", "compile_fallback"), lambda m: compiled.check_compile(m.stats)),
+    Check(("untested_jax",), lambda m: versions.check_range()),
+    Check(("cpu_fusions_off",), lambda m: targets.check_cpu_fusions(m.target)),
+    Check(("xla_rematerialized",), lambda m: compiled.check_rematerialized(m.remat_n, m.target.gpu, m.peak,
+                                                                           m.written)),
+    Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
+    Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
+    Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
+    Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(
+        m.roles, m.opts.layout, m.state.params + m.state.optimizer_state + m.state.other_state,
+        m.breakdown["activations_and_temporaries"], m.built.logical_names, _tensor_names(m))),
+    Check(("tensor_split_by_size",), lambda m: splits.check_tensor_by_size(m.opts.layout, m.planned.mesh_spec,
+                                                                          m.built.leaves, m.built.logical_names)),
+    Check(("remat_offloaded_nothing",), lambda m: train_state.check_remat_offload(m.opts.remat, m.stats.host_temp)),
+    Check(("offload_not_placed",), lambda m: train_state.check_offload_placed(m.state, m.stats.host_argument)),
+    Check(("host_memory_exceeded",), lambda m: targets.check_host_memory(m.host, m.target.gpu)),
+    Check(("gathered_params_live", "remat_saves_too_much"), lambda m: list(m.ex.warnings) if m.ex else []),
+)
+
+
+def run(m: Measured) -> list[ReportWarning]:
+    """Every check's warnings, in the table's order."""
+    return [w for check in CHECKS for w in check.run(m)]

@@ -1,0 +1,73 @@
+"""The analysis' entries: a model file, any model the Python API takes, or a Workload, through the
+same stages (jaxmem.analysis.stages)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from jaxmem import report, scratch
+from jaxmem.analysis import checks, stages
+from jaxmem.compiler import cache, targets
+from jaxmem.compiler import compiled as compiled_mod
+from jaxmem.errors import UserError
+from jaxmem.program import layouts, sizes, step
+from jaxmem.program.options import AnalyzeOptions
+from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
+
+
+def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
+    """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
+    sweep workers say no, every core being busy."""
+    t0 = time.perf_counter()
+    with scratch.phase("loading the model file"):
+        wl = load_workload(path, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
+    return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
+
+
+def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
+    """Any model the Python API takes: a model file's path (analyze_file), or a Workload or a function
+    returning one (jaxmem.program.workload.workload_of), through the same stages."""
+    if isinstance(model, (str, os.PathLike)):
+        return analyze_file(os.fspath(model), opts, prestart=prestart)
+    t0 = time.perf_counter()
+    wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args), remat_at=opts.remat_at)
+    return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
+
+
+def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None,
+                     *, prestart: bool = True) -> report.Report:
+    """The stages in turn. The model's code runs again while the step is traced: its stdout and exits
+    are guarded; the cache entries this analysis wrote are on disk when it returns."""
+    t_start = time.perf_counter() if t_start is None else t_start
+    with running_user_code(source), cache.stores_settled():
+        try:
+            prepared = stages.prepare(wl.checked(source), opts, source, t_start)
+            measured = stages.measure(stages.compile_(stages.trace(prepared, prestart=prestart)))
+            return stages.report(measured, tuple(checks.run(measured)))
+        except UserError:
+            raise
+        except Exception as e:  # XLA's size limits become a user error; the rest is re-raised
+            limit = sizes.compile_limit_error(e)
+            if limit is None:
+                raise
+            raise limit from None
+
+
+def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
+    """For `compare --remats` and advise's remat changes on a model without a remat hook: a
+    --remat-at regex naming the model's repeated block (jaxmem.program.calls.CallLog.repeated_block),
+    found by tracing its step once (no compile). None when the model places its own checkpoints,
+    names them itself (Workload.remat_at), or has no repeated block."""
+    wl = load_workload(path, remat="none", **dict(opts.model_args))
+    if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
+        return None
+    mesh_spec = layouts.parse_mesh(opts.mesh)
+    with running_user_code(path):
+        planned = step.plan(wl.checked(path), opts.step_options(), mesh_spec)
+        target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+        built = step.build(planned, layouts.build_mesh(target.devices, mesh_spec, planned.axis_types))
+        compiled_mod.lower(built)
+    block = built.calls.repeated_block() if built.calls is not None else None
+    return None if block is None else f"^{re.escape(block)}$"
