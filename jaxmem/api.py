@@ -168,7 +168,7 @@ def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
     when one is misspelt)."""
     import dataclasses
 
-    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.program.options import AnalyzeOptions
 
     fields = {f.name: f for f in dataclasses.fields(AnalyzeOptions)}
     kw: dict[str, Any] = {}

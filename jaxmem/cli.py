@@ -84,7 +84,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
             render(report)
         outputs.write(outputs.report_outputs(html_path, png_path), report, "the analysis")
         if report.fits is False:  # where to go next: the same step, the changes that make it fit
-            from jaxmem.pipeline import command_line
+            from jaxmem.program.options import command_line
 
             click.echo(f"does not fit: `{command_line(kw['model_file'], opts, 'advise')}` compiles the changes "
                        "that make it fit, ranked by estimated step time", err=as_json)

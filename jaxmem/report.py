@@ -7,15 +7,17 @@ these frozen dataclasses; nothing renders from live JAX objects.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
-# The breakdown keys, in display order; they sum to per_device_peak_bytes.
+# The breakdown keys, in display order; they sum to per_device_peak_bytes. fp8_state is present
+# only under --precision fp8 (a column of 0 elsewhere): every renderer takes the keys from here.
 BREAKDOWN_KEYS = (
     "params",
     "optimizer_state",
     "gradients",
     "batch",
     "other_state",
+    "fp8_state",
     "activations_and_temporaries",
     "outputs_not_aliased",
     "generated_code",
@@ -34,6 +36,36 @@ BREAKDOWN_HELP = {
     "generated_code": "compiled kernels",
     "runtime_overhead": "allocator and runtime cost outside XLA's buffers (see runtime_overhead_source)",
 }
+
+
+class XlaNumbers(TypedDict):
+    """XLA's raw per-device numbers (bytes): compiled.memory_analysis() and its lower bound."""
+
+    argument: int
+    output: int
+    alias: int
+    temp: int
+    generated_code: int
+    peak_memory: int
+    lower_bound: int
+
+
+class StateCheck(TypedDict):
+    """jaxmem's count of the step's argument bytes against XLA's."""
+
+    analytic_argument_bytes: int
+    compiled_argument_bytes: int
+
+
+class Timings(TypedDict, total=False):
+    """This run's wall clock, in seconds (cache_hit: 1.0 when the compile came from the cache)."""
+
+    build_s: float
+    lower_s: float
+    compile_s: float
+    decode_s: float
+    total_s: float
+    cache_hit: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,9 +150,9 @@ class Report:
     options: dict[str, Any]            # precision, optimizer, batch, accum, remat, donate
     per_device_peak_bytes: int
     breakdown: dict[str, int]
-    xla: dict[str, int]                # XLA's raw per-device numbers
+    xla: XlaNumbers                    # XLA's raw per-device numbers
     param_count: int
-    state_check: dict[str, int]        # analytic vs compiled argument bytes
+    state_check: StateCheck            # analytic vs compiled argument bytes
     runtime_overhead_source: str
     fits: bool | None                  # None when the target has no fixed memory (cpu)
     headroom_bytes: int | None
@@ -130,7 +162,7 @@ class Report:
     peak_categories: dict[str, int] = dataclasses.field(default_factory=dict)
     timeline: tuple[int, ...] = ()     # bytes live over program order (downsampled)
     timeline_peak_index: int = -1
-    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    timings: Timings = dataclasses.field(default_factory=lambda: Timings())
     # What the step was compiled with (jaxmem.compiler.versions.installed): python, jax, jaxlib, flax,
     # optax, qwix, the CUDA plugin and the CUDA runtime / cuDNN the GPU target is described with.
     versions: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -290,3 +290,15 @@ def test_an_interrupt_during_an_api_call_is_a_keyboard_interrupt(mode):
                        timeout=300)
     assert r.stdout.strip() == "KeyboardInterrupt", (r.stdout, r.stderr[-2000:])
     assert "Exception ignored" not in r.stderr
+
+
+def test_the_types_the_api_returns_are_exported_and_load_lazily():
+    from jaxmem.plan.advise import Advice
+    from jaxmem.plan.compare import Rows
+    from jaxmem.program.options import AnalyzeOptions
+
+    assert (jaxmem.Advice, jaxmem.Rows, jaxmem.AnalyzeOptions) == (Advice, Rows, AnalyzeOptions)
+    assert set(jaxmem.__all__) >= {"Advice", "Rows", "AnalyzeOptions", "Report", "ReportWarning"}
+    # `import jaxmem` alone loads no jax: the lazy names are what keep it so
+    code = "import sys, jaxmem; print('jax' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"

@@ -5,6 +5,5 @@ stages, prepare -> trace -> compile -> measure -> report, each a function from o
 the next. checks.py: the report's warnings, one table of checks in a fixed order. fields.py: the
 Report's descriptive fields (target, options, a pipelined step's stages)."""
 
-from jaxmem.analysis.run import analyze_file, analyze_model, analyze_workload, remat_block
-
-__all__ = ["analyze_file", "analyze_model", "analyze_workload", "remat_block"]
+# The entries are imported from jaxmem.analysis.run (or jaxmem.pipeline, where callers always have):
+# a package face importing its own modules would tie every one of them to the others.

@@ -297,7 +297,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
     )
 
 
-def _timings(m: Measured) -> dict[str, float]:
+def _timings(m: Measured) -> report_mod.Timings:
     c = m.compiled
     t_start, stats = m.prepared.t_start, m.stats
     return {"build_s": round(c.traced.t_built - t_start, 3), "lower_s": round(stats.lower_s, 3),

@@ -52,9 +52,9 @@ from typing import Any
 
 from jaxmem import pipeline
 from jaxmem.errors import UserError
-from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import meshes
 from jaxmem.program import layouts
+from jaxmem.program.options import AnalyzeOptions, command_line
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
 # recompute, least to most; aliases share a rank (checkpoint_dots is dots_saveable)

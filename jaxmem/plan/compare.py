@@ -20,11 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmem import files
+from jaxmem.analysis.stages import OFFLOAD_ON_CPU
 from jaxmem.errors import UserError
-from jaxmem.pipeline import OFFLOAD_ON_CPU, AnalyzeOptions
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
-from jaxmem.program.options import split_remats
+from jaxmem.program.options import AnalyzeOptions, split_remats
 from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed

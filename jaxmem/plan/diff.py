@@ -117,7 +117,8 @@ def _number(x) -> int:
 
 
 def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Change, ...]:
-    names = list(order) if order is not None else sorted(set(old) | set(new))
+    # the order's names that either report has (fp8_state only under --precision fp8), then the rest
+    names = [n for n in order if n in old or n in new] if order is not None else sorted(set(old) | set(new))
     names += [n for n in sorted(set(old) | set(new)) if n not in names]
     out = [Change(n, int(old.get(n, 0)), int(new.get(n, 0))) for n in names]
     if order is None:   # largest change first; ties by name

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from jaxmem.errors import UserError
 
 if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
-    from jaxmem.pipeline import AnalyzeOptions
+    from jaxmem.program.options import AnalyzeOptions
     from jaxmem.report import Report
 
 STATUSES = ("ok", "user_error", "failed")

@@ -261,11 +261,6 @@ def flagged(cls=AnalyzeOptions) -> list[tuple[dataclasses.Field, Flag]]:
     return [(f, f.metadata["flag"]) for f in dataclasses.fields(cls) if "flag" in f.metadata]
 
 
-def flag_of(name: str) -> Flag:
-    """The flag of the field `name`."""
-    return next(flag for f, flag in flagged() if f.name == name)
-
-
 def from_flags(values: dict[str, Any], **extra: Any) -> AnalyzeOptions:
     """AnalyzeOptions from the values click parsed for each field's flag (keyed by field name;
     fields a command does not have keep their defaults); `extra` overrides."""
