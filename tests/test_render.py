@@ -3,17 +3,15 @@ import dataclasses
 
 import pytest
 
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
+from goldens import golden_report
+
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_KEYS
-
-MLP = "models/mlp.py"
 
 
 @pytest.fixture(scope="module")
 def report():
-    return analyze_file(MLP, AnalyzeOptions(gpu="h100", explain=False, mesh="data=8", layout="fsdp",
-                                            model_args=(("preset", "tiny"),), batch=8))
+    return golden_report("mlp-data8-fsdp")   # a real report, loaded: the hints read only its fields
 
 
 def _with(r, layout="fsdp", remat="none", **parts):
