@@ -94,14 +94,14 @@ def test_no_module_is_too_long_to_read():
 
 
 # Functions still over MAX_FUNCTION_LINES, with their length today: each may only shrink, and the list
-# only lose names (issue 36: none over 80). A new long function fails the test below.
+# only lose names (issue 36: none over 80). A new long function fails the test below. The eight left sit
+# in modules other work was changing at the time (signals, NNX calls, the pipeline schedule, fine-tuning,
+# the simulator, the renderer, advise): split each when its module is quiet.
 MAX_FUNCTION_LINES = 80
 STILL_LONG = {
-    "jaxmem/xla/hlo.py::_assignment": 121,
     "jaxmem/scratch.py::run_scope": 111,
     "jaxmem/program/pipeline_stages.py::_pipeline_loop": 111,
     "jaxmem/program/finetune.py::_provider_class": 105,
-    "jaxmem/compiler/compiled.py::compile_step": 97,
     "jaxmem/truth/simulator.py::estimate": 96,
     "jaxmem/present/render.py::render": 93,
     "jaxmem/program/calls.py::nnx_calls": 92,

@@ -12,6 +12,7 @@ from jaxmem.errors import UserError
 from jaxmem.program import step
 from jaxmem.program.options import AnalyzeOptions
 from jaxmem.program.workload import Workload
+from jaxmem.units import fmt_bytes
 
 
 def target_info(target: targets.Target, devices: int, bud: runtime.Budget) -> report.TargetInfo:
@@ -82,7 +83,7 @@ def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
 def _budget_note(target) -> str:
     if target.memory_bytes is None:
         return ""
-    return (f"XLA compiled this step for the {target.gpu}'s {target.memory_bytes / 2**30:.2f} GiB: its scheduler and "
+    return (f"XLA compiled this step for the {target.gpu}'s {fmt_bytes(target.memory_bytes)}: its scheduler and "
             "rematerialization budget about 80% of the card, so the same step can compile to a smaller peak "
             "for a smaller card")
 

@@ -6,15 +6,23 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
 import tempfile
 import time
 
 import jax
+import jaxlib
 
+from jaxmem import scratch
+from jaxmem.compiler import cache as cache_mod
+from jaxmem.compiler import early_stop, steptime, versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
-from jaxmem.errors import UserError, trace_error
+from jaxmem.compiler.partitioners import rule_failure
+from jaxmem.errors import UserError, cap, trace_error
 from jaxmem.program.step import BuiltStep
 from jaxmem.report import ReportWarning
+from jaxmem.xla import dump, memory_stats
+from jaxmem.xla.hlo import decode_hlo_proto
 
 # XLA:CPU's YNNPACK fusions (dots, reductions) allocate their intermediates at run time, outside
 # XLA's buffer assignment: `jaxmem verify` measured +16 MiB per device for one attention-score
@@ -32,8 +40,6 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
     lowered, lower_s = lower(built)
     options = _base_options(built)
     if dump_dir is not None:
-        from jaxmem.xla import dump
-
         options = {**dump.compile_options(dump_dir), **options}
     compiled, stats = _compile(lowered, options, dump_dir, lower_s)
     return compiled, stats
@@ -99,8 +105,6 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
             raise
         notes.append(_TRITON_NOTE.format(msg.splitlines()[0][:160]))
         if dump_dir is not None:
-            import shutil
-
             shutil.rmtree(dump_dir, ignore_errors=True)
             os.makedirs(dump_dir, exist_ok=True)
         with _xla_log(failures), no_persistent_cache():
@@ -137,22 +141,17 @@ def _triton_tiling_failed(msg: str) -> bool:
 
 def _raise_compile_error(msg: str) -> None:
     """XLA's errors that the user's program causes, as UserErrors."""
-    from jaxmem.compiler.partitioners import rule_failure
-
     rule = rule_failure(msg)
     if rule is not None:   # the model's own custom_partitioning rule raised while XLA asked it
         raise UserError("a custom partitioning rule of the model failed while XLA partitioned the step: "
                         f"{rule}") from None
     if "HostOffloadOutputLocationMismatch" in msg:   # jaxlib 0.9's XLA: state returned to host memory
-        import jaxlib
 
         raise UserError(f"this XLA (jaxlib {jaxlib.__version__}) cannot compile a step that "
                         "returns its state to pinned host memory (XLA error E1200, "
                         "HostOffloadOutputLocationMismatch); jax 0.10 or newer compiles it: upgrade jax and jaxlib, "
                         "or drop --offload optimizer") from None
     if "RESOURCE_EXHAUSTED" in msg or "Out of memory" in msg:
-        from jaxmem.errors import cap
-
         raise UserError(f"XLA could not fit the program at compile time: {cap(msg)}") from None
 
 
@@ -202,9 +201,6 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     there and stops after buffer assignment (every number is read from XLA's dump). The child is
     closed on return, used or not.
     """
-    from jaxmem import scratch
-    from jaxmem.compiler import cache as cache_mod
-
     fallback: list[str] = []   # what this jax lacked, and what was done instead (notes of the report)
     try:
         with scratch.phase("lowering the step"):
@@ -212,20 +208,10 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
         options = {**compile_options(built, fast=fast), **(extra_options or {})}
         until = "buffer_assignment" if child is not None else "executable"
         keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
-        if cache:
-            for k in keys:
-                # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
-                art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
-                if art is not None:
-                    from jaxmem.compiler import steptime
-
-                    steptime.remember_cost(art.hlo_text, art.cost)   # the cost stored with the text, if any
-                    # this run's costs: it lowered, and compiled nothing
-                    return dataclasses.replace(art, dump=art.dump if explain else None,
-                                               stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
+        art = _from_cache(keys, explain, lower_s) if cache else None
+        if art is not None:
+            return art
         if child is not None:
-            from jaxmem.compiler import early_stop
-
             try:
                 with scratch.phase("compiling the step (XLA, in a child process)"):
                     art = _compile_early(child, lowered, options, lower_s)
@@ -238,60 +224,72 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     finally:
         if child is not None:
             child.close()   # idempotent: a child that compiled has already stopped
+    art = _compile_whole(built, lowered, options, lower_s, explain=explain, fallback=fallback)
+    cache_mod.store(keys[-1], art.to_json())
+    return art
+
+
+def _from_cache(keys: list[str], explain: bool, lower_s: float) -> Artifacts | None:
+    """The first of `keys` the cache holds, as this run's Artifacts (it lowered, and compiled nothing)."""
+    for k in keys:
+        # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
+        art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
+        if art is not None:
+            steptime.remember_cost(art.hlo_text, art.cost)   # the cost stored with the text, if any
+            return dataclasses.replace(art, dump=art.dump if explain else None,
+                                       stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
+    return None
+
+
+def _compile_whole(built: BuiltStep, lowered, options: dict, lower_s: float, *, explain: bool,
+                   fallback: list[str]) -> Artifacts:
+    """A whole compile in this process (its dump read when explaining); `fallback`: the notes of
+    what was done instead of the default, to which this adds its own."""
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
         full = options
         if dump_dir is not None:
-            from jaxmem.xla import dump
-
             full = {**dump.compile_options(dump_dir), **options}
         with scratch.phase("compiling the step (XLA)"):
             compiled, stats = _compile(lowered, full, dump_dir, lower_s)
-        raw = None
-        if dump_dir is not None:
-            from jaxmem.xla import dump
-
-            try:
-                raw = dump.read_dump_bytes(dump_dir)
-            except (OSError, ValueError) as e:   # this XLA dumped nothing we can read: XLA's totals only
-                fallback.append(f"no buffer assignment could be read from XLA's dump ({e}): the peak and its parts "
-                                "are memory_analysis() numbers, without the buffers that make them")
-        assignment = None
-        from jaxmem.compiler import versions
-
-        if _gpu(built) and versions.gpu_peak_is_static():
-            # this jaxlib's peak leaves the temporaries out: XLA's own peak is the dump's, replayed
-            if raw is not None:
-                from jaxmem.xla.hlo import decode_hlo_proto
-
-                assignment = decode_hlo_proto(raw)
-                stats = dataclasses.replace(stats, peak=assignment.xla_peak)
-            else:
-                import jaxlib
-
-                fallback.append(_STATIC_PEAK_NOTE.format(jaxlib.__version__))
+        raw = _read_dump(dump_dir, fallback) if dump_dir is not None else None
+        assignment, stats = _static_peak(built, raw, stats, fallback)
         if fallback:
             stats = dataclasses.replace(stats, notes=(*stats.notes, *fallback))
     finally:
         if dump_dir is not None:
-            import shutil
-
             shutil.rmtree(dump_dir, ignore_errors=True)
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):  # older jax: one dict per computation
         cost = cost[0] if cost else None
     cost = {str(k): float(v) for k, v in (cost or {}).items()}
-    art = Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw, assignment=assignment)
-    cache_mod.store(keys[-1], art.to_json())
-    return art
+    return Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw, assignment=assignment)
+
+
+def _read_dump(dump_dir: str, fallback: list[str]) -> bytes | None:
+    try:
+        return dump.read_dump_bytes(dump_dir)
+    except (OSError, ValueError) as e:   # this XLA dumped nothing we can read: XLA's totals only
+        fallback.append(f"no buffer assignment could be read from XLA's dump ({e}): the peak and its parts "
+                        "are memory_analysis() numbers, without the buffers that make them")
+        return None
+
+
+def _static_peak(built: BuiltStep, raw: bytes | None, stats: CompiledStats, fallback: list[str]):
+    """(the decoded assignment or None, stats): a jaxlib whose GPU peak leaves the temporaries out
+    gets XLA's own peak from the dump, replayed; without a dump, a note says the peak is static."""
+    if not (_gpu(built) and versions.gpu_peak_is_static()):
+        return None, stats
+    if raw is None:
+        fallback.append(_STATIC_PEAK_NOTE.format(jaxlib.__version__))
+        return None, stats
+
+    assignment = decode_hlo_proto(raw)
+    return assignment, dataclasses.replace(stats, peak=assignment.xla_peak)
 
 
 def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     """The Artifacts of a compile stopped after buffer assignment (jaxmem.compiler.early_stop)."""
-    from jaxmem.compiler import early_stop
-    from jaxmem.xla import memory_stats
-    from jaxmem.xla.hlo import decode_hlo_proto
-
     t0 = time.perf_counter()
     notes: list[str] = []
     compiler = child
@@ -329,7 +327,6 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     # reads the optimized HLO itself, and XLA's cost of the module the text was printed from is kept
     # with it, so that an answer from the cache costs what the fresh one did (some XLA versions print
     # text their own parser refuses as it is: jaxmem.compiler.versions.hlo_module_from_text)
-    from jaxmem.compiler import steptime
 
     return Artifacts(stats=stats, cost=steptime.printed_cost(text) or {}, hlo_text=text, dump=raw,
                      assignment=assignment)

@@ -5,6 +5,7 @@ op_name, allocation and live range, and XLA's memory curve).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -150,8 +151,33 @@ def _instructions(buf: bytes, module: dict, needed: set[int]) -> dict[int, tuple
 
 def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssignment:
     ba = wire.fields(buf, s, e, _ASSIGNMENT)
+    ids, sizes, where = _logical_buffers(buf, ba)
+    index_of = {bid: i for i, bid in enumerate(ids)}
+    module_name = wire.string(buf, module.get(1)) if module else ""
+    instructions = _instructions(buf, module, {w[0] for w in where if w[0] >= 0}) if module else {}
+    al = _allocations(buf, ba, index_of, sizes)
+    kinds, who, canon, traces, every = _events(buf, ba, index_of, al.on_host)
 
-    # Logical buffers, in proto order: id -> (size, instruction id, shape index).
+    timeline, owner, o_start, o_end, b_start, b_end = timeline_mod.simulate(np.asarray(sizes, np.int64),
+                                                                            al.static_roots, kinds, who, canon)
+    buffers, param_shapes = _buffers(buf, ids, sizes, where, instructions, al, b_start, b_end, len(timeline) - 1)
+    backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
+
+    peak_index = int(np.argmax(timeline))
+    xla_peak = -1
+    if al.on_host:   # XLA's peak_memory_in_bytes replays the host allocations' heap too, chained after the device's
+        xla_peak = int(timeline_mod.simulate(np.asarray(sizes, np.int64), al.static_roots + al.host_roots,
+                                             [e[0] for e in every], [e[1] for e in every],
+                                             [e[2] for e in every])[0].max())
+    return BufferAssignment(
+        buffers=tuple(buffers), timeline=timeline, peak_bytes=int(timeline[peak_index]), peak_index=peak_index,
+        module_name=module_name, owner=owner, traces=tuple(traces), owner_start=o_start, owner_end=o_end,
+        backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes, xla_peak_bytes=xla_peak,
+    )
+
+
+def _logical_buffers(buf: bytes, ba: dict) -> tuple[list[int], list[int], list[tuple[int, tuple[int, ...]]]]:
+    """Logical buffers, in proto order: ids, sizes, (instruction id, shape index)."""
     ids: list[int] = []
     sizes: list[int] = []
     where: list[tuple[int, tuple[int, ...]]] = []
@@ -166,18 +192,24 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
             where.append((wire.integer(lf.get(4), -1), tuple(wire.packed(buf, lf.get(3)))))
         else:
             where.append((-1, ()))
-    index_of = {bid: i for i, bid in enumerate(ids)}
-    n = len(ids)
-    module_name = wire.string(buf, module.get(1)) if module else ""
-    instructions = _instructions(buf, module, {w[0] for w in where if w[0] >= 0}) if module else {}
+    return ids, sizes, where
 
-    # Allocations: which buffer sits where, and which allocations live for the whole program.
-    alloc_of = [-1] * n
-    offset_of = [0] * n
-    alloc_info: dict[int, tuple] = {}
-    static_roots: list[int] = []          # buffer positions holding one static reference each
-    host_roots: list[int] = []            # ... of host allocations (in XLA's own peak only)
-    on_host: set[int] = set()             # buffer positions in pinned host memory (their own heap)
+
+@dataclasses.dataclass
+class _Allocations:
+    """Which buffer sits where, and which allocations live for the whole program."""
+
+    alloc_of: list[int]
+    offset_of: list[int]
+    info: dict[int, tuple]                 # allocation -> (is_param, number, index, live_out, is_const, thread_local)
+    static_roots: list[int]                # buffer positions holding one static reference each
+    host_roots: list[int]                  # ... of host allocations (in XLA's own peak only)
+    on_host: set[int]                      # buffer positions in pinned host memory (their own heap)
+
+
+def _allocations(buf: bytes, ba: dict, index_of: dict[int, int], sizes: list[int]) -> _Allocations:
+    n = len(sizes)
+    out = _Allocations([-1] * n, [0] * n, {}, [], [], set())
     for a, b in ba.get(3, ()):
         al = wire.fields(buf, a, b, _ALLOCATION)
         index = wire.integer(al.get(1))
@@ -186,29 +218,33 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
         is_param = bool(wire.integer(al.get(5)))
         live_out = bool(wire.integer(al.get(7)))
         is_const = bool(wire.integer(al.get(12)))
-        alloc_info[index] = (is_param, wire.integer(al.get(6)) if is_param else None,
-                             tuple(wire.packed(buf, al.get(10))), live_out, is_const, thread_local)
+        out.info[index] = (is_param, wire.integer(al.get(6)) if is_param else None,
+                           tuple(wire.packed(buf, al.get(10))), live_out, is_const, thread_local)
         largest, largest_size = -1, 0
         for x, y in al.get(9, ()):
             asg = wire.fields(buf, x, y, _ASSIGNED)
             i = index_of.get(wire.integer(asg.get(1)))
             if i is None:
                 continue
-            alloc_of[i] = index
-            offset_of[i] = wire.integer(asg.get(2))
+            out.alloc_of[i] = index
+            out.offset_of[i] = wire.integer(asg.get(2))
             if host:
-                on_host.add(i)
+                out.on_host.add(i)
             if sizes[i] > largest_size:
                 largest, largest_size = i, sizes[i]
         if not thread_local and (is_param or is_const or live_out) and largest >= 0:
-            (host_roots if host else static_roots).append(largest)
+            (out.host_roots if host else out.static_roots).append(largest)
+    return out
 
-    # Heap-simulator events of all traces, chained in proto order.
+
+def _events(buf: bytes, ba: dict, index_of: dict[int, int], on_host: set[int]):
+    """Heap-simulator events of all traces, chained in proto order: the device's (kinds, who, canon),
+    each trace's first event, and every event with the host buffers' too (XLA's own peak)."""
     kinds: list[int] = []
     who: list[int] = []
     canon: list[int] = []
     traces: list[int] = []
-    every: list[tuple[int, int, int]] = []   # (kind, who, canon) of host buffers' events too: XLA's own peak
+    every: list[tuple[int, int, int]] = []
     for a, b in ba.get(4, ()):
         tr = wire.fields(buf, a, b, _TRACE)
         traces.append(len(kinds) + 1)
@@ -227,47 +263,37 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
             kinds.append(kind)
             who.append(event[1])
             canon.append(event[2])
+    return kinds, who, canon, traces, every
 
-    timeline, owner, o_start, o_end, b_start, b_end = timeline_mod.simulate(np.asarray(sizes, np.int64), static_roots,
-                                                                kinds, who, canon)
-    last = len(timeline) - 1
 
+def _buffers(buf: bytes, ids, sizes, where, instructions, al: _Allocations, b_start, b_end,
+             last: int) -> tuple[list[Buffer], dict]:
+    """Each logical buffer with its instruction, shape, allocation and live range; the float
+    parameters' argument indices by shape."""
     buffers: list[Buffer] = []
     param_shapes: dict = {}
     paths: dict[str, str] = {}
-    for i in range(n):
+    for i in range(len(ids)):
         iid, shape_index = where[i]
         name, opcode, shape_span, op_name, cname, wrapped = instructions.get(iid, ("", "", None, "", "", ""))
         shape, dtype = _subshape(buf, shape_span, shape_index)
-        is_param, pnum, pidx, live_out, is_const, thread_local = alloc_info.get(
-            alloc_of[i], (False, None, (), False, False, False))
+        is_param, pnum, pidx, live_out, is_const, thread_local = al.info.get(
+            al.alloc_of[i], (False, None, (), False, False, False))
         start, end = b_start[i], b_end[i]
-        if alloc_of[i] in alloc_info and (is_param or live_out or is_const) and not thread_local and i not in on_host:
+        if al.alloc_of[i] in al.info and (is_param or live_out or is_const) and not thread_local \
+                and i not in al.on_host:
             start, end = 0, last
         buffers.append(Buffer(
             id=ids[i], size=sizes[i], instruction=name, shape_index=shape_index, shape=shape, dtype=dtype,
-            opcode=opcode, op_name=op_name, allocation=alloc_of[i],
+            opcode=opcode, op_name=op_name, allocation=al.alloc_of[i],
             module_path=paths[op_name] if op_name in paths else paths.setdefault(op_name, opnames.module_path(op_name)),
-            offset=offset_of[i], is_parameter=is_param, parameter_number=pnum, parameter_shape_index=pidx,
+            offset=al.offset_of[i], is_parameter=is_param, parameter_number=pnum, parameter_shape_index=pidx,
             live_out=live_out, is_constant=is_const, start=int(start), end=int(end),
             is_backward=opnames.is_backward(op_name), computation=cname,
             collective=opcode in opnames.COLLECTIVES or wrapped in opnames.COLLECTIVES, is_thread_local=thread_local,
         ))
         if is_param and opcode == "parameter" and is_float(dtype):
             param_shapes[shape] = param_shapes.get(shape, ()) + (buffers[-1].argument_index,)
-
-    backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
-
-    peak_index = int(np.argmax(timeline))
-    xla_peak = -1
-    if on_host:   # XLA's peak_memory_in_bytes replays the host allocations' heap too, chained after the device's
-        xla_peak = int(timeline_mod.simulate(np.asarray(sizes, np.int64), static_roots + host_roots,
-                                             [e[0] for e in every], [e[1] for e in every],
-                                             [e[2] for e in every])[0].max())
-    return BufferAssignment(
-        buffers=tuple(buffers), timeline=timeline, peak_bytes=int(timeline[peak_index]), peak_index=peak_index,
-        module_name=module_name, owner=owner, traces=tuple(traces), owner_start=o_start, owner_end=o_end,
-        backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes, xla_peak_bytes=xla_peak,
-    )
+    return buffers, param_shapes
 
 
