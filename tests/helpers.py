@@ -1,5 +1,5 @@
-"""Shared test helpers: the golden reports (tests/fixtures/golden) as Report objects, for renderer
-tests that need a real report but not a compile."""
+"""Shared test helpers: the model files most tests analyze, and the golden reports
+(tests/fixtures/golden) as Report objects, for renderer tests that need a real report but no compile."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,11 @@ import pathlib
 
 from jaxmem.report import Report
 
-GOLDEN = pathlib.Path(__file__).resolve().parent / "fixtures" / "golden"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+GOLDEN = FIXTURES / "golden"
+MLP_SMALL = str(FIXTURES / "mlp_small.py")   # the small MLP the end-to-end tests analyze (fast to compile)
+MLP_MODEL = str(ROOT / "models" / "mlp.py")   # the shipped MLP model file (presets tiny ... large)
 
 
 def golden_report(name: str = "mlp-data8-fsdp", version: str = "0.10.2") -> Report:

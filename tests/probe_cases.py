@@ -25,7 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
 H = FIX / "hostile"
 TINY = str(H / "tiny.py")
-MLP = str(FIX / "mlp_small.py")
+from helpers import MLP_SMALL as MLP  # noqa: E402
+
 CPU = ("--gpu", "cpu")
 ALIVE_S = 3.0   # every process a run started is gone this long after it ended
 

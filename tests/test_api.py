@@ -13,6 +13,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT
+from helpers import MLP_MODEL as MLP  # noqa: E402
 
 import jaxmem
 from jaxmem import api, cli
@@ -20,9 +22,6 @@ from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import compare as compare_mod
 from jaxmem.report import BREAKDOWN_KEYS
 
-from conftest import ROOT
-
-MLP = str(ROOT / "models" / "mlp.py")
 TINY = {"preset": "tiny"}
 CPU2 = {"gpu": "cpu", "mesh": "data=2"}   # tiny and fast: two of the 8 forced CPU devices (conftest)
 

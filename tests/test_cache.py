@@ -3,11 +3,10 @@ import json
 import shutil
 
 import pytest
+from helpers import MLP_SMALL as MLP  # noqa: E402
 
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.compiler import cache
-
-MLP = "tests/fixtures/mlp_small.py"
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from jaxmem import cli
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
-MLP = str(FIX / "mlp_small.py")
+from helpers import MLP_SMALL as MLP  # noqa: E402
 
 
 def invoke(*args):

@@ -6,9 +6,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.cli import main
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.plan import compare
 
 LLAMA = "models/llama.py"
@@ -69,7 +69,7 @@ def test_saved_rows_are_checked(tmp_path):
 
 # -- compare --from re-judges every saved verdict from the bytes ---------------------------------
 
-MLP = "tests/fixtures/mlp_small.py"
+from helpers import MLP_SMALL as MLP  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,14 @@ import pytest
 from click.testing import CliRunner
 
 from jaxmem import cli
-from jaxmem.present import html, png
 from jaxmem.pipeline import AnalyzeOptions, analyze_file
-from jaxmem.units import fmt_bytes
+from jaxmem.present import html, png
 from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, ReportWarning
+from jaxmem.units import fmt_bytes
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
-MLP = str(FIX / "mlp_small.py")
+from helpers import MLP_SMALL as MLP  # noqa: E402
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NASTY = "<script>alert(1)</script>"
 

@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.report import BREAKDOWN_KEYS
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
-MLP = str(FIX / "mlp_small.py")
+from helpers import MLP_SMALL as MLP  # noqa: E402
 
 
 def run(path=MLP, **kw):

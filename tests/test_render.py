@@ -2,8 +2,7 @@
 import dataclasses
 
 import pytest
-
-from goldens import golden_report
+from helpers import golden_report
 
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_KEYS

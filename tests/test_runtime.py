@@ -6,15 +6,16 @@ import os
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import build_step
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
+
 from jaxmem.cli import main
 from jaxmem.compiler import calibration, runtime, targets
 from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, analyze_file
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
-MLP = ROOT / "tests" / "fixtures" / "mlp_small.py"
+from helpers import MLP_SMALL as MLP  # noqa: E402
+
 LLAMA = ROOT / "models" / "llama.py"
 MiB = 1 << 20
 EST = calibration.shipped_raw()["cuda_estimates"]
