@@ -66,9 +66,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     """
 
     def go():
-        for option, path in (("--html", html_path), ("--png", png_path)):
-            if path:
-                outputs.check_writable(option, path)  # before jax starts, let alone the compile
+        outputs.check_all([("--html", html_path), ("--png", png_path)])  # before jax starts, let alone the compile
         _prepare(kw["mesh"], kw["gpu"])
         from jaxmem.pipeline import analyze_file
 
@@ -165,9 +163,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
-        for option, path in (("--out", out_path), ("--html", html_path), ("--png", png_path)):
-            if path:
-                outputs.check_writable(option, path)  # before any compile
+        outputs.check_all([("--out", out_path), ("--html", html_path), ("--png", png_path)])  # before any compile
         finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
@@ -417,8 +413,7 @@ def verify(as_json, timeout, html_path, **kw):
     def go():
         from jaxmem.truth import verify as verify_mod
 
-        if html_path:
-            outputs.check_writable("--html", html_path)  # before the measurement, not after
+        outputs.check_all([("--html", html_path)])  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)

@@ -81,6 +81,16 @@ def cap(text: str, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE
     return f"{shown}\n[message cut: {lines_note}{len(whole) - len(shown)} more characters]"
 
 
+def clip(text: str, limit: int = 120) -> str:
+    """A name the user gave, as a message shows it: at most `limit` characters (its start and end,
+    and how many were left out): a 100,000-character name is no 200 KB message."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    half = (limit - 20) // 2
+    return f"{text[:half]}...[{len(text) - 2 * half:,} characters]...{text[-half:]}"
+
+
 def trace_error(e: Exception) -> str:
     """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
     msg = str(e).strip()
