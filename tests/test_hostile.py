@@ -133,3 +133,100 @@ def test_an_empty_output_path_is_refused_naming_the_option(command, option):
     r = invoke(command, MLP, "--gpu", "h100", *extra, option, "")
     assert r.exit_code == 2, r.output
     assert f"{option} ''" in r.output, r.output
+
+
+# ------------------------------------------------------------------ 3 + 5. diff: linear, and it validates what it reads
+
+GOLDEN = os.path.join(FIX, "golden", "jax-0.10.2", "gpt2-data8-fsdp.json")
+
+
+def _report(tmp_path, name="r.json", edit=None, raw=None):
+    with open(GOLDEN) as f:
+        d = json.load(f)
+    if edit:
+        edit(d)
+    p = tmp_path / name
+    p.write_text(raw(json.dumps(d)) if raw else json.dumps(d))
+    return p
+
+
+def _set(path, value):
+    def edit(d):
+        *head, last = path
+        x = d
+        for k in head:
+            x = x[k]
+        x[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit,raw,field", [
+    (_set(("per_device_peak_bytes",), 10**400), None, "per_device_peak_bytes"),
+    (_set(("breakdown", "params"), 10**400), None, "breakdown.params"),
+    (_set(("modules", 0, "bytes"), 10**400), None, "modules[0].bytes"),
+    (_set(("modules", 0, "bytes"), "PLACEHOLDER"), lambda t: t.replace('"PLACEHOLDER"', "NaN"), "modules[0].bytes"),
+    (_set(("modules", 0, "bytes"), "PLACEHOLDER"), lambda t: t.replace('"PLACEHOLDER"', "Infinity"),
+     "modules[0].bytes"),
+    (_set(("modules", 0, "bytes"), "12"), None, "modules[0].bytes"),
+    (lambda d: d["modules"][0].pop("bytes"), None, "modules[0].bytes"),
+    (lambda d: d["modules"][0].pop("module_path"), None, "modules[0].module_path"),
+    (_set(("modules",), 5), None, "modules"),
+    (_set(("modules", 0), 5), None, "modules[0]"),
+    (_set(("top_buffers", 0, "size"), -1), None, "top_buffers[0].size"),
+    (_set(("top_buffers",), "x"), None, "top_buffers"),
+    (_set(("options", "mem_fraction"), "PLACEHOLDER"), lambda t: t.replace('"PLACEHOLDER"', "NaN"),
+     "options.mem_fraction"),
+])
+def test_diff_refuses_a_report_with_a_number_or_row_it_cannot_hold_naming_the_field(tmp_path, edit, raw, field):
+    bad = _report(tmp_path, "bad.json", edit, raw)
+    for args in ((GOLDEN, bad), (bad, GOLDEN), (bad, bad)):
+        r = invoke("diff", *args, "--json")
+        assert r.exit_code == 2, r.output
+        assert field in r.output and "Traceback" not in r.output and "bug" not in r.output, r.output
+
+
+@pytest.mark.parametrize("name", ["[/bold]", "[link=https://example.com]click[/link]", "[red]x"])
+def test_diff_prints_part_and_module_names_literally(tmp_path, name):
+    def edit(d):
+        d["breakdown"][name] = 1
+        d["modules"].append({"module_path": name, "bytes": 5, "buffers": 1})
+    old = _report(tmp_path, "old.json")
+    new = _report(tmp_path, "new.json", edit)
+    r = invoke("diff", old, new)
+    assert r.exit_code == 0, r.output
+    assert r.output.count(name) >= 2, r.output   # the breakdown's row and the module's, as written
+    assert "\x1b]8;" not in r.output   # no terminal hyperlink
+
+
+def test_a_report_diffed_with_itself_shows_no_change_and_its_json_is_strict(tmp_path):
+    r = invoke("diff", GOLDEN, GOLDEN, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert d["peak"]["delta"] == 0 and d["modules"] == [] and d["buffers"] == [] and d["settings"] == {}
+    assert all(row["delta"] == 0 for row in d["breakdown"])
+
+
+class _CountingName(str):
+    """A name that counts its comparisons: a list membership test per name compares it with every other."""
+    compared = 0
+
+    def __eq__(self, other):
+        type(self).compared += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_diff_matches_modules_in_linear_time():
+    from jaxmem.plan import diff
+
+    n = 3000
+    old = {_CountingName(f"m{i}"): i for i in range(n)}
+    new = {_CountingName(f"m{i}"): i + (i % 2) for i in range(0, n + n // 2)}
+    _CountingName.compared = 0
+    changes = diff._changes(old, new)
+    assert len(changes) == n // 2 + n // 2   # the odd ones grew, the half added
+    assert _CountingName.compared < 10 * n, _CountingName.compared   # a list scan would be ~n^2 / 2
+    _CountingName.compared = 0
+    diff._changes({**old, **{_CountingName(k): 1 for k in ("params", "gradients")}}, new, order=("params",))
+    assert _CountingName.compared < 10 * n, _CountingName.compared
