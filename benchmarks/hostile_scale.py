@@ -59,9 +59,9 @@ def main() -> None:
     from jaxmem.program import pipeline_stages
 
     for batch in (2_000_000_000, 2_147_483_647, 999_999_937):
-        secs = _call(lambda b=batch: pipeline_stages.default_microbatches(b, 2))
+        secs = _call(lambda b=batch: pipeline_stages.default_microbatches(2, b, 1))
         rows.append((f"default microbatches, batch {batch:,}, 2 stages",
-                     f"{secs * 1e3:.2f} ms", str(pipeline_stages.default_microbatches(batch, 2))))
+                     f"{secs * 1e3:.2f} ms", str(pipeline_stages.default_microbatches(2, batch, 1))))
     from jaxmem.program import patterns
 
     rx = patterns.compile_pattern("^(([a-z_/]+)+)+!$", "--freeze")

@@ -230,3 +230,38 @@ def test_diff_matches_modules_in_linear_time():
     _CountingName.compared = 0
     diff._changes({**old, **{_CountingName(k): 1 for k in ("params", "gradients")}}, new, order=("params",))
     assert _CountingName.compared < 10 * n, _CountingName.compared
+
+
+# ------------------------------------------------------------------ 3. the default microbatch search from the divisors
+
+def _bounded_range(limit: int):
+    def r(*args):
+        out = range(*args)
+        if len(out) > limit:
+            raise AssertionError(f"a walk over {len(out):,} integers")
+        return out
+    return r
+
+
+@pytest.mark.parametrize("stages,batch,data,expect", [
+    (2, 2_000_000_000, 1, 2), (2, 2_147_483_647, 1, 2_147_483_647), (4, 2**62, 8, 4),
+    (3, 999_999_937 * 999_999_929, 1, 999_999_929), (2, 2**61 - 1, 2, None), (8, 12, 1, 12), (8, 6, 1, None),
+])
+def test_the_default_microbatches_come_from_the_batchs_divisors_not_a_walk_up_to_it(monkeypatch, stages, batch,
+                                                                                     data, expect):
+    from jaxmem.program import pipeline_stages
+
+    monkeypatch.setattr(pipeline_stages, "range", _bounded_range(10_000), raising=False)
+    assert pipeline_stages.default_microbatches(stages, batch, data) == expect
+
+
+def test_the_default_microbatches_are_the_smallest_that_keep_every_stage_busy():
+    """The old walk's answer on every small case: the smallest M >= N dividing batch/data, a multiple of N first."""
+    from jaxmem.program import pipeline_stages
+
+    for stages in range(1, 7):
+        for data in (1, 2, 3, 4):
+            for batch in range(1, 200):
+                fits = [m for m in range(stages, batch + 1) if batch % m == 0 and (batch // m) % data == 0]
+                want = next((m for m in fits if m % stages == 0), fits[0] if fits else None)
+                assert pipeline_stages.default_microbatches(stages, batch, data) == want, (stages, batch, data)
