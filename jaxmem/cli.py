@@ -129,6 +129,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
               "Ray is started for the sweep).")
 @field_option("cache")
+@click.option("--yes", is_flag=True, help="Start a grid of more than 200 rows (without it, such a grid says how long "
+              "it expects to take, and exits 2).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows to FILE.json (re-render it with --from) or FILE.csv.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
@@ -137,7 +139,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
             microbatches_grid, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address,
-            out_path, from_path, html_path, png_path, **kw):
+            yes, out_path, from_path, html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -199,7 +201,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
             cells = compare_mod.compare(kw["model_file"], _options(kw),
                                         spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
-                                        on_row=on_row)
+                                        on_row=on_row, yes=yes)
         if as_json:
             click.echo(json.dumps(compare_mod.to_json(cells), indent=2))
         else:

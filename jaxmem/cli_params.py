@@ -121,15 +121,19 @@ def grid(kind: str):
         for v in filter(None, items):
             try:
                 _check_grid_value(kind, v)
-            except (UserError, ValueError) as e:
-                raise click.BadParameter(f"{v!r} in {value!r}: {e}", ctx, param) from None
+            except (UserError, ValueError, click.BadParameter) as e:
+                why = e.message if isinstance(e, click.BadParameter) else e
+                raise click.BadParameter(f"{v!r} in {value!r}: {why}", ctx, param) from None
         return value
 
     return check
 
 
 def _check_grid_value(kind: str, v: str) -> None:
-    if kind == "batch":
+    if kind == "microbatches":   # as analyze's --microbatches refuses it (click.IntRange)
+        if v.lower() not in ("none", "default"):
+            click.IntRange(min=1).convert(v, None, None)
+    elif kind == "batch":
         if not v.isdigit() or int(v) < 1:
             raise ValueError("a global batch is a whole number of at least 1")
     elif kind == "lora_rank":
@@ -206,7 +210,8 @@ MICROBATCHES_GRID = click.option(
 def only_rendering_beside_from(ctx: click.Context) -> None:
     """compare --from re-renders saved rows: an option that would change a row (a grid, a step option, a
     search) is the user's mistake, not silently ignored."""
-    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache"}  # change no row
+    # options that change no row
+    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache", "yes"}
     given = [p for p in ctx.command.params if p.name not in rendering
              and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if given:

@@ -265,3 +265,50 @@ def test_the_default_microbatches_are_the_smallest_that_keep_every_stage_busy():
                 fits = [m for m in range(stages, batch + 1) if batch % m == 0 and (batch // m) % data == 0]
                 want = next((m for m in fits if m % stages == 0), fits[0] if fits else None)
                 assert pipeline_stages.default_microbatches(stages, batch, data) == want, (stages, batch, data)
+
+
+# ------------------------------------------------------------------ 4. every grid value checked before compiling
+
+@pytest.mark.parametrize("value,bad", [("0", "0"), ("0,4", "0"), ("-2,4", "-2"), ("4,x", "x")])
+def test_compare_microbatches_are_checked_as_analyzes_are_before_any_compile(value, bad):
+    r = invoke("compare", MLP, "--gpu", "h100", "--mesh", "stage=2", f"--microbatches={value}")
+    assert r.exit_code == 2, r.output
+    assert "--microbatches" in r.output and repr(bad) in r.output, r.output
+    single = invoke("analyze", MLP, "--gpu", "h100", "--mesh", "stage=2", f"--microbatches={bad}")
+    assert single.exit_code == 2 and single.output.strip().splitlines()[-1].split(": ")[-1] in r.output
+
+
+@pytest.mark.parametrize("kw,culprit", [
+    ({"microbatches": [0, 4]}, "microbatches"), ({"microbatches": [-2]}, "microbatches"),
+    ({"batches": [0, 8]}, "batches"), ({"loras": [-1]}, "loras"),
+])
+def test_the_api_grid_is_checked_before_any_compile(kw, culprit):
+    import jaxmem
+
+    with pytest.raises(jaxmem.UserError, match=culprit):
+        jaxmem.compare(MLP, gpu="h100", mesh="stage=2", jobs=1, **kw)
+
+
+def test_a_grid_of_hundreds_of_rows_says_how_long_it_would_take_and_waits_for_yes():
+    batches = ",".join(str(8 * i) for i in range(1, 51))
+    r = invoke("compare", MLP, "--gpu", "h100", "--batches", batches, "--layouts", "dp,fsdp,tp,fsdp_tp",
+               "--precisions", "fp32,bf16")
+    assert r.exit_code == 2, r.output
+    assert "400 rows" in r.output and "--yes" in r.output and ("minutes" in r.output or "hours" in r.output)
+
+
+def test_the_api_asks_for_yes_true_on_a_large_grid():
+    import jaxmem
+
+    with pytest.raises(jaxmem.UserError, match=r"400 rows.*yes=True"):
+        jaxmem.compare(MLP, gpu="h100", batches=list(range(1, 201)), precisions=["fp32", "bf16"], jobs=1)
+
+
+def test_a_huge_grid_is_refused_before_its_rows_are_made(monkeypatch):
+    from jaxmem.plan import compare
+
+    spec = {"batch": ",".join(map(str, range(1, 1001))), "layout": "dp,fsdp,tp,fsdp_tp",
+            "precision": "fp32,bf16,bf16-pure,fp8", "remat": "none,full,dots_saveable"}
+    monkeypatch.setattr(compare, "_finetune_rows", lambda rows: pytest.fail("48,000 rows made"))
+    with pytest.raises(compare.UserError, match="48,000 rows"):
+        compare.grid(spec, yes=False)
