@@ -58,6 +58,25 @@ class RematPolicy(click.ParamType):
         return str(value)
 
 
+class Regex(click.ParamType):
+    """--freeze, --lora-targets, --remat-at: a pattern jaxmem matches in linear time (RE2), checked
+    as the command line is read, before jax or the model file (jaxmem.program.patterns)."""
+
+    name = "regex"
+
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def convert(self, value, param, ctx):
+        from jaxmem.program import patterns
+
+        try:
+            patterns.compile_pattern(str(value), self.flag)
+        except UserError as e:
+            self.fail(str(e).removeprefix(f"{self.flag} "), param, ctx)   # click names the option itself
+        return str(value)
+
+
 class Number(click.ParamType):
     """A finite number that `accepts` takes; the messages say what to write. (nan and inf are
     refused where the command line is read, never passed on.)"""
@@ -175,7 +194,7 @@ def field_option(name: str):
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
     kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": PositiveNumber, "fraction": Fraction,
-            "remat": RematPolicy, "text": lambda: None}[flag.kind]()
+            "remat": RematPolicy, "text": lambda: Regex(flag.name) if flag.metavar == "REGEX" else None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
                         help=help_, metavar=metavar)
 

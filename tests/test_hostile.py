@@ -222,7 +222,7 @@ def test_diff_matches_modules_in_linear_time():
 
     n = 3000
     old = {_CountingName(f"m{i}"): i for i in range(n)}
-    new = {_CountingName(f"m{i}"): i + (i % 2) for i in range(0, n + n // 2)}
+    new = {_CountingName(f"m{i}"): i + (i % 2) for i in range(n + n // 2)}
     _CountingName.compared = 0
     changes = diff._changes(old, new)
     assert len(changes) == n // 2 + n // 2   # the odd ones grew, the half added
@@ -312,3 +312,85 @@ def test_a_huge_grid_is_refused_before_its_rows_are_made(monkeypatch):
     monkeypatch.setattr(compare, "_finetune_rows", lambda rows: pytest.fail("48,000 rows made"))
     with pytest.raises(compare.UserError, match="48,000 rows"):
         compare.grid(spec, yes=False)
+
+
+# ------------------------------------------------------------------ 3. user regexes matched in bounded time (RE2)
+
+CATASTROPHIC = "^(([a-z_/]+)+)+!$"   # Python's re: minutes on one 30-character path of [a-z_/]
+
+
+def test_a_catastrophic_pattern_is_matched_in_linear_time_with_python_semantics():
+    from jaxmem.program import patterns
+
+    rx = patterns.compile_pattern(CATASTROPHIC, "--freeze")
+    path = "layers/attention/query_projection/kernel" * 50   # 2,000 characters: Python's re would never end
+    assert rx.search(path) is None and rx.search(path + "!") is not None
+    for pattern, text, hit in [("attn|mlp", "layers/mlp/up", True), ("^embed", "x/embed", False),
+                               (r"layers/\d+$", "layers/12", True), ("(?i)ATTN", "layers/attn", True),
+                               ("head$", "head/kernel", False), ("a.c", "abc", True)]:
+        assert (patterns.compile_pattern(pattern, "--freeze").search(text) is not None) == hit, pattern
+
+
+@pytest.mark.parametrize("pattern,why", [
+    ("(", "not a valid regular expression"), ("\\", "not a valid regular expression"),
+    ("(?P<x", "not a valid regular expression"), (r"(a)\1", "backreferences"), ("x(?=y)", "lookaround"),
+    ("(?<!x)y", "lookaround"),
+])
+@pytest.mark.parametrize("option", ["--freeze", "--lora-targets", "--remat-at"])
+def test_a_pattern_rejected_or_only_matchable_by_backtracking_is_exit_2_before_jax(option, pattern, why):
+    code = ("import sys; from jaxmem import cli\n"
+            "sys.argv = ['jaxmem', 'analyze', sys.argv[1], sys.argv[2], sys.argv[3], '--lora', '4']\n"
+            "try:\n    cli.entry()\nfinally:\n    assert 'jax' not in sys.modules, 'jax was imported'\n")
+    r = subprocess.run([sys.executable, "-c", code, MLP, option, pattern], capture_output=True, text=True,
+                       timeout=120, cwd=os.path.dirname(FIX) + "/..")
+    assert r.returncode == 2, r.stderr
+    assert option in r.stderr and why in r.stderr and "jax was imported" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("option,field", [("--freeze", "freeze"), ("--lora-targets", "lora_targets")])
+def test_the_finetune_patterns_are_matched_by_re2(monkeypatch, option, field):
+    """Where the step is built, --freeze and --lora-targets go through jaxmem.program.patterns (RE2)."""
+    from jaxmem.program import finetune, patterns
+    from jaxmem.program.options import FineTune
+
+    seen = []
+    real = patterns.compile_pattern
+    monkeypatch.setattr(patterns, "compile_pattern", lambda p, f, *a: seen.append(f) or real(p, f, *a))
+    ft = FineTune(**{field: CATASTROPHIC}, lora_rank=4)
+    finetune.check(ft)
+    provider = finetune.provider(ft)
+    assert option in seen
+    if field == "lora_targets":
+        deciders = provider.jaxmem_paths
+        assert deciders and not deciders[0]("layers/attention/query_projection/kernel" * 20)
+        assert all(r.module_path == ".*" for r in provider._rules)   # qwix's own re never sees the user's
+
+
+def test_fp8_exclude_is_decided_by_re2_not_by_qwix():
+    from jaxmem.program import fp8
+
+    p = fp8.provider(CATASTROPHIC)
+    assert [r.module_path for r in p._rules] == [".*"]
+    assert p.jaxmem_paths[0]("layers/attention/query_projection" * 20)          # not excluded: FP8
+    assert not p.jaxmem_paths[0]("layers/attention/query_projection!")         # excluded
+
+
+def test_a_catastrophic_freeze_on_a_real_model_answers_at_once():
+    """llama's parameter paths are long runs of [a-z_/]: Python's re ran past 120 s on the first."""
+    r = subprocess.run([sys.executable, "-m", "jaxmem.cli", "analyze", "models/llama.py", "--arg", "preset=tiny",
+                        "--gpu", "h100", "--freeze", CATASTROPHIC], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.join(FIX, "..", ".."))
+    assert r.returncode == 2 and "matches no parameter path" in r.stderr, r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ 7. --remat-at validated whether or not applied
+
+@pytest.mark.parametrize("pattern,why", [("(", "not a valid regular expression"),
+                                         ("\\", "not a valid regular expression"),
+                                         ("(?P<x", "not a valid regular expression"),
+                                         ("NoSuchBlock", "finds no module")])
+def test_remat_at_is_checked_on_a_model_with_its_own_remat_hook(pattern, why):
+    import jaxmem
+
+    with pytest.raises(jaxmem.UserError, match=why):
+        jaxmem.analyze("models/llama.py", args={"preset": "tiny"}, gpu="h100", remat="full", remat_at=pattern)
