@@ -151,7 +151,7 @@ def grid(kind: str):
 def _check_grid_value(kind: str, v: str) -> None:
     if kind == "microbatches":   # as analyze's --microbatches refuses it (click.IntRange)
         if v.lower() not in ("none", "default"):
-            click.IntRange(min=1).convert(v, None, None)
+            click.IntRange(min=1).convert(v, None, None)  # type: ignore[arg-type]  # click parses the text
     elif kind == "batch":
         if not v.isdigit() or int(v) < 1:
             raise ValueError("a global batch is a whole number of at least 1")

@@ -175,7 +175,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[int], None], *
 _SPECIAL_TREES = ("/dev", "/proc", "/sys")
 
 
-def special_kind(path: str) -> str | None:
+def special_kind(path: str | os.PathLike) -> str | None:
     """What makes `path` no place for a regular file, or None: an existing non-regular file (a device,
     a FIFO, a socket), or a symbolic link into /dev, /proc or /sys (its target may not exist yet:
     /proc/self/fd/1 read from another process)."""
