@@ -394,3 +394,41 @@ def test_remat_at_is_checked_on_a_model_with_its_own_remat_hook(pattern, why):
 
     with pytest.raises(jaxmem.UserError, match=why):
         jaxmem.analyze("models/llama.py", args={"preset": "tiny"}, gpu="h100", remat="full", remat_at=pattern)
+
+
+# ------------------------------------------------------------------ 6. environment values jax would reject
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NO_JAX = ("import sys; from jaxmem import cli\n"
+           "sys.argv = ['jaxmem', *sys.argv[1:]]\n"
+           "try:\n    cli.entry()\n"
+           "finally:\n    print('jax imported' if 'jax' in sys.modules else '', file=sys.stderr)\n")
+
+
+def run_before_jax(*args, env=None):
+    """jaxmem ARGS in a child process; its stderr says 'jax imported' when jax was."""
+    return subprocess.run([sys.executable, "-c", _NO_JAX, *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("name,value", [
+    ("JAX_ENABLE_X64", "garbage"), ("JAX_DEBUG_NANS", "maybe"), ("JAX_DEFAULT_PRNG_IMPL", "nope"),
+    ("JAX_TRACEBACK_FILTERING", "loud"), ("JAX_SERIALIZATION_VERSION", "x"),
+    ("XLA_FLAGS", "--xla_force_host_platform_device_count=0"),
+    ("XLA_FLAGS", "--xla_force_host_platform_device_count=x"),
+])
+def test_an_environment_value_jax_would_reject_is_exit_2_naming_it_before_jax_starts(name, value):
+    r = run_before_jax("analyze", MLP, "--gpu", "cpu", env={name: value})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert name in r.stderr and "jax imported" not in r.stderr and "bug" not in r.stderr, r.stderr[-2000:]
+
+
+def test_the_jax_options_are_read_from_the_installed_jax_without_importing_it():
+    from jaxmem import env
+
+    env.jax_options.cache_clear()
+    options = env.jax_options()
+    assert options["JAX_ENABLE_X64"] == ("bool", ())
+    assert options["JAX_DEFAULT_PRNG_IMPL"][0] == "enum" and "threefry2x32" in options["JAX_DEFAULT_PRNG_IMPL"][1]
+    for good in ({"JAX_ENABLE_X64": "True"}, {"JAX_ENABLE_X64": "0"}, {"JAX_DEFAULT_PRNG_IMPL": "rbg"}):
+        env.check_jax_config(good)
