@@ -308,8 +308,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
             from jaxmem.present.render import render_advice
 
             render_advice(result)
-        ok = result.fitting or (result.original.fits and not result.searched)
-        sys.exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
+        sys.exit(EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT)
 
     _run(go)
 

@@ -432,3 +432,29 @@ def test_the_jax_options_are_read_from_the_installed_jax_without_importing_it():
     assert options["JAX_DEFAULT_PRNG_IMPL"][0] == "enum" and "threefry2x32" in options["JAX_DEFAULT_PRNG_IMPL"][1]
     for good in ({"JAX_ENABLE_X64": "True"}, {"JAX_ENABLE_X64": "0"}, {"JAX_DEFAULT_PRNG_IMPL": "rbg"}):
         env.check_jax_config(good)
+
+
+# ------------------------------------------------------------------ 2. a verdict only from candidates that compiled
+
+@pytest.mark.parametrize("changes", ["pipeline", "expert,context"])
+def test_advise_all_whose_changes_yield_nothing_reports_the_step_as_given_and_exits_0(changes):
+    r = invoke("advise", MLP, "--gpu", "h100", "--all", "--changes", changes, "--jobs", "1")
+    assert r.exit_code == 0, r.output
+    assert "NONE FITS" not in r.output and "it fits" in r.output and "It fits as given" in r.output, r.output
+    assert "none was tried" in r.output or "compiled" in r.output, r.output
+    j = invoke("advise", MLP, "--gpu", "h100", "--all", "--changes", changes, "--jobs", "1", "--json")
+    d = json.loads(j.output)
+    assert j.exit_code == 0 and d["fits_as_given"] is True and d["closest"] is None, j.output
+    assert d["changes_compiled"] == sum(c["per_device_peak_bytes"] is not None for c in d["candidates"])
+
+
+def test_advise_verdict_comes_only_from_compiled_candidates():
+    from jaxmem.plan.advise import Advice, Candidate
+
+    class _R:
+        fits = True
+
+    original = Candidate((), None, _R(), None, "ok", 0)
+    failed = Candidate((("layout", "tp"),), None, None, "boom", "failed", 1)
+    a = Advice("m.py", original, (failed,), 1, 0, 1.0, searched=True)
+    assert a.fits and a.compiled == [] and a.closest is None
