@@ -458,3 +458,21 @@ def test_advise_verdict_comes_only_from_compiled_candidates():
     failed = Candidate((("layout", "tp"),), None, None, "boom", "failed", 1)
     a = Advice("m.py", original, (failed,), 1, 0, 1.0, searched=True)
     assert a.fits and a.compiled == [] and a.closest is None
+
+
+# ------------------------------------------------------------------ 8. a huge name is not echoed in full
+
+def test_a_100000_character_offload_name_is_not_echoed_in_full():
+    name = "a" * 100_000
+    r = run_before_jax("analyze", "models/llama.py", "--arg", "preset=tiny", "--gpu", "h100", "--remat",
+                       f"offload:{name}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert len(r.stderr) < 5_000 and "100,000 characters" not in r.stderr and "characters]" in r.stderr
+
+
+def test_a_user_error_clips_long_names_but_keeps_ordinary_messages():
+    from jaxmem.errors import UserError
+
+    assert str(UserError("--freeze 'x': no match")) == "--freeze 'x': no match"
+    long = UserError(f"--remat offload:{'b' * 50_000} offloads nothing; known: q, k")
+    assert len(str(long)) < 600 and str(long).endswith("offloads nothing; known: q, k")
