@@ -215,10 +215,11 @@ def check_xla_flags(env) -> None:
     import re
 
     for m in re.finditer(r"--xla_force_host_platform_device_count=(\S*)", flags):
-        if not m.group(1).isdigit() or int(m.group(1)) < 1:
-            raise UserError(f"XLA_FLAGS: {clip(m.group(0), 100)}: XLA's CPU backend needs at least 1 device (and a "
-                            "whole number); remove the flag (jaxmem forces the host devices a CPU mesh needs itself) "
-                            "or give a count of at least 1.")
+        # XLA reads 0 but its CPU backend cannot start with it (a value XLA cannot read: the probe quotes XLA)
+        if m.group(1).isdigit() and int(m.group(1)) < 1:
+            raise UserError(f"XLA_FLAGS: {clip(m.group(0), 100)}: XLA's CPU backend needs at least 1 device; remove "
+                            "the flag (jaxmem forces the host devices a CPU mesh needs itself) or give a count of at "
+                            "least 1.")
     if not flags.strip() or _only_host_devices(flags):
         return
     memo = _memo(flags)

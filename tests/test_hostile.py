@@ -415,7 +415,7 @@ def run_before_jax(*args, env=None):
     ("JAX_ENABLE_X64", "garbage"), ("JAX_DEBUG_NANS", "maybe"), ("JAX_DEFAULT_PRNG_IMPL", "nope"),
     ("JAX_TRACEBACK_FILTERING", "loud"), ("JAX_SERIALIZATION_VERSION", "x"),
     ("XLA_FLAGS", "--xla_force_host_platform_device_count=0"),
-    ("XLA_FLAGS", "--xla_force_host_platform_device_count=x"),
+    ("XLA_FLAGS", "--xla_gpu_autotune_level=0 --xla_force_host_platform_device_count=00"),
 ])
 def test_an_environment_value_jax_would_reject_is_exit_2_naming_it_before_jax_starts(name, value):
     r = run_before_jax("analyze", MLP, "--gpu", "cpu", env={name: value})
