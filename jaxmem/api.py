@@ -72,7 +72,7 @@ def analyze(model, **options: Any) -> Report:
 
 
 def compare(model, *, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
-            **options: Any) -> Rows:
+            yes: bool = False, **options: Any) -> Rows:
     """Analyze a grid of choices side by side: ``jaxmem compare`` from Python.
 
     Args:
@@ -86,6 +86,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         jobs: worker processes (default: all cores); ``1`` compiles the rows in this process.
         executor: ``"local"`` (worker processes) or ``"ray"`` (tasks on a Ray cluster).
         ray_address: the Ray cluster, with ``executor="ray"``.
+        yes: start a grid of more than 200 rows (without it, such a grid raises a UserError saying how
+            long it expects to take), as the CLI's ``--yes``.
 
     Returns:
         The rows, one ``Cell`` per combination in grid order (``choice``, ``report``, ``error``,
@@ -112,7 +114,7 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         if not _is_path(model) or (n_jobs == 1 and executor == "local"):
             executor = "inline"   # a Workload does not pickle; one job needs no worker to start
         cells = compare_mod.compare(_path_or(model), base, spec, n_jobs=n_jobs, executor=executor,
-                                    ray_address=ray_address, progress=False)
+                                    ray_address=ray_address, progress=False, yes=yes is True)
     return compare_mod.Rows(cells)
 
 

@@ -66,9 +66,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     """
 
     def go():
-        for option, path in (("--html", html_path), ("--png", png_path)):
-            if path:
-                outputs.check_writable(option, path)  # before jax starts, let alone the compile
+        outputs.check_all([("--html", html_path), ("--png", png_path)])  # before jax starts, let alone the compile
         _prepare(kw["mesh"], kw["gpu"])
         from jaxmem.pipeline import analyze_file
 
@@ -131,6 +129,8 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 @click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
               "Ray is started for the sweep).")
 @field_option("cache")
+@click.option("--yes", is_flag=True, help="Start a grid of more than 200 rows (without it, such a grid says how long "
+              "it expects to take, and exits 2).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows to FILE.json (re-render it with --from) or FILE.csv.")
 @click.option("--from", "from_path", type=click.Path(dir_okay=False), default=None,
@@ -139,7 +139,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
 def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
             microbatches_grid, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address,
-            out_path, from_path, html_path, png_path, **kw):
+            yes, out_path, from_path, html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
@@ -165,9 +165,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
-        for option, path in (("--out", out_path), ("--html", html_path), ("--png", png_path)):
-            if path:
-                outputs.check_writable(option, path)  # before any compile
+        outputs.check_all([("--out", out_path), ("--html", html_path), ("--png", png_path)])  # before any compile
         finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
         if len(finds) > 1:
             raise UserError("one search at a time: --find-batch, --find-seq or --find-devices")
@@ -203,7 +201,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
             cells = compare_mod.compare(kw["model_file"], _options(kw),
                                         spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
-                                        on_row=on_row)
+                                        on_row=on_row, yes=yes)
         if as_json:
             click.echo(json.dumps(compare_mod.to_json(cells), indent=2))
         else:
@@ -310,8 +308,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
             from jaxmem.present.render import render_advice
 
             render_advice(result)
-        ok = result.fitting or (result.original.fits and not result.searched)
-        sys.exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
+        sys.exit(EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT)
 
     _run(go)
 
@@ -417,8 +414,7 @@ def verify(as_json, timeout, html_path, **kw):
     def go():
         from jaxmem.truth import verify as verify_mod
 
-        if html_path:
-            outputs.check_writable("--html", html_path)  # before the measurement, not after
+        outputs.check_all([("--html", html_path)])  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
         _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)

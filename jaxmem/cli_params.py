@@ -58,6 +58,25 @@ class RematPolicy(click.ParamType):
         return str(value)
 
 
+class Regex(click.ParamType):
+    """--freeze, --lora-targets, --remat-at: a pattern jaxmem matches in linear time (RE2), checked
+    as the command line is read, before jax or the model file (jaxmem.program.patterns)."""
+
+    name = "regex"
+
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def convert(self, value, param, ctx):
+        from jaxmem.program import patterns
+
+        try:
+            patterns.compile_pattern(str(value), self.flag)
+        except UserError as e:
+            self.fail(str(e).removeprefix(f"{self.flag} "), param, ctx)   # click names the option itself
+        return str(value)
+
+
 class Number(click.ParamType):
     """A finite number that `accepts` takes; the messages say what to write. (nan and inf are
     refused where the command line is read, never passed on.)"""
@@ -121,15 +140,19 @@ def grid(kind: str):
         for v in filter(None, items):
             try:
                 _check_grid_value(kind, v)
-            except (UserError, ValueError) as e:
-                raise click.BadParameter(f"{v!r} in {value!r}: {e}", ctx, param) from None
+            except (UserError, ValueError, click.BadParameter) as e:
+                why = e.message if isinstance(e, click.BadParameter) else e
+                raise click.BadParameter(f"{v!r} in {value!r}: {why}", ctx, param) from None
         return value
 
     return check
 
 
 def _check_grid_value(kind: str, v: str) -> None:
-    if kind == "batch":
+    if kind == "microbatches":   # as analyze's --microbatches refuses it (click.IntRange)
+        if v.lower() not in ("none", "default"):
+            click.IntRange(min=1).convert(v, None, None)  # type: ignore[arg-type]  # click parses the text
+    elif kind == "batch":
         if not v.isdigit() or int(v) < 1:
             raise ValueError("a global batch is a whole number of at least 1")
     elif kind == "lora_rank":
@@ -171,7 +194,7 @@ def field_option(name: str):
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
     kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": PositiveNumber, "fraction": Fraction,
-            "remat": RematPolicy, "text": lambda: None}[flag.kind]()
+            "remat": RematPolicy, "text": lambda: Regex(flag.name) if flag.metavar == "REGEX" else None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,
                         help=help_, metavar=metavar)
 
@@ -206,7 +229,8 @@ MICROBATCHES_GRID = click.option(
 def only_rendering_beside_from(ctx: click.Context) -> None:
     """compare --from re-renders saved rows: an option that would change a row (a grid, a step option, a
     search) is the user's mistake, not silently ignored."""
-    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache"}  # change no row
+    # options that change no row
+    rendering = {"from_path", "out_path", "as_json", "n_jobs", "executor", "ray_address", "cache", "yes"}
     given = [p for p in ctx.command.params if p.name not in rendering
              and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
     if given:

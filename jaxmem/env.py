@@ -24,11 +24,12 @@ assignment to explain.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, clip
 
 FRACTIONS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")   # what jaxlib 0.10.2 accepts
@@ -83,7 +84,65 @@ def check(environ=None) -> None:
         raise UserError(f"XLA_PYTHON_CLIENT_PREALLOCATE={pre!r}: jax reads only 'false' or '0' as off and anything "
                         "else as on; write true or false.")
     check_platforms(env)
+    check_jax_config(env)
     check_xla_flags(env)
+
+
+# -- JAX_* configuration -------------------------------------------------------------------------
+
+TRUTH = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")   # jax's bool_env
+
+
+@functools.lru_cache(maxsize=1)
+def jax_options() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The environment variables the installed jax reads as configuration (JAX_ENABLE_X64 ...):
+    name -> (kind: bool | int | enum, the enum's values), read from jax's own config source
+    without importing jax (an import with a bad value is the ValueError this check prevents)."""
+    import ast
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("jax")
+        where = list(spec.submodule_search_locations or ()) if spec else []
+        text = (Path(where[0]) / "_src" / "config.py").read_text() if where else ""
+    except (ImportError, OSError, ValueError):
+        return {}
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for kind, calls in (("bool", "bool_state|bool_flag|optional_bool_state"), ("int", "int_state|int_flag")):
+        for name in re.findall(rf"\b(?:{calls})\(\s*(?:name\s*=\s*)?['\"](jax_\w+)['\"]", text):
+            out[name.upper()] = (kind, ())
+    for kind, call in (("bool", "bool_env"), ("int", "int_env")):
+        for name in re.findall(rf"\b{call}\(\s*['\"](JAX_\w+)['\"]", text):
+            out[name] = (kind, ())
+    for name, values in re.findall(r"\benum_state\(\s*(?:name\s*=\s*)?['\"](jax_\w+)['\"],[^()]*?"
+                                   r"enum_values\s*=\s*(\[[^\]]*\])", text, re.S):
+        try:
+            out[name.upper()] = ("enum", tuple(str(v) for v in ast.literal_eval(values)))
+        except (ValueError, SyntaxError):
+            pass
+    return out
+
+
+def check_jax_config(env) -> None:
+    """A JAX_* variable the installed jax reads at import and would refuse (a ValueError out of
+    `import jax`): JAX_ENABLE_X64=garbage. UserError naming it."""
+    for name, (kind, values) in jax_options().items():
+        value = env.get(name)
+        if value is None:
+            continue
+        shown = clip(repr(value), 80)
+        if kind == "bool" and value.lower() not in TRUTH:
+            raise UserError(f"{name}={shown}: jax reads it as true or false (1/0, true/false, yes/no, on/off) and "
+                            f"refuses anything else at import; set it so, or unset {name}.")
+        if kind == "int":
+            try:
+                int(value)
+            except ValueError:
+                raise UserError(f"{name}={shown}: jax reads it as a whole number and refuses anything else at "
+                                f"import; set it so, or unset {name}.") from None
+        if kind == "enum" and value not in values:
+            raise UserError(f"{name}={shown}: jax accepts {', '.join(values)}; set one, or unset {name}.")
 
 
 # -- JAX_PLATFORMS -------------------------------------------------------------------------------
@@ -153,6 +212,14 @@ def check_xla_flags(env) -> None:
     import sys
 
     flags = env.get("XLA_FLAGS", "")
+    import re
+
+    for m in re.finditer(r"--xla_force_host_platform_device_count=(\S*)", flags):
+        # XLA reads 0 but its CPU backend cannot start with it (a value XLA cannot read: the probe quotes XLA)
+        if m.group(1).isdigit() and int(m.group(1)) < 1:
+            raise UserError(f"XLA_FLAGS: {clip(m.group(0), 100)}: XLA's CPU backend needs at least 1 device; remove "
+                            "the flag (jaxmem forces the host devices a CPU mesh needs itself) or give a count of at "
+                            "least 1.")
     if not flags.strip() or _only_host_devices(flags):
         return
     memo = _memo(flags)

@@ -11,9 +11,29 @@ HOW_TO_REPORT = ("This is not your mistake. Please report it to the jaxmem maint
 
 
 class UserError(Exception):
-    """A problem with the user's input: its message names the culprit and the fix."""
+    """A problem with the user's input: its message names the culprit and the fix. A name the user
+    gave is shown at most WORD_CHARS characters long (a 100,000-character `offload:` name is no 200 KB
+    message), and the whole message at most MESSAGE_CHARS."""
 
     exit_code = 2
+
+    def __init__(self, *args):
+        if args and isinstance(args[0], str) and len(args[0]) > WORD_CHARS:
+            args = (shorten(args[0]), *args[1:])
+        super().__init__(*args)
+
+
+WORD_CHARS = 300
+MESSAGE_CHARS = 20_000
+
+
+def shorten(text: str) -> str:
+    """`text` with every run of more than WORD_CHARS non-space characters clipped (clip), and cut
+    at MESSAGE_CHARS characters."""
+    text = re.sub(rf"\S{{{WORD_CHARS + 1},}}", lambda m: clip(m.group(0), WORD_CHARS), text)
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    return f"{text[:MESSAGE_CHARS]}...[{len(text) - MESSAGE_CHARS:,} more characters]"
 
 
 # The installed jaxmem package: a frame is jaxmem's own when its file is in here, wherever the
@@ -79,6 +99,16 @@ def cap(text: str, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE
     more = len(lines) - len(kept)
     lines_note = f"{more} more line{'s' if more != 1 else ''}, " if more else ""
     return f"{shown}\n[message cut: {lines_note}{len(whole) - len(shown)} more characters]"
+
+
+def clip(text: str, limit: int = 120) -> str:
+    """A name the user gave, as a message shows it: at most `limit` characters (its start and end,
+    and how many were left out): a 100,000-character name is no 200 KB message."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    half = (limit - 20) // 2
+    return f"{text[:half]}...[{len(text) - 2 * half:,} characters]...{text[-half:]}"
 
 
 def trace_error(e: Exception) -> str:

@@ -15,6 +15,7 @@ file it points at.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -170,6 +171,39 @@ def write_atomic(path: str | os.PathLike, data: bytes | Callable[[int], None], *
         raise
 
 
+# a link into these is a link to a device, a process's descriptor or a kernel setting, never a file to replace
+_SPECIAL_TREES = ("/dev", "/proc", "/sys")
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What makes `path` no place for a regular file, or None: an existing non-regular file (a device,
+    a FIFO, a socket), or a symbolic link into /dev, /proc or /sys (its target may not exist yet:
+    /proc/self/fd/1 read from another process)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        hop = os.path.abspath(path)
+        for _ in range(40):   # each link of a chain, as written: /proc/self/fd/1 resolves per process
+            if not os.path.islink(hop):
+                break
+            hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+            for tree in _SPECIAL_TREES:
+                if hop == tree or hop.startswith(tree + "/"):
+                    return f"a link into {tree}"
+        resolved = os.path.realpath(path)
+        if any(resolved == t or resolved.startswith(t + "/") for t in _SPECIAL_TREES):
+            return f"a link into {next(t for t in _SPECIAL_TREES if resolved == t or resolved.startswith(t + '/'))}"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None   # a dangling link elsewhere: replaced, as today
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return _kind(st.st_mode)
+
+
 def _note(line: str) -> None:
     import sys
 
@@ -181,6 +215,9 @@ def write_output(path: str | os.PathLike, data: bytes, *, option: str,
                  on_note: Callable[[str], None] = _note) -> None:
     """A user-named output (--out, --html, --png): its missing parent folders created (and said
     so, on stderr), then write_atomic. OSError is the caller's to report."""
+    special = special_kind(path)
+    if special:   # checked before the work too (jaxmem.present.outputs): here in case it appeared since
+        raise OSError(errno.EEXIST, f"is {special}, not a regular file; jaxmem writes only regular files")
     parent = Path(os.path.abspath(path)).parent
     if not parent.is_dir():
         parent.mkdir(parents=True, exist_ok=True)

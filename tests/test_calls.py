@@ -74,7 +74,7 @@ def test_remat_without_a_hook_or_remat_at_is_refused_pointing_to_remat_at():
 def test_a_models_own_remat_hook_wins_over_remat_at_and_the_report_says_so():
     args = {"preset": "tiny"}
     hook = _run("models/llama.py", remat="full", args=args)
-    both = _run("models/llama.py", remat="full", remat_at="Block", args=args)
+    both = _run("models/llama.py", remat="full", remat_at="DecoderLayer", args=args)   # found, not applied
     assert both.per_device_peak_bytes == hook.per_device_peak_bytes
     assert "remat_at" not in both.options
     assert [w.kind for w in both.warnings if w.kind == "remat_at_ignored"] == ["remat_at_ignored"]

@@ -167,6 +167,16 @@ class Advice:
         return [c for c in self.candidates if c.fits]
 
     @property
+    def compiled(self) -> list[Candidate]:
+        """The changes that compiled (a verdict comes only from these)."""
+        return [c for c in self.candidates if c.report is not None]
+
+    @property
+    def fits(self) -> bool:
+        """The verdict: a change fits, or the step fits as given (exit 0 then, --all or not)."""
+        return bool(self.fitting) or bool(self.original.fits)
+
+    @property
     def closest(self) -> Candidate | None:
         """The compiled candidate with the smallest peak above what is usable (when none fits)."""
         done = [(c.headroom, c) for c in self.candidates if c.headroom is not None]
@@ -196,6 +206,7 @@ class Advice:
         closest = None if self.fitting or not self.searched else self.closest
         return {"schema": SCHEMA, "model_file": self.path, "original": row(self.original),
                 "fits_as_given": self.original.fits, "searched": self.searched,
+                "changes_compiled": len(self.compiled),
                 "candidates": [row(c) for c in self.candidates],
                 "fitting": len(self.fitting), "closest": row(closest) if closest is not None else None,
                 "compiles": self.compiles, "cached": self.cached, "seconds": round(self.seconds, 1),

@@ -21,7 +21,7 @@ from typing import Any
 
 from jaxmem import files
 from jaxmem.analysis.stages import OFFLOAD_ON_CPU
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, clip
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
 from jaxmem.program.options import AnalyzeOptions, split_remats
@@ -29,9 +29,18 @@ from jaxmem.report import BREAKDOWN_KEYS, Report
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES: dict[str, Callable[[str], Any]] = {
-    "layout": str, "remat": str, "precision": str, "batch": int, "optimizer": str, "mesh": str, "gpu": str,
-    "lora_rank": int, "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str,
-    "microbatches": lambda v: None if v.lower() in ("none", "default") else int(v)}
+    "layout": str, "remat": str, "precision": str, "batch": lambda v: _grid_whole(v, 1), "optimizer": str,
+    "mesh": str, "gpu": str,
+    "lora_rank": lambda v: _grid_whole(v, 0), "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str,
+    "microbatches": lambda v: None if v.lower() in ("none", "default") else _grid_whole(v, 1)}
+GRID_OPTIONS = {"layout": "--layouts", "remat": "--remats", "precision": "--precisions", "batch": "--batches",
+                "optimizer": "--optimizers", "mesh": "--meshes", "gpu": "--gpus", "lora_rank": "--loras",
+                "base_dtype": "--base-dtypes", "rules": "--rules", "microbatches": "--microbatches"}
+# a grid this large starts only when asked (--yes, yes=True): it says first how long it expects to take
+CONFIRM_ROWS = 200
+# one row of a real model, compiled on one core: benchmarks/results/planning.md's 8-row GPT-2 XL sweep,
+# --jobs 1, took 230 s (29 s a row); a fit search compiles about 4 times per row (the same table)
+ROW_SECONDS, SEARCH_COMPILES = 29.0, 4
 BATCH_LIMIT = 1 << 16      # samples: a batch search stops here (the answer says "at least")
 SEQ_LIMIT = 1 << 20        # tokens: a sequence-length search stops here
 DEVICES_LIMIT = 4096       # the largest data-parallel size a devices search tries
@@ -81,8 +90,22 @@ class Rows(list):
         return display.html("rows", self)
 
 
-def grid(spec: dict[str, str | None]) -> list[dict[str, Any]]:  # AnalyzeOptions field -> value
-    """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination."""
+def _grid_whole(text: str, minimum: int) -> int:
+    """A grid's whole number, refused as analyze's option is (click's IntRange: "0 is not in the range x>=1")."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid integer.") from None
+    if n < minimum:
+        raise ValueError(f"{n} is not in the range x>={minimum}.")
+    return n
+
+
+def grid(spec: dict[str, str | None], *, yes: bool = True, n_jobs: int | None = None,
+         search: bool = False) -> list[dict[str, Any]]:  # AnalyzeOptions field -> value
+    """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination. Every value is checked
+    before any row compiles (a UserError naming the option and the value); a grid of more than
+    CONFIRM_ROWS rows is a UserError saying how long it would take, unless `yes`."""
     axes = []
     for name, text in spec.items():
         if text is None:
@@ -92,20 +115,40 @@ def grid(spec: dict[str, str | None]) -> list[dict[str, Any]]:  # AnalyzeOptions
         values = [v.strip() for v in parts if v.strip()]
         try:
             axes.append([(name, conv(v)) for v in values])
-        except ValueError:
-            raise UserError(f"--{name} {text!r}: expected comma-separated values") from None
+        except ValueError as e:
+            why = str(e) if "range" in str(e) or "integer" in str(e) else "expected comma-separated values"
+            raise UserError(f"{GRID_OPTIONS[name]} {clip(text)}: {why}") from None
+    n = math.prod(len(a) for a in axes)
+    if n > CONFIRM_ROWS and not yes:
+        raise UserError(_too_many(n, n_jobs, search))
     rows = [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
     return _finetune_rows(rows)
+
+
+def _too_many(n: int, n_jobs: int | None, search: bool) -> str:
+    import os
+
+    jobs = n_jobs or os.cpu_count() or 1
+    seconds = n * ROW_SECONDS * (SEARCH_COMPILES if search else 1) / jobs
+    span = f"{seconds / 3600:.1f} hours" if seconds >= 3600 else f"{seconds / 60:.0f} minutes"
+    per = f" x {SEARCH_COMPILES} compiles per fit search" if search else ""
+    return (f"this grid is {n:,} rows: at about {ROW_SECONDS:.0f} s a row of a real model per worker (a GPT-2 XL row "
+            f"compiled on one core, benchmarks/results/planning.md){per} on {jobs} worker{'s' if jobs != 1 else ''}, "
+            f"about {span} (less for rows the compile cache holds); add --yes (yes=True in Python) to start it, or "
+            "narrow the grid")
 
 
 def _finetune_rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """A base dtype is the storage of a LoRA run's frozen base: a row without LoRA (lora_rank 0,
     a full fine-tune) has none, so `--loras 0,16 --base-dtypes bf16,nf4` gives one full row, not two."""
     out: list[dict[str, object]] = []
+    seen: set[tuple] = set()   # grid values are text, numbers or None: hashable, and a set keeps this linear
     for row in rows:
         if row.get("lora_rank") == 0 and row.get("base_dtype") is not None:
             row = {**row, "base_dtype": None}
-        if row not in out:
+        key = tuple(row.items())
+        if key not in seen:
+            seen.add(key)
             out.append(row)
     return out
 
@@ -132,12 +175,12 @@ def label(choice: dict[str, object]) -> str:
 def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, find: Find | None = None,
             n_jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
             progress: bool = True, on_row: Callable[[Cell], None] | None = None,
-            find_batch: bool = False) -> list[Cell]:
+            find_batch: bool = False, yes: bool = False) -> list[Cell]:
     """One Cell per grid row, in grid order. `on_row` sees each row as it finishes.
-    (`find_batch=True` is `find=Find("batch")`.)"""
+    (`find_batch=True` is `find=Find("batch")`.) `yes`: start a grid of more than CONFIRM_ROWS rows."""
     if find_batch and find is None:
         find = Find("batch")
-    choices = grid(spec)
+    choices = grid(spec, yes=yes, n_jobs=n_jobs, search=find is not None)
     rows = _remat_at_block(path, [(choice, dataclasses.replace(base, **choice)) for choice in choices])
     for _, opts in rows:
         _check(opts, find)
@@ -169,6 +212,10 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     from jaxmem.program import layouts, rules
 
     layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
+    for flag, value, least in (("--microbatches", opts.microbatches, 1), ("--repeats", opts.repeats, 1),
+                               ("--batch", opts.batch, 1), ("--accum", opts.accum, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise UserError(f"--{flag.lstrip('-')} {value}: {value} is not in the range x>={least}.")
     if opts.rules:
         rules.load(opts.rules)   # a file that cannot be read or parsed: exit 2 before any worker
     if opts.offload is not None and opts.on_cpu:

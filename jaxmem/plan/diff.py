@@ -13,11 +13,13 @@ what both have.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from collections import Counter
 from typing import Any
 
 from jaxmem import files
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, clip
 from jaxmem.report import BREAKDOWN_KEYS
 
 MAX_REPORT_BYTES = 256 << 20   # a report with its timeline is a few MB; far more is not one
@@ -100,26 +102,59 @@ def load(path: str, option: str) -> dict:
     missing = [k for k in REQUIRED if k not in d]
     if missing or not isinstance(d.get("breakdown"), dict):
         raise UserError(f"{option} {path}: not an analysis report (no {', '.join(missing) or 'breakdown'}); {fix}")
-    try:
-        _number(d["per_device_peak_bytes"])
-        for v in d["breakdown"].values():
-            _number(v)
-    except (TypeError, ValueError):
-        raise UserError(f"{option} {path}: its peak or breakdown holds something that is not a byte count; "
-                        f"{fix}") from None
+    _check_values(d, f"{option} {path}", fix)
     return d
 
 
-def _number(x) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-        raise ValueError(x)
-    return x
+MAX_BYTES = 2**63 - 1   # no byte count a report holds is larger (and every one converts to a float)
+
+
+def _check_values(d: dict, where: str, fix: str) -> None:
+    """Every number of the report finite and at most 2^63 in size (NaN, Infinity or a 400-digit
+    integer is no report jaxmem wrote: it would print NaN as JSON or overflow a float), every byte
+    count a non-negative integer, and modules / top_buffers lists of rows with their fields: a
+    UserError naming the field otherwise."""
+    todo: list[tuple[object, str]] = [(d, "")]
+    while todo:   # iterative: a deep document cannot overflow the stack (loads_json bounds its depth)
+        x, at = todo.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            raise UserError(f"{where}: {at or 'the document'} is {x}, not a finite number; {fix}")
+        if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_BYTES:
+            raise UserError(f"{where}: {at} is an integer of {len(str(abs(x)))} digits, beyond any byte count; "
+                            f"{fix}")
+        if isinstance(x, dict):
+            todo.extend((v, f"{at}.{clip(str(k), 60)}" if at else clip(str(k), 60)) for k, v in x.items())
+        elif isinstance(x, list):
+            todo.extend((v, f"{at}[{n}]") for n, v in enumerate(x))
+
+    def byte_count(value, field: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserError(f"{where}: {field} is {clip(json.dumps(value), 60)}, not a byte count (a whole number "
+                            f"of at least 0); {fix}")
+
+    byte_count(d["per_device_peak_bytes"], "per_device_peak_bytes")
+    for k, v in d["breakdown"].items():
+        byte_count(v, f"breakdown.{clip(str(k), 60)}")
+    for field, name_key, size_key in (("modules", "module_path", "bytes"), ("top_buffers", None, "size")):
+        rows = d.get(field)
+        if rows is None:
+            continue
+        if not isinstance(rows, list):
+            raise UserError(f"{where}: {field} is {clip(json.dumps(rows), 60)}, not a list of rows; {fix}")
+        for n, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise UserError(f"{where}: {field}[{n}] is {clip(json.dumps(row), 60)}, not a row (an object); "
+                                f"{fix}")
+            if name_key is not None and not isinstance(row.get(name_key), str):
+                raise UserError(f"{where}: {field}[{n}].{name_key} is missing or not text; {fix}")
+            byte_count(row.get(size_key), f"{field}[{n}].{size_key}")
 
 
 def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Change, ...]:
-    # the order's names that either report has (fp8_state only under --precision fp8), then the rest
-    names = [n for n in order if n in old or n in new] if order is not None else sorted(set(old) | set(new))
-    names += [n for n in sorted(set(old) | set(new)) if n not in names]
+    both = set(old) | set(new)   # sets and dicts only: a 300,000-module report diffs in linear time
+    first = [n for n in order if n in both] if order is not None else []
+    listed = set(first)
+    names = first + sorted(n for n in both if n not in listed)
     out = [Change(n, int(old.get(n, 0)), int(new.get(n, 0))) for n in names]
     if order is None:   # largest change first; ties by name
         out.sort(key=lambda c: (-abs(c.delta), c.name))
@@ -127,7 +162,10 @@ def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Chan
 
 
 def _modules(d: dict) -> dict[str, int]:
-    return {str(m["module_path"]): int(m["bytes"]) for m in d.get("modules") or () if isinstance(m, dict)}
+    out: Counter[str] = Counter()   # a module listed twice counts twice, in both reports alike
+    for m in d.get("modules") or ():
+        out[str(m["module_path"])] += int(m["bytes"])
+    return dict(out)
 
 
 def _buffers(d: dict) -> dict[str, int]:
@@ -135,9 +173,8 @@ def _buffers(d: dict) -> dict[str, int]:
     between versions (fusion.12 -> fusion.13) is the same buffer here."""
     out: Counter[str] = Counter()
     for b in d.get("top_buffers") or ():
-        if isinstance(b, dict):
-            key = f"{b.get('module_path') or '-'} {b.get('dtype', '')}{b.get('shape')} {b.get('category')}"
-            out[key] += int(b.get("size", 0))
+        key = f"{b.get('module_path') or '-'} {b.get('dtype', '')}{b.get('shape')} {b.get('category')}"
+        out[key] += int(b["size"])
     return dict(out)
 
 

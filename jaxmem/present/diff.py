@@ -32,7 +32,7 @@ def print_diff(d, top: int = 10) -> None:
     for name, justify in (("part", "left"), ("old", "right"), ("new", "right"), ("change", "right")):
         t.add_column(name, justify=justify)   # type: ignore[arg-type]
     for c in d.breakdown:
-        t.add_row(c.name, fmt_bytes(c.old), fmt_bytes(c.new), _signed(c.delta))
+        t.add_row(escape(c.name), fmt_bytes(c.old), fmt_bytes(c.new), _signed(c.delta))
     console.print(t)
     for title, rows, what in (("modules live at the peak", d.modules, "module"),
                               ("buffers live at the peak (module, shape, category)", d.buffers, "buffers")):
@@ -65,7 +65,7 @@ def show(old_path: str, new_path: str, *, max_growth: float | None, top: int, as
 
     d = diff(old_path, new_path, max_growth=max_growth)
     if as_json:
-        print(json.dumps(d.to_json(), indent=2))
+        print(json.dumps(d.to_json(), indent=2, allow_nan=False))   # strict JSON: load refused NaN
     else:
         print_diff(d, top)
     return d.exceeded

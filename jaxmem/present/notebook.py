@@ -128,7 +128,9 @@ def advice_html(a) -> str:
                     f'<td class="num">{e(fmt_seconds(c.step_s))}</td>'
                     f'<td class="num">{"-" if rel is None else f"{rel:.2f}x"}</td>'
                     f'<td class="mono cmd">{e(c.command(a.path)) if c.report else e(c.error)}</td></tr>')
-    verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched else "fits as given (all=True searches anyway)")
+    verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched and (a.fitting or not a.original.fits) else
+               f"fits as given; {len(a.compiled)} change(s) compiled, none fits" if a.searched else
+               "fits as given (all=True searches anyway)")
     body = (f'<section class="card"><h2>{e(a.path)}: {e(verdict)}</h2>'
             '<table><thead><tr><th>plan</th><th>verdict</th><th class="num">peak</th><th class="num">headroom</th>'
             '<th class="num">step (est.)</th><th class="num">vs as given</th><th>command</th></tr></thead>'

@@ -7,12 +7,21 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.errors import UserError
+from jaxmem import files
+from jaxmem.errors import UserError, clip
 
 
 def check_writable(option: str, path: str) -> None:
     """A side output's directory (or the nearest one that exists: the writer creates the rest) is
-    writable, and the path itself is not a directory or a file that cannot be overwritten."""
+    writable, and the path itself is not a directory or a file that cannot be overwritten. Only
+    regular files are written: a device, a FIFO, a socket or a link into /dev, /proc or /sys is
+    refused (the writer's rename would replace it: as root, /dev/null would become a PNG)."""
+    if not path:
+        raise UserError(f"{option} '': an empty path; give a file name, e.g. {option} report{_SUFFIX.get(option, '')}")
+    special = files.special_kind(path)
+    if special:
+        raise UserError(f"{option} {clip(path)}: is {special}, not a regular file; jaxmem writes only regular "
+                        "files: give a file path")
     if os.path.isdir(path):
         raise UserError(f"{option} {path}: is a directory; give a file name inside it")
     if os.path.exists(path) and not os.access(path, os.W_OK):
@@ -24,6 +33,24 @@ def check_writable(option: str, path: str) -> None:
         raise UserError(f"{option} {path}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{option} {path}: the directory {parent} is not writable; give a path you can write")
+
+
+_SUFFIX = {"--html": ".html", "--png": ".png", "--out": ".json"}
+
+
+def check_all(paths: list[tuple[str, str | None]]) -> None:
+    """Every output of one command checked (check_writable) before any work, and no two on one
+    file (the second would silently replace the first)."""
+    seen: dict[str, str] = {}
+    for option, path in paths:
+        if path is None:
+            continue
+        check_writable(option, path)
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UserError(f"{seen[key]} and {option} both write {clip(path)}; the second would replace the "
+                            "first: give each its own file")
+        seen[key] = option
 
 
 def write(outputs: list[tuple[str, str | None, Callable[[Any, str], Any]]], result: Any, what: str) -> None:

@@ -377,9 +377,18 @@ def render_advice(a, console: Console | None = None) -> None:
         console.print(table)
         for i, c in enumerate(fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
+    elif o.fits:   # --all: the verdict is the step as given; say what the search found, never NONE FITS
+        tried = len(a.candidates)
+        what = ("no change of the kinds asked (--changes) applies to this step, so none was tried" if not tried else
+                f"none of the {tried} changes tried compiled" if not a.compiled else
+                f"none of the {len(a.compiled)} compiled changes fits")
+        console.print(f"It fits as given; {what}: keep the step as given.")
+    elif not a.compiled:
+        console.print(Text(" NONE FITS ", style="bold white on red"),
+                      f" no change was compiled ({len(a.candidates)} tried, none compiled: see below)")
     else:
         console.print(Text(" NONE FITS ", style="bold white on red"),
-                      f" none of the {len(a.candidates)} compiled changes fits")
+                      f" none of the {len(a.compiled)} compiled changes fits")
         c = a.closest
         if c is not None:
             console.print(f"closest: {escape(c.label)}: peak {fmt_bytes(c.peak)}, {fmt_bytes(-c.headroom)} over; "

@@ -7,7 +7,8 @@
   class as linen's top module is. Under a scope the model opened itself (models/vit.py names its
   blocks) jaxmem adds none: the model's own names stand.
 * **Checkpoints without a hook** (``--remat-at REGEX``, ``Workload(remat_at=...)``). The calls of
-  the linen or NNX modules whose class name or module path the regex finds (``re.search``) run
+  the linen or NNX modules whose class name or module path the regex finds (``re.search``, matched by
+  RE2: jaxmem.program.patterns) run
   under the ``--remat`` policy: linen through ``nn.intercept_methods`` and ``nn.checkpoint``, NNX
   through ``nnx.remat``. Only the outermost match is checkpointed (a match inside a checkpointed
   call is already inside it). :class:`CallLog` records where checkpoints went, for the report.
@@ -30,6 +31,9 @@ import re
 
 import jax
 
+from jaxmem.errors import UserError, clip
+from jaxmem.program import patterns
+
 _INSIDE = contextvars.ContextVar("jaxmem_inside_checkpoint", default=False)
 _LIFTED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("jaxmem_lifted_outer", default=frozenset())
 _STACK: contextvars.ContextVar[tuple] = contextvars.ContextVar("jaxmem_nnx_scopes", default=())
@@ -41,6 +45,7 @@ class CallLog:
     (class name -> a path), for the report and for the error when the regex finds none."""
 
     remat_at: str | None = None
+    unapplied: str | None = None   # a --remat-at the model's own remat hook overrides: it must still find a module
     collective_axis: str | None = None   # the pmap-style axis name the model's collectives use, bound per group
     placed: set[str] = dataclasses.field(default_factory=set)
     seen: dict[str, set[str]] = dataclasses.field(default_factory=dict)   # class name -> its module paths
@@ -62,17 +67,24 @@ class CallLog:
         return max(blocks)[2] if blocks else None
 
     def check(self) -> None:
-        """After the trace: a --remat-at that found no module is the user's error (before the compile)."""
+        """After the trace: a --remat-at that found no module is the user's error (before the compile),
+        applied or not (a model with its own remat hook: the pattern still has to name its modules)."""
         if self.remat_at is not None and not self.placed:
-            from jaxmem.errors import UserError
+            raise UserError(self._finds_nothing(self.remat_at))
+        if self.unapplied is not None:
+            rx = patterns.compile_pattern(self.unapplied, "--remat-at")
+            if not any(rx.search(c) or any(rx.search(p) for p in ps) for c, ps in self.seen.items()):
+                raise UserError(self._finds_nothing(self.unapplied) + " (the model's workload() takes `remat` and "
+                                "places its own checkpoints, so --remat-at is not applied; drop it)")
 
-            shown = ", ".join(f"{c} ({min(ps)})" if min(ps) else c for c, ps in list(self.seen.items())[:12]) \
-                or "none was called"
-            raise UserError(f"--remat-at {self.remat_at!r} finds no module of the model (searched in each module's "
-                            f"class name and path); its modules: {shown}")
+    def _finds_nothing(self, remat_at: str) -> str:
+        shown = ", ".join(f"{c} ({min(ps)})" if min(ps) else c for c, ps in list(self.seen.items())[:12]) \
+            or "none was called"
+        return (f"--remat-at {clip(repr(remat_at))} finds no module of the model (searched in each module's class "
+                f"name and path); its modules: {shown}")
 
 
-def matches(pattern: re.Pattern | None, cls_name: str, path: str) -> bool:
+def matches(pattern, cls_name: str, path: str) -> bool:   # an RE2 pattern (jaxmem.program.patterns)
     return pattern is not None and bool(pattern.search(cls_name) or pattern.search(path))
 
 
@@ -97,7 +109,7 @@ def linen_calls(remat_at: str | None, policy, log: CallLog):
     checkpointed with `policy`."""
     import flax.linen as nn
 
-    pattern = re.compile(remat_at) if remat_at is not None else None
+    pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
 
     def interceptor(next_fun, args, kwargs, context):
         m = context.module
@@ -162,7 +174,7 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
     scope of the module's path (`scopes`), and the checkpoint where `remat_at` finds it."""
     from flax import nnx
 
-    pattern = re.compile(remat_at) if remat_at is not None else None
+    pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
     paths: dict[int, tuple[str, ...]] = {}
 
     def register(root, prefix: tuple[str, ...]) -> None:

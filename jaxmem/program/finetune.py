@@ -24,7 +24,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, clip
+from jaxmem.program import patterns
 from jaxmem.program.options import BASE_DTYPES, OFFLOADS, FineTune
 from jaxmem.program.tree import is_float, path_str
 
@@ -42,10 +43,7 @@ def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", d
                         "own `step`: freeze, adapt or offload inside it")
     for flag, rx in (("--freeze", ft.freeze), ("--lora-targets", ft.lora_targets)):
         if rx is not None:
-            try:
-                re.compile(rx)
-            except re.error as e:
-                raise UserError(f"{flag} {rx!r} is not a valid regular expression: {e}") from None
+            patterns.compile_pattern(rx, flag)   # linear-time matching (RE2); exit 2 naming the flag otherwise
     if ft.lora_rank < 0:
         raise UserError(f"--lora {ft.lora_rank}: the rank must be positive (0 turns LoRA off)")
     if ft.lora_alpha is not None and not (isinstance(ft.lora_alpha, (int, float)) and math.isfinite(ft.lora_alpha)
@@ -88,20 +86,30 @@ def provider(ft: FineTune):
     """qwix's (Q)LoRA provider: adapters on the targets; the base quantized everywhere qwix can."""
     import qwix
 
-    # --lora-targets is searched in the module path (like --freeze in the param path); qwix full-matches.
-    targets = ".*" if ft.lora_targets is None else f".*(?:{ft.lora_targets}).*"
+    # --lora-targets is searched in the module path (like --freeze in the param path), by RE2: the
+    # provider decides each path (patterns.lookup_rule) and qwix full-matches ".*" or nothing
+    targets = ".*"
     qtype = _qtype(ft.base_dtype)
     alpha = float(ft.lora_alpha if ft.lora_alpha is not None else ft.lora_rank)
     if qtype is None:
-        return _LoraProvider([qwix.LoraRule(module_path=targets, rank=ft.lora_rank, alpha=alpha)])
+        return _selecting(_LoraProvider([qwix.LoraRule(module_path=targets, rank=ft.lora_rank, alpha=alpha)]), ft, 1)
     # qwix 0.1.8 quantizes a conv's weight only together with its activations (PtqProvider.
     # conv_general_dilated raises otherwise), so conv weights keep their dtype; the first rule that
     # matches an op wins. QLoRA quantizes the whole base, not only the adapted weights.
-    return _LoraProvider([
+    return _selecting(_LoraProvider([
         qwix.LoraRule(module_path=targets, op_names=QUANTIZED_OPS, rank=ft.lora_rank, alpha=alpha, weight_qtype=qtype),
         qwix.LoraRule(module_path=targets, rank=ft.lora_rank, alpha=alpha),
         qwix.QuantizationRule(module_path=".*", op_names=QUANTIZED_OPS, weight_qtype=qtype),
-    ])
+    ]), ft, 2)
+
+
+def _selecting(provider, ft: FineTune, n_rules: int):
+    """The provider with its first `n_rules` rules (the adapters') selecting the module paths
+    --lora-targets finds (patterns.lookup_rule)."""
+    if ft.lora_targets is not None:
+        rx = patterns.compile_pattern(ft.lora_targets, "--lora-targets")
+        provider.jaxmem_paths = dict.fromkeys(range(n_rules), lambda path: rx.search(path) is not None)
+    return provider
 
 
 def _provider_class():
@@ -142,6 +150,10 @@ def _provider_class():
         it: SetAttributeFrozenModuleError). Otherwise qwix's computation, from its own helpers; the
         rules jaxmem makes have no LoRA dropout, so none is applied.
         """
+
+        def _get_current_rule_and_op_id(self, op_name, **kwargs):   # --lora-targets decided by RE2
+            return patterns.lookup_rule(self, super()._get_current_rule_and_op_id, op_name, **kwargs)
+
 
         def dot_general(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                         out_sharding=None):
@@ -291,7 +303,7 @@ def split(params, ft: FineTune):
     leaves (quantized weights) are never trainable.
     """
 
-    freeze = re.compile(ft.freeze) if ft.freeze else None
+    freeze = patterns.compile_pattern(ft.freeze, "--freeze") if ft.freeze else None
 
     def trains(path, x) -> bool:
         ps = path_str(path)
@@ -307,14 +319,14 @@ def split(params, ft: FineTune):
     n_train = len(jax.tree.leaves(trainable))
     if ft.lora_rank and not any(ADAPTER.search(path_str(p))
                                 for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]):
-        where = f" (--lora-targets {ft.lora_targets!r}, searched in module paths like 'layers/attn/q_proj')" \
+        where = f" (--lora-targets {clip(repr(ft.lora_targets))}, searched in module paths like 'layers/attn/q_proj')" \
             if ft.lora_targets else ""
         raise UserError(f"--lora {ft.lora_rank}: no dense/einsum/conv weight took an adapter{where}")
     if ft.freeze and not len(jax.tree.leaves(frozen)):
-        raise UserError(f"--freeze {ft.freeze!r} matches no parameter path (paths look like "
+        raise UserError(f"--freeze {clip(repr(ft.freeze))} matches no parameter path (paths look like "
                         f"{_example_path(params)!r})")
     if n_train == 0:
-        raise UserError(f"--freeze {ft.freeze!r} freezes every parameter: nothing left to train")
+        raise UserError(f"--freeze {clip(repr(ft.freeze))} freezes every parameter: nothing left to train")
     return trainable, frozen
 
 

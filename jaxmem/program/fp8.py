@@ -45,6 +45,11 @@ def _provider_class():
     class Fp8Provider(qconfig.QuantizationProvider):
         """Every dot_general/einsum whose right operand is a weight of the module, in FP8."""
 
+        def _get_current_rule_and_op_id(self, op_name, **kwargs):   # fp8_exclude decided by RE2
+            from jaxmem.program import patterns
+
+            return patterns.lookup_rule(self, super()._get_current_rule_and_op_id, op_name, **kwargs)
+
         def _meta(self, op_id: str) -> dict[str, Any]:
             def init(name):
                 if name.endswith("history"):
@@ -91,8 +96,13 @@ def provider(exclude: str | None = None):
     """Every module's weight matmuls in FP8, but those of modules whose path `exclude` finds."""
     from qwix._src import qconfig
 
-    path = ".*" if exclude is None else f"(?!.*(?:{exclude})).*"   # qwix fullmatches the module path
-    return _provider_class()([qconfig.QuantizationRule(module_path=path)])
+    provider = _provider_class()([qconfig.QuantizationRule(module_path=".*")])
+    if exclude is not None:   # each module path decided by RE2 (patterns.lookup_rule), never by qwix's `re`
+        from jaxmem.program import patterns
+
+        rx = patterns.compile_pattern(exclude, "Workload(fp8_exclude=...)")
+        provider.jaxmem_paths = {0: lambda path: rx.search(path) is None}
+    return provider
 
 
 def wrap_linen(model, exclude: str | None = None):

@@ -180,7 +180,7 @@ def build(p: StepPlan, mesh) -> BuiltStep:
         schedule = pipeline_stages.with_layers(schedule, layers)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec,
                               stage=None if schedule is None else (schedule.axis, stage_leaves))
-    log = calls_mod.CallLog(wl.remat_at)
+    log = calls_mod.CallLog(wl.remat_at, unapplied=wl.remat_at_unapplied)
     fn = train_step(wl, st, sh, opts, mesh, mesh_spec, explicit=p.explicit, log=log, schedule=schedule)
     donate = tuple(i for i, name in enumerate(StepArgs._fields) if name in DONATED) if opts.donate else ()
     out_sh = StepOut(sh.shardings(sh.trainable), sh.shardings(sh.opt_state), sh.shardings(sh.mutable),

@@ -19,14 +19,14 @@ import dataclasses
 import importlib.util
 import inspect
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxmem.errors import UserError, describe
+from jaxmem.errors import UserError, clip, describe
+from jaxmem.program import patterns
 from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
 from jaxmem.report import ReportWarning
 
@@ -120,6 +120,7 @@ class Workload:
     fp8_exclude: str | None = None
     remat_at: str | None = None
     remat_hook: bool = False   # set by jaxmem: workload() took `remat` (the model places its checkpoints)
+    remat_at_unapplied: str | None = None   # set by jaxmem: a --remat-at the remat hook overrides (still checked)
 
     @property
     def is_custom_step(self) -> bool:
@@ -129,15 +130,16 @@ class Workload:
         if self.axis_types not in (None, "auto", "explicit"):
             raise UserError(f"{source}: Workload(axis_types={self.axis_types!r}): give 'explicit' (or 'auto', or "
                             "leave it out)")
-        for field in ("fp8_exclude", "remat_at"):
+        for field in ("fp8_exclude", "remat_at", "remat_at_unapplied"):
             value = getattr(self, field)
             if value is None:
                 continue
-            try:
-                re.compile(value)
-            except re.error as e:
-                flag = f"--remat-at {value!r}" if field == "remat_at" else f"Workload({field}={value!r})"
-                raise UserError(f"{source}: {flag} is not a regular expression ({e})") from None
+            flag = "Workload(fp8_exclude=...)" if field == "fp8_exclude" else "--remat-at"
+            label = f"Workload(fp8_exclude={clip(repr(value))})" if field == "fp8_exclude" else None
+            try:   # matched by RE2 (linear time): a pattern it cannot express is refused here, before any trace
+                patterns.compile_pattern(value, flag, label)
+            except UserError as e:
+                raise UserError(f"{source}: {e}") from None
         if self.batch is None:
             raise UserError(f"{source}: Workload has no `batch`; give the global batch as a pytree of "
                             "jax.ShapeDtypeStruct.")
@@ -301,6 +303,8 @@ def load_workload(path: str | Path, *, remat: str = "none", remat_at: str | None
     Errors in the user's file become one UserError that quotes the user's own
     frame, not ours. The model's code runs under :func:`running_user_code`.
     """
+    if remat_at is not None:   # before the model file runs: applied or not, it must be a pattern jaxmem matches
+        patterns.compile_pattern(remat_at, "--remat-at")
     with running_user_code(path):
         return _load_workload(Path(path), remat, model_args, remat_at)
 
@@ -319,6 +323,8 @@ def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none
     file's ``workload()`` is (model arguments, ``remat``)."""
     model_args = dict(model_args or {})
     source = source_label(model)
+    if remat_at is not None:
+        patterns.compile_pattern(remat_at, "--remat-at")
     if isinstance(model, Workload):
         if model_args:
             raise UserError(f"{source}: args={model_args} are arguments of a workload() function, but a Workload "
@@ -406,8 +412,8 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
                         f"{_shadow_hint(e)}") from None
     if not isinstance(wl, Workload):
         raise UserError(f"{path}: workload() returned {type(wl).__name__}, expected jaxmem.Workload")
-    if hook:
-        wl = dataclasses.replace(wl, remat_hook=True)
+    if hook:   # --remat-at is not applied, but checked all the same (Workload.validate, CallLog.check)
+        wl = dataclasses.replace(wl, remat_hook=True, remat_at_unapplied=remat_at)
     elif remat_at is not None:
         wl = dataclasses.replace(wl, remat_at=remat_at)
     if not hook and remat != "none" and wl.remat_at is None:

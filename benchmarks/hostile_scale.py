@@ -1,0 +1,81 @@
+"""Issue 35's "linear-time work on every input", measured: `jaxmem diff` of reports with 10k, 40k and
+300k modules (and as many buffers), the default pipeline microbatch search on huge and prime
+batches, and a catastrophic --freeze/--lora-targets/--remat-at pattern matched against many paths.
+Each row is the wall time of the call itself (no jax import); the table goes to
+benchmarks/results/hostile-scale.md.
+
+    python benchmarks/hostile_scale.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "jax-0.10.2" / "gpt2-data8-fsdp.json"
+
+
+def _report(n: int, shift: int, folder: pathlib.Path) -> pathlib.Path:
+    d = json.loads(GOLDEN.read_text())
+    d["modules"] = [{"module_path": f"model/layers_{i}/mlp", "bytes": 1000 + i + (i % 3) * shift, "buffers": 1}
+                    for i in range(shift, n + shift)]
+    d["top_buffers"] = [{"module_path": f"model/layers_{i}", "shape": [i], "dtype": "f32", "category": "temp",
+                         "size": 4 * i + shift} for i in range(n)]
+    p = folder / f"r{n}-{shift}.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def _time(argv: list[str]) -> tuple[float, int]:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "jaxmem.cli", *argv], cwd=ROOT, capture_output=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return time.perf_counter() - t, r.returncode
+
+
+def _call(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = pathlib.Path(tmp)
+        for n in (10_000, 40_000, 300_000):
+            old, new = _report(n, 0, folder), _report(n, 7, folder)
+            secs, rc = _time(["diff", str(old), str(new), "--json"])
+            rows.append((f"jaxmem diff, {n:,} modules and buffers ({old.stat().st_size / 2**20:.1f} MB)",
+                         f"{secs:.2f} s", f"exit {rc}"))
+    sys.path.insert(0, str(ROOT))
+    from jaxmem.program import pipeline_stages
+
+    for batch in (2_000_000_000, 2_147_483_647, 999_999_937):
+        secs = _call(lambda b=batch: pipeline_stages.default_microbatches(2, b, 1))
+        rows.append((f"default microbatches, batch {batch:,}, 2 stages",
+                     f"{secs * 1e3:.2f} ms", str(pipeline_stages.default_microbatches(2, batch, 1))))
+    from jaxmem.program import patterns
+
+    rx = patterns.compile_pattern("^(([a-z_/]+)+)+!$", "--freeze")
+    paths = [f"model/layers_{i}/attention/query_projection/kernel" * 4 for i in range(10_000)]
+    secs = _call(lambda: [rx.search(p) for p in paths])
+    rows.append(("--freeze '^(([a-z_/]+)+)+!$' over 10,000 paths of 200 characters", f"{secs:.2f} s", "no match"))
+    out = ["# Linear-time work on hostile inputs (issue 35)", "",
+           f"`python benchmarks/hostile_scale.py` on {platform.node()} ({os.cpu_count()} cores, "
+           f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d')}.", "",
+           "| case | wall | answer |", "|---|---:|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
+    text = "\n".join(out) + "\n"
+    print(text)
+    (ROOT / "benchmarks" / "results" / "hostile-scale.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
