@@ -5,7 +5,6 @@ From Python (a notebook, a script): ``jaxmem.analyze``, ``jaxmem.compare`` and `
 renders; errors are ``jaxmem.UserError``. Import jaxmem before anything touches jax's devices.
 """
 
-import importlib
 import os
 
 from jaxmem import env as _env
@@ -16,6 +15,7 @@ _env.note_jax_state()
 # compilation needs the plugin but not the driver (docs/how-it-works.md §1).
 os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
 
+from jaxmem._lazy import __getattr__ as __getattr__  # noqa: E402  (Advice, Rows, AnalyzeOptions: loaded on first use)
 from jaxmem.api import advise, analyze, compare  # noqa: E402
 from jaxmem.errors import UserError  # noqa: E402
 from jaxmem.program.presets import choose_preset  # noqa: E402
@@ -25,14 +25,3 @@ from jaxmem.report import Report, ReportWarning  # noqa: E402
 __version__ = "0.1.0"
 __all__ = ["REMAT_POLICIES", "Advice", "AnalyzeOptions", "Report", "ReportWarning", "Rows", "UserError", "Workload",
            "__version__", "advise", "analyze", "choose_preset", "compare", "remat_policy"]
-
-# What advise and compare return, and the options they take: their modules import jax, so these
-# names load on first use (`import jaxmem` stays jax-free and fast).
-_LAZY = {"Advice": "jaxmem.plan.advise", "Rows": "jaxmem.plan.compare", "AnalyzeOptions": "jaxmem.program.options"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'jaxmem' has no attribute {name!r}")
-
