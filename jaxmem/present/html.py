@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, Report
@@ -529,9 +530,9 @@ def _runtime_terms(r: Report) -> str:
 
 def _details(r: Report) -> str:
     xla = "".join(f'<tr><td>{e(k)}</td><td class="num">{e(fmt_bytes(v))}</td><td class="num mono">{v:,}</td></tr>'
-                  for k, v in r.xla.items())
+                  for k, v in cast("dict[str, int]", r.xla).items())
     check = "".join(f'<tr><td>{e(k)}</td><td class="num">{e(fmt_bytes(v))}</td><td class="num mono">{v:,}</td></tr>'
-                    for k, v in r.state_check.items())
+                    for k, v in cast("dict[str, int]", r.state_check).items())
     return (f'<section class="card" id="details"><h2>Runtime overhead and XLA\'s numbers</h2>'
             f'<p><b>runtime_overhead</b> ({e(fmt_bytes(r.breakdown.get("runtime_overhead", 0)))}): '
             f'{e(r.runtime_overhead_source)}</p>' + _runtime_terms(r) +
