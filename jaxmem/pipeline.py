@@ -39,7 +39,9 @@ def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> r
     t0 = time.perf_counter()
     with scratch.phase("loading the model file"):
         wl = load_workload(path, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
-    return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
+    from jaxmem import hf
+
+    return hf.with_config(analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart), path)
 
 
 def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:
