@@ -115,10 +115,13 @@ def info(path: str | Path) -> dict[str, Any]:
     return {"model_type": arch.model_type, "parameters": parameter_count(arch), "path": str(cfg)}
 
 
-def with_config(report, path: str | Path):
-    """`report` with its `hf_config` set when `path` is a config.json (or its folder); else as it is."""
+def info_if_config(path: str | Path) -> dict[str, Any] | None:
+    """:func:`info` when `path` is a config.json (or its folder); None for a model file."""
+    return None if config_file(path) is None else info(path)
+
+
+def with_config(report, config: dict[str, Any] | None):
+    """`report` with its `hf_config` set from :func:`info_if_config` (as it is for a model file)."""
     import dataclasses
 
-    if config_file(path) is None:
-        return report
-    return dataclasses.replace(report, hf_config=info(path))
+    return report if config is None else dataclasses.replace(report, hf_config=config)
