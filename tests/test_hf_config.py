@@ -184,3 +184,18 @@ def test_the_api_takes_a_config_path():
     assert rep.param_count == hand_count(json.loads((FIX / "gpt2" / "config.json").read_text()))
     with pytest.raises(UserError, match="n_positions"):
         jaxmem.analyze(str(FIX / "gpt2"), gpu="h100", args={"seq_len": 4096})
+
+
+def test_dropout_rates_that_draw_masks_in_training_are_read():
+    gpt2 = hf.load_arch(FIX / "gpt2" / "config.json")     # no *_pdrop given: GPT-2's own 0.1
+    assert (gpt2.embd_dropout, gpt2.attn_dropout, gpt2.resid_dropout) == (0.1, 0.1, 0.1)
+    llama = hf.load_arch(FIX / "llama" / "config.json")
+    assert (llama.embd_dropout, llama.attn_dropout, llama.resid_dropout) == (0.0, 0.0, 0.0)
+    with pytest.raises(UserError, match="attention_dropout"):
+        hf.config.parse({**json.loads((FIX / "llama" / "config.json").read_text()), "attention_dropout": 1.5},
+                        pathlib.Path("config.json"))
+
+
+def test_a_non_numeric_arg_is_exit_2_naming_it():
+    r = _run("analyze", FIX / "gpt2", "--gpu", "h100", "--arg", "seq_len=abc")
+    assert r.exit_code == 2 and "seq_len" in r.output and "Traceback" not in r.output, r.output

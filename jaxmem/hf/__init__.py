@@ -52,8 +52,14 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     import jaxmem
     from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
 
-    opts = Opts(**options)
     where = f"config file {path}"
+    for key, value, kind in (("batch_size", batch_size, int), ("seq_len", seq_len, int),
+                             ("group_size", options.get("group_size"), int),
+                             ("capacity_factor", options.get("capacity_factor"), (int, float)),
+                             ("aux_loss_coef", options.get("aux_loss_coef"), (int, float))):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise UserError(f"{where}: --arg {key}={value!r} is not a number; give e.g. --arg {key}=8")
+    opts = Opts(**options)
     if opts.attention not in ("xla", "cudnn"):
         raise UserError(f"{where}: --arg attention={opts.attention!r}; expected 'xla' or 'cudnn'")
     if opts.numerics not in NUMERICS:

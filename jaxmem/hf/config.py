@@ -70,6 +70,11 @@ class Arch:
     expert_dim: int = 0
     shared_expert_dim: int = 0         # Qwen2-MoE: one shared SwiGLU expert, gated by a sigmoid
     norm_topk_prob: bool = True        # renormalize the top-k gates (Mixtral, Qwen3-MoE: yes)
+    # dropout rates (training draws masks: memory): on the embeddings, the attention probabilities,
+    # and the attention and MLP outputs before the residual add (GPT-2's embd/attn/resid_pdrop)
+    embd_dropout: float = 0.0
+    attn_dropout: float = 0.0
+    resid_dropout: float = 0.0
 
     @property
     def moe(self) -> bool:
@@ -127,7 +132,9 @@ def parse(doc: dict[str, Any], path: Path) -> Arch:
                     ffn_dim=get.int("n_inner", None) or 4 * d, norm="layer",
                     norm_eps=get.float("layer_norm_epsilon", 1e-5), act="gelu_tanh", gated_mlp=False, qkv_bias=True,
                     o_bias=True, mlp_bias=True, tie_embeddings=get.bool("tie_word_embeddings", True),
-                    positions="learned", max_positions=get.int("n_positions"))
+                    positions="learned", max_positions=get.int("n_positions"),
+                    embd_dropout=get.rate("embd_pdrop", 0.1), attn_dropout=get.rate("attn_pdrop", 0.1),
+                    resid_dropout=get.rate("resid_pdrop", 0.1))
     d = get.int("hidden_size")
     n_layers = get.int("num_hidden_layers")
     heads = get.int("num_attention_heads")
@@ -157,6 +164,9 @@ def parse(doc: dict[str, Any], path: Path) -> Arch:
         fields.update(sandwich_norm=True, embed_scale=True, attn_softcap=get.float("attn_logit_softcapping", None),
                       final_softcap=get.float("final_logit_softcapping", None))
     fields["windows"] = _windows(doc, get, model_type, n_layers, path)
+    fields["attn_dropout"] = get.rate("attention_dropout", 0.0)
+    if model_type == "phi3":
+        fields.update(embd_dropout=get.rate("embd_pdrop", 0.0), resid_dropout=get.rate("resid_pdrop", 0.0))
     if model_type == "mixtral":
         fields.update(n_experts=get.int("num_local_experts"), top_k=get.int("num_experts_per_tok"),
                       expert_dim=get.int("intermediate_size"), ffn_dim=0)
@@ -237,6 +247,12 @@ class _Getter:
         if given and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise UserError(f"config file {self.path}: \"{key}\": {value!r} is not a number")
         return float(value) if given else value
+
+    def rate(self, key: str, default: Any = _MISSING):
+        value = self.float(key, default)
+        if not 0.0 <= value < 1.0:
+            raise UserError(f"config file {self.path}: \"{key}\": {value!r} is not a dropout rate in [0, 1)")
+        return value
 
     def bool(self, key: str, default: Any = _MISSING):
         value, given = self._get(key, default)

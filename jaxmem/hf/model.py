@@ -129,6 +129,7 @@ def _act(name: str):
 class Attention(nn.Module):
     arch: Arch
     opts: Opts
+    train: bool = True   # dropout draws masks only in training (cuDNN attention takes no dropout)
 
     @nn.compact
     def __call__(self, x, cos, sin, window):  # x: (B, T, E); window: this layer's sliding window (0: global)
@@ -159,6 +160,8 @@ class Attention(nn.Module):
             if windowed:
                 mask = mask & ((window == 0) | (i - j < window))
             probs = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1).astype(v.dtype)
+            if a.attn_dropout:
+                probs = nn.Dropout(a.attn_dropout)(probs, deterministic=not self.train)
             out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)
         out = checkpoint_name(_constrain(out, "batch", "length", "heads", None), "context")
         o_bias = 1 if a.o_bias else 0
@@ -264,15 +267,17 @@ class DecoderLayer(nn.Module):
 
     arch: Arch
     opts: Opts
+    train: bool = True
 
     @nn.compact
     def __call__(self, x, window, cos, sin):
         a = self.arch
         norm = partial(Norm, a.norm, a.norm_eps)
-        h = Attention(a, self.opts, name="attn")(norm(name="attn_norm")(x), cos, sin, window)
+        drop = partial(nn.Dropout, a.resid_dropout, deterministic=not self.train)
+        h = Attention(a, self.opts, self.train, name="attn")(norm(name="attn_norm")(x), cos, sin, window)
         if a.sandwich_norm:
             h = norm(name="post_attn_norm")(h)
-        x = x + h
+        x = x + (drop()(h) if a.resid_dropout else h)
         y = norm(name="mlp_norm")(x)
         if a.moe:
             h, aux = MoE(a, self.opts, name="moe")(y)
@@ -280,6 +285,8 @@ class DecoderLayer(nn.Module):
             h, aux = MLP(a, self.opts, name="mlp")(y), jnp.zeros((), jnp.float32)
         if a.sandwich_norm:
             h = norm(name="post_mlp_norm")(h)
+        if a.resid_dropout:
+            h = drop()(h)
         return _constrain(x + h, "batch", "length", "embed"), aux
 
 
@@ -302,6 +309,8 @@ class Decoder(nn.Module):
             x = x + wpe[:T].astype(x.dtype)[None]
         else:
             cos, sin = rope_tables(T, a.head_dim, a.rope_theta)
+        if a.embd_dropout:
+            x = nn.Dropout(a.embd_dropout)(x, deterministic=not train)
         x = _constrain(x, "batch", "length", "embed")
         layer = DecoderLayer
         if self.opts.remat != "none":
@@ -310,13 +319,13 @@ class Decoder(nn.Module):
         layers = nn.scan(
             layer,
             variable_axes={"params": 0, "_overwrite_with_gradient": 0},
-            split_rngs={"params": True},
+            split_rngs={"params": True, "dropout": True},
             in_axes=(0, nn.broadcast, nn.broadcast),   # window per layer; cos, sin shared
             length=a.n_layers,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
         windows = jnp.asarray([w or 0 for w in a.windows] or [0] * a.n_layers, jnp.int32)
-        x, aux = layers(a, self.opts, name="layers")(x, windows, cos, sin)
+        x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
         x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
         if a.tie_embeddings:
             logits = embed.attend(x)
