@@ -155,9 +155,9 @@ class Attention(nn.Module):
             scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) / math.sqrt(D)
             if a.attn_softcap:
                 scores = a.attn_softcap * jnp.tanh(scores / a.attn_softcap)
-            i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
-            mask = j <= i
+            mask = jnp.tril(jnp.ones((T, T), dtype=bool))   # causal, as models/llama.py
             if windowed:
+                i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
                 mask = mask & ((window == 0) | (i - j < window))
             probs = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1).astype(v.dtype)
             if a.attn_dropout:
@@ -282,7 +282,7 @@ class DecoderLayer(nn.Module):
         if a.moe:
             h, aux = MoE(a, self.opts, name="moe")(y)
         else:
-            h, aux = MLP(a, self.opts, name="mlp")(y), jnp.zeros((), jnp.float32)
+            h, aux = MLP(a, self.opts, name="mlp")(y), None   # a dense layer: the scan stacks nothing
         if a.sandwich_norm:
             h = norm(name="post_mlp_norm")(h)
         if a.resid_dropout:
@@ -312,6 +312,7 @@ class Decoder(nn.Module):
         if a.embd_dropout:
             x = nn.Dropout(a.embd_dropout)(x, deterministic=not train)
         x = _constrain(x, "batch", "length", "embed")
+        windowed = any(w is not None for w in a.windows)
         layer = DecoderLayer
         if self.opts.remat != "none":
             save = [n for n in self.opts.remat_save.split(",") if n]
@@ -320,11 +321,12 @@ class Decoder(nn.Module):
             layer,
             variable_axes={"params": 0, "_overwrite_with_gradient": 0},
             split_rngs={"params": True, "dropout": True},
-            in_axes=(0, nn.broadcast, nn.broadcast),   # window per layer; cos, sin shared
+            # each layer's window (scanned) where the layers differ; cos, sin shared
+            in_axes=(0 if windowed else nn.broadcast, nn.broadcast, nn.broadcast),
             length=a.n_layers,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
-        windows = jnp.asarray([w or 0 for w in a.windows] or [0] * a.n_layers, jnp.int32)
+        windows = jnp.asarray([w or 0 for w in a.windows], jnp.int32) if windowed else None
         x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
         x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
         if a.tie_embeddings:
@@ -333,4 +335,4 @@ class Decoder(nn.Module):
             logits = Proj((a.d_model, a.vocab_size), "bte,ev->btv", ("embed", "vocab"), 0, dt, name="lm_head")(x)
         if a.final_softcap:
             logits = (a.final_softcap * jnp.tanh(logits.astype(jnp.float32) / a.final_softcap)).astype(logits.dtype)
-        return _constrain(logits, "batch", "length", "vocab"), jnp.mean(aux)
+        return _constrain(logits, "batch", "length", "vocab"), (jnp.mean(aux) if a.moe else None)
