@@ -88,21 +88,21 @@ def _sm(cc: str, smem: int, threads: int) -> tuple[str, str]:
 
 _MORE_CARDS = (
     GpuSpec("rtx-3090", "NVIDIA GeForce RTX 3090", 25447170048, (8, 6), 82, 128, 102400, 101376, 1536,
-            936192000000, 6291456, 1.695, ("3090", "rtx3090", "geforce-rtx-3090"),
+            936192000000, 6291456, 1.695, ("3090",),
             (("memory_bytes", "CUDA deviceQuery on an RTX 3090: 24268 MBytes (25447170048 bytes) of global memory"),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA Ampere GA102 GPU architecture whitepaper, Appendix A (GeForce RTX 3090): 82 SMs, boost "
               "1,695 MHz, 936 GB/s GDDR6X, 6 MB L2; compute capability 8.6 (developer.nvidia.com/cuda-gpus)")),
              _sm("8.6", 100, 1536))),
     GpuSpec("rtx-4090", "NVIDIA GeForce RTX 4090", 24564 * 2**20, (8, 9), 128, 128, 102400, 101376, 1536,
-            1008000000000, 75497472, 2.52, ("4090", "rtx4090", "geforce-rtx-4090"),
+            1008000000000, 75497472, 2.52, ("4090",),
             (("memory_bytes", _SMI.format(24564)),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA Ada GPU architecture whitepaper (v2.1), Appendix A (GeForce RTX 4090): 128 SMs, "
               "boost 2,520 MHz, 1,008 GB/s GDDR6X, 72 MB L2; compute capability 8.9 (developer.nvidia.com/cuda-gpus)")),
              _sm("8.9", 100, 1536))),
     GpuSpec("rtx-5090", "NVIDIA GeForce RTX 5090", 32607 * 2**20, (12, 0), 170, 128, 131072, 101376, 1536,
-            1792000000000, 100663296, 2.407, ("5090", "rtx5090", "geforce-rtx-5090"),
+            1792000000000, 100663296, 2.407, ("5090",),
             (("memory_bytes", _SMI.format(32607)),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA RTX Blackwell GPU architecture whitepaper (GeForce RTX 5090): 170 SMs, boost 2,407 MHz, "
@@ -110,7 +110,7 @@ _MORE_CARDS = (
              ("shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit",
               "XLA's spec for the same GB202 die (xla/backends/gpu/target_config/specs/rtx6000pro.txtpb)"))),
     GpuSpec("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140 * 2**20, (8, 9), 142, 128, 102400, 101376, 1536,
-            960000000000, 100663296, 2.505, ("rtx6000-ada", "rtx-6000ada", "6000-ada"),
+            960000000000, 100663296, 2.505, ("6000-ada",),
             (("memory_bytes", _SMI.format(49140)),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA RTX 6000 Ada Generation datasheet: 48 GB GDDR6 with ECC, 960 GB/s, 18,176 CUDA cores (142 SMs); "
@@ -118,28 +118,28 @@ _MORE_CARDS = (
              _sm("8.9", 100, 1536))),
     GpuSpec("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 * 2**20, (12, 0), 188, 128, 131072,
             101376, 1536, 1792000000000, 134217728, 2.6,
-            ("rtxpro6000", "rtx-pro-6000-blackwell", "rtx-6000-pro", "rtx6000pro", "pro-6000"),
+            ("rtx-pro-6000-blackwell", "rtx-6000-pro"),
             (("memory_bytes", _SMI.format(97887) + "; XLA's spec rounds it to 96 GiB"),
              (("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz, "
               "shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit"),
               ("XLA's spec xla/backends/gpu/target_config/specs/rtx6000pro.txtpb (188 SMs, 1,792 GB/s, 128 MB L2, "
               "2.6 GHz, compute capability 12.0); NVIDIA RTX PRO 6000 Blackwell datasheet: 96 GB GDDR7 with ECC")))),
     GpuSpec("l40s", "NVIDIA L40S", 46068 * 2**20, (8, 9), 142, 128, 102400, 101376, 1536,
-            864000000000, 100663296, 2.52, ("l40-s",),
+            864000000000, 100663296, 2.52, (),
             (("memory_bytes", _SMI.format(46068) + " (ECC on, the data-center default)"),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA L40S datasheet: 48 GB GDDR6 with ECC, 864 GB/s, 18,176 CUDA cores (142 SMs); Ada whitepaper: "
               "96 MB L2 (AD102); boost 2,520 MHz; compute capability 8.9")),
              _sm("8.9", 100, 1536))),
     GpuSpec("l4", "NVIDIA L4", 23034 * 2**20, (8, 9), 58, 128, 102400, 101376, 1536,
-            300000000000, 50331648, 2.04, ("nvidia-l4",),
+            300000000000, 50331648, 2.04, (),
             (("memory_bytes", _SMI.format(23034) + " (ECC on)"),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 7,424 CUDA cores (58 SMs, AD104: 48 MB L2), boost 2,040 "
               "MHz; compute capability 8.9")),
              _sm("8.9", 100, 1536))),
     GpuSpec("a10g", "NVIDIA A10G", 23028 * 2**20, (8, 6), 80, 128, 102400, 101376, 1536,
-            600000000000, 6291456, 1.71, ("a10-g",),
+            600000000000, 6291456, 1.71, (),
             (("memory_bytes", _SMI.format(23028) + " (AWS G5 instances)"),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("AWS EC2 G5 instance page: NVIDIA A10G, 24 GB GDDR6; NVIDIA publishes no A10G datasheet: 80 SMs, "
@@ -152,12 +152,12 @@ _MORE_CARDS = (
               "shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit"),
               "XLA's spec xla/backends/gpu/target_config/specs/a100_sxm_40.txtpb"),)),
     GpuSpec("h100-pcie", "NVIDIA H100 PCIe", 84942979072, (9, 0), 114, 128, 233472, 232448, 2048,
-            2039040000000, 52428800, 1.755, ("h100pcie",),
+            2039040000000, 52428800, 1.755, (),
             ((("memory_bytes, compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz, "
               "shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit"),
               "XLA's spec xla/backends/gpu/target_config/specs/h100_pcie.txtpb"),)),
     GpuSpec("h100-nvl", "NVIDIA H100 NVL", 95830 * 2**20, (9, 0), 132, 128, 233472, 232448, 2048,
-            3900000000000, 52428800, 1.785, ("h100nvl", "h100-94g"),
+            3900000000000, 52428800, 1.785, (),
             (("memory_bytes", _SMI.format(95830)),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA H100 datasheet (H100 NVL): 94 GB HBM3, 3.9 TB/s; the H100 SXM's 132 SMs and 50 MB L2 (Hopper "
@@ -165,7 +165,7 @@ _MORE_CARDS = (
              ("shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit",
               f"{_GUIDE}: compute capability 9.0: 228 KB shared memory per SM, 227 KB per block, 2048 threads"))),
     GpuSpec("h20", "NVIDIA H20", 97871 * 2**20, (9, 0), 78, 128, 233472, 232448, 2048,
-            4000000000000, 62914560, 1.98, ("h20-96g",),
+            4000000000000, 62914560, 1.98, (),
             (("memory_bytes", _SMI.format(97871) + " (96 GB HBM3, as the GH200's)"),
              ("compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz",
               ("NVIDIA H20 product brief (HGX H20): 96 GB HBM3, 4.0 TB/s, 60 MB L2, 78 SMs of a Hopper die; compute "
@@ -173,7 +173,7 @@ _MORE_CARDS = (
              ("shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit",
               f"{_GUIDE}: compute capability 9.0: 228 KB shared memory per SM, 227 KB per block, 2048 threads"))),
     GpuSpec("b300", "NVIDIA B300", 297021865984, (10, 3), 158, 128, 233472, 232448, 2048,
-            7936000000000, 135528448, 1.965, ("b300-288g", "hgx-b300"),
+            7936000000000, 135528448, 1.965, (),
             ((("memory_bytes, compute_capability, core_count, memory_bandwidth, l2_cache_size, clock_rate_ghz, "
               "shared_memory_per_core, shared_memory_per_block_optin, threads_per_core_limit"),
               "XLA's spec xla/backends/gpu/target_config/specs/b300.txtpb"),)),
@@ -204,7 +204,20 @@ CATALOGUE: dict[str, GpuSpec] = {
     )
 }
 _ALIASES = {a: s.key for s in CATALOGUE.values() for a in (s.key, *s.aliases)}
-_COMPACT = {"".join(ch for ch in a if ch.isalnum()).removeprefix("geforce"): k for a, k in _ALIASES.items()}
+
+
+def _compact(name: str) -> str:
+    """A spelling with case, spaces, dashes and the vendor/brand prefixes dropped: "NVIDIA GeForce RTX 4090"
+    and "rtx-4090" are both "rtx4090"."""
+    out = "".join(ch for ch in name.lower() if ch.isalnum())
+    for prefix in ("nvidia", "geforce"):
+        out = out.removeprefix(prefix)
+    return out
+
+
+# every alias, and each card's name as CUDA reports it, compacted
+_COMPACT = {**{_compact(s.description): s.key for s in CATALOGUE.values()},
+            **{_compact(a): k for a, k in _ALIASES.items()}}
 DEFAULT_GPU = "h100"
 
 
@@ -534,9 +547,7 @@ def resolve_gpu_name(name: str | None) -> str:
     if key in _ALIASES:
         return _ALIASES[key]
     # the spellings people use: "RTX 4090", "rtx4090", "NVIDIA GeForce RTX 4090", "L40S", "rtx_pro_6000"
-    compact = "".join(ch for ch in key if ch.isalnum())
-    for prefix in ("nvidia", "geforce"):
-        compact = compact.removeprefix(prefix)
+    compact = _compact(key)
     if compact in _COMPACT:
         return _COMPACT[compact]
     known = ", ".join(sorted(CATALOGUE))
