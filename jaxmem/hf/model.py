@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import partial
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -95,7 +96,7 @@ class Proj(nn.Module):
     spec: str
     names: tuple[str | None, ...]
     bias_rank: int = 0          # 0: no bias; else the kernel's last bias_rank axes are the bias's
-    dtype: jnp.dtype | None = None
+    dtype: Any = None           # the compute dtype; None: promoted from x and the kernel
 
     @nn.compact
     def __call__(self, x):
