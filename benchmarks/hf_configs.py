@@ -4,6 +4,7 @@ published models', and parameter + optimizer bytes per device on --mesh fsdp=8 a
     python benchmarks/hf_configs.py                 # every config -> results/hf-configs.md
     python benchmarks/hf_configs.py --only qwen3    # the configs whose file name contains "qwen3" (no file written)
     python benchmarks/hf_configs.py --timing        # also: an 8B config vs models/llama.py's 8b, --timings
+    python benchmarks/hf_configs.py --timing-only --repeats 4   # only that table, rewritten in place
 
 The configs in benchmarks/hf_configs/ are the public config.json files of the models named (their
 Hugging Face repositories). "published" is the model's parameter count as its repository states it:
@@ -112,7 +113,8 @@ def timing_rows(repeats: int) -> list[str]:
     lines = ["| run | model | process wall s | jaxmem total_s | lowered s | compiled s | peak/device | params |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for i in range(repeats):
-        for model, extra in cases:   # alternated, so that the machine's load falls on both alike
+        # ABBA order: a load that rises or falls over the run falls on both alike
+        for model, extra in (cases if i % 2 == 0 else cases[::-1]):
             t0 = time.perf_counter()
             d, _ = analyze(model, *extra, *common)
             wall = time.perf_counter() - t0
@@ -130,7 +132,18 @@ def main() -> None:
     ap.add_argument("--timing", action="store_true", help="also time an 8B config against models/llama.py")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-fsdp", action="store_true", help="skip the fsdp=8 compiles (counts only)")
+    ap.add_argument("--timing-only", action="store_true",
+                    help="only the timing table, replacing that section of results/hf-configs.md")
     a = ap.parse_args()
+    heading = ("## A config.json against the same model's file (Llama 3.1 8B, `--gpu h100 --mesh fsdp=8 "
+               "--no-cache`; ABBA order)")
+    if a.timing_only:
+        path = RESULTS / "hf-configs.md"
+        kept = path.read_text().split("\n## A config.json against")[0].rstrip("\n")
+        rows = timing_rows(a.repeats)
+        path.write_text(kept + "\n\n" + heading + "\n\n`python benchmarks/hf_configs.py --timing-only "
+                        f"--repeats {a.repeats}`\n\n" + "\n".join(rows) + "\n")
+        return
     out = ["# Hugging Face configs: parameter counts and per-device state", "",
            "`python benchmarks/hf_configs.py" + (" --timing" if a.timing else "") + "` (benchmarks/hf_configs.py "
            "says how each column is made).", "", "## Parameter counts", ""]
@@ -139,8 +152,7 @@ def main() -> None:
         out += ["", "## Parameters and optimizer state per device, `--mesh fsdp=8` (fp32, AdamW)", ""]
         out += fsdp_rows(a.only)
     if a.timing:
-        out += ["", ("## A config.json against the same model's file (Llama 3.1 8B, `--gpu h100 --mesh fsdp=8 "
-                "--no-cache`)"), ""]
+        out += ["", heading, ""]
         out += timing_rows(a.repeats)
     if a.only is None:
         RESULTS.mkdir(exist_ok=True)
