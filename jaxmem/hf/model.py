@@ -321,7 +321,8 @@ class Decoder(nn.Module):
         layers = nn.scan(
             layer,
             variable_axes={"params": 0, "_overwrite_with_gradient": 0},
-            split_rngs={"params": True, "dropout": True},
+            # a dropout rng split per layer only where a layer draws masks (the split is in the program)
+            split_rngs={"params": True, "dropout": bool(a.attn_dropout or a.resid_dropout)},
             # each layer's window (scanned) where the layers differ; cos, sin shared
             in_axes=(0 if windowed else nn.broadcast, nn.broadcast, nn.broadcast),
             length=a.n_layers,
