@@ -38,7 +38,8 @@ def analyze(model, **options: Any) -> Report:
     """Predict the per-device peak memory of a training step: ``jaxmem analyze`` from Python.
 
     Args:
-        model: a model file's path (``str`` or ``Path``, a .py defining ``workload()``), a
+        model: a model file's path (``str`` or ``Path``, a .py defining ``workload()``), a Hugging
+            Face config.json or its folder (jaxmem.hf builds it), a
             ``jaxmem.Workload``, or a function returning one (called as a model file's
             ``workload()`` is: with ``args`` as keywords, and ``remat=`` when it takes it).
         **options: the CLI's options in snake_case, e.g. ``gpu="h100"``, ``mesh="data=8"``,

@@ -57,12 +57,16 @@ def main():
 def analyze(as_json, with_timings, html_path, png_path, **kw):
     """Predict the per-device peak memory of MODEL_FILE's training step.
 
+    MODEL_FILE is a model file (a .py defining workload()), or a Hugging Face config.json (or the
+    folder holding it): jaxmem builds the architecture it names (docs/model-files.md).
+
     Exit code: 0 when it fits, 3 when it does not, 2 on a user error.
 
     \b
     Example:
       jaxmem analyze models/llama.py --arg preset=8b --gpu h100 --mesh data=8 --layout fsdp
       jaxmem analyze models/gpt2.py --gpu a100-80g --mesh data=4,model=2 --layout fsdp_tp --json
+      jaxmem analyze benchmarks/hf_configs/Qwen3-8B.json --gpu 4090 --mesh fsdp=4 --lora 16 --precision bf16
     """
 
     def go():

@@ -206,7 +206,7 @@ def step_options(f=None, *, model_file_required: bool = True):
         return lambda g: step_options(g, model_file_required=model_file_required)
     from jaxmem.program.options import flagged
 
-    decorators = [click.argument("model_file", type=click.Path(dir_okay=False), required=model_file_required),
+    decorators = [click.argument("model_file", type=click.Path(dir_okay=True), required=model_file_required),
                   *(field_option(field.name) for field, flag in flagged() if flag.shared),
                   click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)

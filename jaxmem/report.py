@@ -201,6 +201,9 @@ class Report:
     # Empty without a stage axis.
     pipeline: dict[str, Any] = dataclasses.field(default_factory=dict)
     stages: tuple[dict[str, Any], ...] = ()
+    # A Hugging Face config.json analyzed (jaxmem/hf): its model_type, the parameter count of the
+    # architecture it names (jax.eval_shape of jaxmem's decoder) and its path; empty for a model file.
+    hf_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

@@ -62,3 +62,32 @@ def test_usable_fraction_follows_jax_env(monkeypatch):
     assert targets.usable_fraction()[0] == 0.9
     monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
     assert targets.usable_fraction()[0] == 1.0
+
+
+NEW_CARDS = ("rtx-3090", "rtx-4090", "rtx-5090", "rtx-6000-ada", "rtx-pro-6000", "l40s", "l4", "a10g", "a100-40g",
+             "h100-pcie", "h100-nvl", "h20", "b300")
+
+
+@pytest.mark.parametrize("spelling, key", [("4090", "rtx-4090"), ("rtx4090", "rtx-4090"), ("RTX 4090", "rtx-4090"),
+                                           ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("rtx-pro-6000", "rtx-pro-6000"),
+                                           ("RTX PRO 6000", "rtx-pro-6000"), ("L40S", "l40s"), ("l40s", "l40s"),
+                                           ("H100 PCIe", "h100-pcie"), ("A100-40G", "a100-40g"), ("3090", "rtx-3090")])
+def test_common_spellings_of_a_card_resolve(spelling, key):
+    assert targets.resolve_gpu_name(spelling) == key
+
+
+def test_every_card_names_a_source_for_each_figure_and_consumer_cards_say_they_have_no_peer_access():
+    rows = {r["name"]: r for r in targets.catalogue_rows()}
+    assert set(NEW_CARDS) <= set(rows)
+    for name, r in rows.items():
+        named = " ".join(s["fields"] for s in r["sources"])
+        for field in ("memory_bytes", "compute_capability", "memory_bandwidth"):
+            assert field in named, (name, field)
+    for name in NEW_CARDS:   # FP8 where the card has it: Ada (8.9) and later
+        major, minor = map(int, rows[name]["compute_capability"].split("."))
+        assert (rows[name]["performance"]["fp8_flops"] is not None) == ((major, minor) >= (8, 9)), name
+    for name in ("rtx-3090", "rtx-4090", "rtx-5090"):
+        p = targets.PERFORMANCE[name]
+        assert not p.peer_to_peer and p.intra_host_bandwidth == p.host_bandwidth / 2
+    assert targets.PERFORMANCE["h20"].intra_host_link.startswith("NVLink")
+    assert "PCIe" in targets.PERFORMANCE["l40s"].intra_host_link and targets.PERFORMANCE["l40s"].peer_to_peer

@@ -7,7 +7,7 @@ import os
 import re
 import time
 
-from jaxmem import report, scratch
+from jaxmem import hf, report, scratch
 from jaxmem.analysis import checks, stages
 from jaxmem.compiler import cache, targets
 from jaxmem.compiler import compiled as compiled_mod
@@ -23,7 +23,8 @@ def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> r
     t0 = time.perf_counter()
     with scratch.phase("loading the model file"):
         wl = load_workload(path, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
-    return analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart)
+        config = hf.info_if_config(path)   # a config.json's model_type and parameter count (report.hf_config)
+    return hf.with_config(analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart), config)
 
 
 def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> report.Report:

@@ -188,6 +188,10 @@ def render(r: Report, console: Console | None = None) -> None:
     console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
+    if r.hf_config:   # a config.json analyzed (jaxmem/hf): what it names
+        hf = r.hf_config
+        console.print(escape(f"config {hf['path']}: model_type {hf['model_type']}, {hf['parameters']:,} parameters "
+                             "(jaxmem's Flax decoder for it)"))
     for line in finetune_lines(r) + pipeline_lines(r):
         console.print(escape(line))
     if opts.get("remat_at"):

@@ -349,8 +349,14 @@ def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none
 
 
 def _load_workload(path: Path, remat: str, model_args: dict[str, Any], remat_at: str | None = None) -> Workload:
+    from jaxmem import hf
+
+    config = hf.config_file(path)
+    if config is not None:   # a Hugging Face config.json: jaxmem's Flax decoder is its workload() (jaxmem/hf)
+        return call_workload(hf.workload_function(config), config, remat, model_args, remat_at)
     if path.is_dir():
-        raise UserError(f"{path} is a directory; give the model file (a .py defining workload()).")
+        raise UserError(f"{path} is a directory; give the model file (a .py defining workload()), or a folder "
+                        "holding a Hugging Face config.json.")
     if path.exists() and not path.is_file():
         raise UserError(f"{path} is not a regular file; give the model file (a .py defining workload()).")
     if not path.is_file():

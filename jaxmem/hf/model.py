@@ -1,0 +1,340 @@
+# ruff: noqa: N806  (B, T, E, H, K, D: the shape letters of the einsum specs, as models/llama.py)
+"""The decoder a config.json names, in Flax linen: every family jaxmem.hf.config reads, one module.
+
+Written as models/llama.py and models/moe.py are (MaxText's way): the layers run under ``nn.scan``
+(one compiled layer, parameters stacked on a leading ``layers`` axis), wrapped in ``nn.remat`` when
+``remat`` is not "none"; every parameter carries logical axis names, so jaxmem's layouts and a
+``--rules`` file written for MaxText or models/llama.py split it the same way:
+
+    parameters:  embed, mlp, heads, kv_heads, head_dim, vocab, layers, exp (experts)
+    activations: batch, length, embed, heads, mlp, vocab, exp
+
+Parameter names follow Hugging Face's modules (``embed``, ``layers/attn/{q,k,v,o}_proj``,
+``layers/mlp/{gate,up,down}_proj``, ``layers/moe/router``, ``lm_head``), the projections'
+outputs MaxText's checkpoint names (``query_proj``, ``key_proj``, ``value_proj``, ``context``,
+``out_proj``, ``mlpwi_0``, ``mlpwi_1``, ``mlpwo``) so ``--arg remat_save=...`` works as for
+models/llama.py. Fused HF kernels (Phi-3's qkv_proj and gate_up_proj, GPT-2's c_attn) are kept as
+their parts: the same parameters, split by heads as the unfused families are.
+
+Per-layer differences that keep the parameters' shapes (Gemma's alternating sliding windows) are
+a scanned per-layer input, so one layer program serves every layer, as MaxText compiles them.
+
+MoE layers are models/moe.py's formulation (MaxText's capacity path, GShard priority): a router,
+top-k dispatch with ``capacity_factor`` (``--arg capacity_factor=``, default 1.25), experts stacked
+on an ``exp`` axis, and Switch Transformer's load-balancing loss. Hugging Face's PyTorch code is
+dropless (a loop over experts); a dropping MoE with factor 1.25 holds 1.25 x the dropless one's
+expert activations on average -- the buffer an XLA program of fixed shapes must reserve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+import jaxmem
+from jaxmem.errors import UserError
+from jaxmem.hf.config import Arch
+
+_INIT = nn.initializers.normal(stddev=0.02)
+NUMERICS = {"default": None, "maxtext": jnp.bfloat16}
+CHECKPOINT_NAMES = ("query_proj", "key_proj", "value_proj", "context", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+
+
+def _param_init(*names: str | None, init=_INIT):
+    return nn.with_logical_partitioning(init, names)
+
+
+def _constrain(x, *names: str | None):
+    return nn.with_logical_constraint(x, names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Opts:
+    """The knobs a workload's --arg sets (jaxmem.hf.workload), carried with the Arch."""
+
+    remat: str = "none"
+    remat_save: str = ""             # checkpoint names saved on top of the remat policy (models/llama.py)
+    attention: str = "xla"           # "xla" (written out in jnp) or "cudnn" (fused flash attention)
+    numerics: str = "default"        # "default" (compute follows the parameters) or "maxtext" (bf16 compute)
+    capacity_factor: float = 1.25    # MoE: expert capacity, as models/moe.py
+    group_size: int | None = None    # MoE: tokens routed together (None: one sequence)
+    aux_loss_coef: float = 0.01      # MoE: Switch Transformer's alpha
+
+
+class Norm(nn.Module):
+    """RMSNorm (scale) or LayerNorm (scale and bias), computed in fp32 and cast back."""
+
+    kind: str = "rms"
+    eps: float = 1e-6
+    axis_name: str = "embed"
+
+    @nn.compact
+    def __call__(self, x):
+        n = x.shape[-1]
+        scale = self.param("scale", _param_init(self.axis_name, init=nn.initializers.ones), (n,), jnp.float32)
+        x32 = x.astype(jnp.float32)
+        if self.kind == "layer":
+            bias = self.param("bias", _param_init(self.axis_name, init=nn.initializers.zeros), (n,), jnp.float32)
+            mean = jnp.mean(x32, axis=-1, keepdims=True)
+            var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+            return ((x32 - mean) * jax.lax.rsqrt(var + self.eps) * scale + bias).astype(x.dtype)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y * scale).astype(x.dtype)
+
+
+class Proj(nn.Module):
+    """y = einsum(spec, x, kernel) (+ bias): a kernel of any rank, each axis named."""
+
+    shape: tuple[int, ...]
+    spec: str
+    names: tuple[str | None, ...]
+    bias_rank: int = 0          # 0: no bias; else the kernel's last bias_rank axes are the bias's
+    dtype: Any = None           # the compute dtype; None: promoted from x and the kernel
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", _param_init(*self.names), self.shape, jnp.float32)
+        if self.dtype is not None:
+            x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        y = jnp.einsum(self.spec, x, kernel)
+        if self.bias_rank:
+            shape, names = self.shape[-self.bias_rank:], self.names[-self.bias_rank:]
+            bias = self.param("bias", _param_init(*names, init=nn.initializers.zeros), shape, jnp.float32)
+            y = y + bias.astype(y.dtype)
+        return y
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float):
+    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x, cos, sin):
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def _act(name: str):
+    return nn.silu if name == "silu" else partial(nn.gelu, approximate=True)
+
+
+class Attention(nn.Module):
+    arch: Arch
+    opts: Opts
+    train: bool = True   # dropout draws masks only in training (cuDNN attention takes no dropout)
+
+    @nn.compact
+    def __call__(self, x, cos, sin, window):  # x: (B, T, E); window: this layer's sliding window (0: global)
+        a, dt = self.arch, NUMERICS[self.opts.numerics]
+        B, T, E = x.shape
+        H, K, D = a.n_heads, a.n_kv_heads, a.head_dim
+        qkv_bias = 2 if a.qkv_bias else 0
+        q = Proj((E, H, D), "bte,ehd->bthd", ("embed", "heads", "head_dim"), qkv_bias, dt, name="q_proj")(x)
+        k = Proj((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), qkv_bias, dt, name="k_proj")(x)
+        v = Proj((E, K, D), "bte,ekd->btkd", ("embed", "kv_heads", "head_dim"), qkv_bias, dt, name="v_proj")(x)
+        q, k, v = checkpoint_name(q, "query_proj"), checkpoint_name(k, "key_proj"), checkpoint_name(v, "value_proj")
+        if a.qk_norm:
+            q = Norm(eps=a.norm_eps, axis_name="head_dim", name="q_norm")(q)
+            k = Norm(eps=a.norm_eps, axis_name="head_dim", name="k_norm")(k)
+        q = _constrain(q, "batch", "length", "heads", None)
+        if a.positions == "rope":
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        windowed = any(w is not None for w in a.windows)
+        if self.opts.attention == "cudnn":
+            out = self._cudnn(q, k, v, window, windowed)
+        else:
+            qg = q.reshape(B, T, K, H // K, D)  # query heads grouped by the K/V head they share
+            scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) / math.sqrt(D)
+            if a.attn_softcap:
+                scores = a.attn_softcap * jnp.tanh(scores / a.attn_softcap)
+            mask = jnp.tril(jnp.ones((T, T), dtype=bool))   # causal, as models/llama.py
+            if windowed:
+                i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
+                mask = mask & ((window == 0) | (i - j < window))
+            probs = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1).astype(v.dtype)
+            if a.attn_dropout:
+                probs = nn.Dropout(a.attn_dropout)(probs, deterministic=not self.train)
+            out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)
+        out = checkpoint_name(_constrain(out, "batch", "length", "heads", None), "context")
+        o_bias = 1 if a.o_bias else 0
+        out = Proj((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), o_bias, dt, name="o_proj")(out)
+        return checkpoint_name(out, "out_proj")
+
+    def _cudnn(self, q, k, v, window, windowed):
+        if q.dtype not in (jnp.bfloat16, jnp.float16):
+            if not self.is_initializing():
+                raise UserError(
+                    f"{self.arch.model_type} config: attention=cudnn needs bf16 or fp16 compute (cuDNN's fused "
+                    f"attention has no fp32 kernel), but this step computes attention in {q.dtype}; add "
+                    "--precision bf16, or --arg numerics=maxtext, or use --arg attention=xla")
+            q, k, v = (t.astype(jnp.bfloat16) for t in (q, k, v))
+
+        def attend(size):
+            return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn",
+                                                local_window_size=None if size is None else (size - 1, 0))
+
+        sizes = sorted(set(self.arch.windows), key=lambda w: (w is None, w or 0))
+        if not windowed or len(sizes) == 1:
+            return attend(sizes[0] if sizes else None)
+        # local and global layers in one scanned program: both kernels compiled, one runs per layer
+        local = next(w for w in sizes if w is not None)
+        return jax.lax.cond(window == 0, lambda: attend(None), lambda: attend(local))
+
+
+class MLP(nn.Module):
+    arch: Arch
+    opts: Opts
+    width: int = 0   # 0: arch.ffn_dim
+
+    @nn.compact
+    def __call__(self, x):
+        a, dt = self.arch, NUMERICS[self.opts.numerics]
+        E, W = x.shape[-1], self.width or a.ffn_dim
+        bias = 1 if a.mlp_bias else 0
+        act = _act(a.act)
+        if not a.gated_mlp:   # GPT-2: fc -> gelu -> proj
+            h = Proj((E, W), "bte,em->btm", ("embed", "mlp"), bias, dt, name="up_proj")(x)
+            h = _constrain(act(checkpoint_name(h, "mlpwi_1")), "batch", "length", "mlp")
+        else:
+            gate = Proj((E, W), "bte,em->btm", ("embed", "mlp"), bias, dt, name="gate_proj")(x)
+            up = Proj((E, W), "bte,em->btm", ("embed", "mlp"), bias, dt, name="up_proj")(x)
+            gate, up = checkpoint_name(gate, "mlpwi_0"), checkpoint_name(up, "mlpwi_1")
+            h = _constrain(act(gate) * up, "batch", "length", "mlp")
+        out = Proj((W, E), "btm,me->bte", ("mlp", "embed"), bias, dt, name="down_proj")(h)
+        return checkpoint_name(out, "mlpwo")
+
+
+def route(logits, top_k: int, capacity: int, dtype, renormalize: bool):
+    """Top-k routing with capacity (models/moe.py's, GShard's priority): dispatch and combine
+    (groups, group_size, experts, capacity) and the Switch load-balancing loss."""
+    n_experts = logits.shape[-1]
+    probs = jax.nn.softmax(logits, axis=-1)
+    top_p, top_idx = jax.lax.top_k(probs, top_k)   # (g, s, k)
+    gates = top_p / jnp.sum(top_p, axis=-1, keepdims=True) if renormalize else top_p
+    choice = jax.nn.one_hot(top_idx, n_experts, dtype=jnp.int32)   # (g, s, k, E)
+    g, s = logits.shape[:2]
+    by_choice = choice.transpose(0, 2, 1, 3).reshape(g, top_k * s, n_experts)
+    position = (jnp.cumsum(by_choice, axis=1) - 1).reshape(g, top_k, s, n_experts).transpose(0, 2, 1, 3)
+    kept = choice * (position < capacity)
+    slot = jnp.where(jnp.sum(kept, axis=2) > 0, jnp.sum(position * kept, axis=2), -1)   # (g, s, E)
+    gate = jnp.sum(gates[..., None] * kept, axis=2)
+    dispatch = jax.nn.one_hot(slot, capacity, dtype=dtype)
+    combine = dispatch * gate[..., None].astype(dtype)
+    fraction = jnp.mean(choice, axis=(0, 1, 2), dtype=jnp.float32)
+    aux = n_experts * jnp.sum(fraction * jnp.mean(probs, axis=(0, 1)))
+    return dispatch, combine, aux
+
+
+class MoE(nn.Module):
+    arch: Arch
+    opts: Opts
+
+    @nn.compact
+    def __call__(self, x):
+        a, cdt = self.arch, NUMERICS[self.opts.numerics]
+        B, T, M = x.shape
+        E, W = a.n_experts, a.expert_dim
+        G = self.opts.group_size or T
+        C = min(G, math.ceil(G * a.top_k * self.opts.capacity_factor / E))
+        dt = cdt or x.dtype
+        xg = _constrain(x.reshape(B * T // G, G, M), "batch", "length", "embed")
+        logits = Proj((M, E), "gsm,me->gse", ("embed", None), 0, jnp.float32, name="router")(xg)
+        dispatch, combine, aux = route(logits, a.top_k, C, dt, a.norm_topk_prob)
+        expert_in = _constrain(jnp.einsum("gsm,gsec->gecm", xg.astype(dt), dispatch), "batch", "exp", None, "embed")
+        gate = Proj((E, M, W), "gecm,emh->gech", ("exp", "embed", "mlp"), 0, cdt, name="gate_proj")(expert_in)
+        up = Proj((E, M, W), "gecm,emh->gech", ("exp", "embed", "mlp"), 0, cdt, name="up_proj")(expert_in)
+        h = _constrain(_act(a.act)(gate) * up, "batch", "exp", None, "mlp")
+        out = Proj((E, W, M), "gech,ehm->gecm", ("exp", "mlp", "embed"), 0, cdt, name="down_proj")(h)
+        out = _constrain(out, "batch", "exp", None, "embed")
+        y = jnp.einsum("gecm,gsec->gsm", out, combine.astype(out.dtype)).reshape(B, T, M).astype(x.dtype)
+        if a.shared_expert_dim:   # Qwen2-MoE: a dense expert every token takes, scaled by a sigmoid gate
+            shared = MLP(a, self.opts, a.shared_expert_dim, name="shared_expert")(x)
+            scale = Proj((M, 1), "btm,mo->bto", ("embed", None), 0, cdt, name="shared_expert_gate")(x)
+            y = y + (jax.nn.sigmoid(scale.astype(jnp.float32)) * shared).astype(x.dtype)
+        return y, aux
+
+
+class DecoderLayer(nn.Module):
+    """One pre-norm layer, (x, window) -> (x, aux) as nn.scan wants (window: this layer's, scanned)."""
+
+    arch: Arch
+    opts: Opts
+    train: bool = True
+
+    @nn.compact
+    def __call__(self, x, window, cos, sin):
+        a = self.arch
+        norm = partial(Norm, a.norm, a.norm_eps)
+        drop = partial(nn.Dropout, a.resid_dropout, deterministic=not self.train)
+        h = Attention(a, self.opts, self.train, name="attn")(norm(name="attn_norm")(x), cos, sin, window)
+        if a.sandwich_norm:
+            h = norm(name="post_attn_norm")(h)
+        x = x + (drop()(h) if a.resid_dropout else h)
+        y = norm(name="mlp_norm")(x)
+        if a.moe:
+            h, aux = MoE(a, self.opts, name="moe")(y)
+        else:
+            h, aux = MLP(a, self.opts, name="mlp")(y), None   # a dense layer: the scan stacks nothing
+        if a.sandwich_norm:
+            h = norm(name="post_mlp_norm")(h)
+        if a.resid_dropout:
+            h = drop()(h)
+        return _constrain(x + h, "batch", "length", "embed"), aux
+
+
+class Decoder(nn.Module):
+    arch: Arch
+    opts: Opts
+
+    @nn.compact
+    def __call__(self, tokens, train: bool = True):  # tokens: (B, T) int32 -> (logits, aux loss)
+        a, dt = self.arch, NUMERICS[self.opts.numerics]
+        T = tokens.shape[1]
+        embed = nn.Embed(a.vocab_size, a.d_model, param_dtype=jnp.float32, dtype=dt, name="embed",
+                         embedding_init=_param_init("vocab", "embed", init=nn.initializers.normal(stddev=1.0)))
+        x = embed(tokens)
+        if a.embed_scale:
+            x = x * jnp.asarray(math.sqrt(a.d_model), x.dtype)
+        cos = sin = None
+        if a.positions == "learned":
+            wpe = self.param("pos_embed", _param_init(None, "embed"), (a.max_positions, a.d_model), jnp.float32)
+            x = x + wpe[:T].astype(x.dtype)[None]
+        else:
+            cos, sin = rope_tables(T, a.head_dim, a.rope_theta)
+        if a.embd_dropout:
+            x = nn.Dropout(a.embd_dropout)(x, deterministic=not train)
+        x = _constrain(x, "batch", "length", "embed")
+        windowed = any(w is not None for w in a.windows)
+        layer = DecoderLayer
+        if self.opts.remat != "none":
+            save = [n for n in self.opts.remat_save.split(",") if n]
+            layer = nn.remat(layer, policy=jaxmem.remat_policy(self.opts.remat, save=save), prevent_cse=False)
+        layers = nn.scan(
+            layer,
+            variable_axes={"params": 0, "_overwrite_with_gradient": 0},
+            # a dropout rng split per layer only where a layer draws masks (the split is in the program)
+            split_rngs={"params": True, "dropout": bool(a.attn_dropout or a.resid_dropout)},
+            # each layer's window (scanned) where the layers differ; cos, sin shared
+            in_axes=(0 if windowed else nn.broadcast, nn.broadcast, nn.broadcast),
+            length=a.n_layers,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )
+        windows = jnp.asarray([w or 0 for w in a.windows], jnp.int32) if windowed else None
+        x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
+        x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
+        if a.tie_embeddings:
+            logits = embed.attend(x)
+        else:
+            logits = Proj((a.d_model, a.vocab_size), "bte,ev->btv", ("embed", "vocab"), 0, dt, name="lm_head")(x)
+        if a.final_softcap:
+            logits = (a.final_softcap * jnp.tanh(logits.astype(jnp.float32) / a.final_softcap)).astype(logits.dtype)
+        return _constrain(logits, "batch", "length", "vocab"), (jnp.mean(aux) if a.moe else None)

@@ -1,0 +1,201 @@
+"""`jaxmem analyze config.json` (jaxmem/hf): tiny configs of each family, counted against a hand
+formula; the config routed through the model-file path (analyze, --lora, compare, the API)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import pytest
+from click.testing import CliRunner
+
+import jaxmem
+from jaxmem import cli, hf
+from jaxmem.errors import UserError
+
+FIX = pathlib.Path(__file__).parent / "fixtures" / "hf"
+FAMILIES = sorted(p.name for p in FIX.iterdir() if (p / "config.json").is_file())
+SMALL = ["--arg", "seq_len=32", "--arg", "batch_size=2"]
+
+
+def hand_count(c: dict) -> int:
+    """The parameter count of a Hugging Face config, in closed form, per family (the PyTorch modules'
+    weights as transformers defines them; fused kernels counted whole)."""
+    t = c["model_type"]
+    if t == "gpt2":
+        d, n, v, p = c["n_embd"], c["n_layer"], c["vocab_size"], c["n_positions"]
+        i = c.get("n_inner") or 4 * d
+        block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * d + (d * i + i) + (i * d + d)
+        return v * d + p * d + n * block + 2 * d   # wte, wpe, h.*, ln_f; lm_head tied to wte
+    d, n, v = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    h = c["num_attention_heads"]
+    k = c.get("num_key_value_heads") or h
+    hd = c.get("head_dim") or d // h
+    gemma = t in ("gemma2", "gemma3_text")
+    attn = d * h * hd + 2 * d * k * hd + h * hd * d
+    if t in ("qwen2", "qwen2_moe"):
+        attn += h * hd + 2 * k * hd          # q/k/v biases, none on o_proj
+    if c.get("attention_bias"):
+        attn += h * hd + 2 * k * hd + d      # Llama's attention_bias: all four
+    if t in ("qwen3", "qwen3_moe", "gemma3_text"):
+        attn += 2 * hd                       # q_norm, k_norm
+    norms = (4 if gemma else 2) * d
+    if t == "mixtral":
+        mlp = d * c["num_local_experts"] + c["num_local_experts"] * 3 * d * c["intermediate_size"]
+    elif t in ("qwen2_moe", "qwen3_moe"):
+        e, w = c["num_experts"], c["moe_intermediate_size"]
+        mlp = d * e + e * 3 * d * w
+        if c.get("shared_expert_intermediate_size"):
+            mlp += 3 * d * c["shared_expert_intermediate_size"] + d   # shared expert and its sigmoid gate
+    else:
+        i = c["intermediate_size"]
+        mlp = 3 * d * i + ((2 * i + d) if c.get("mlp_bias") else 0)
+    tied = c.get("tie_word_embeddings", gemma)
+    return v * d * (1 if tied else 2) + n * (attn + mlp + norms) + d
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parameter_count_equals_the_hand_formula_of_each_family(family):
+    config = json.loads((FIX / family / "config.json").read_text())
+    assert hf.parameter_count(hf.load_arch(FIX / family / "config.json")) == hand_count(config)
+
+
+def test_the_fields_that_change_memory_change_the_count():
+    base = json.loads((FIX / "llama" / "config.json").read_text())
+
+    def count(**changes):
+        return hf.parameter_count(hf.config.parse({**base, **changes}, pathlib.Path("x.json")))
+
+    n = count()
+    assert count(tie_word_embeddings=True) == n - 256 * 64
+    assert count(num_key_value_heads=4) == n + 2 * (2 * 64 * 2 * 16)   # 2 layers x (k, v) x 2 more heads
+    assert count(head_dim=32) == n + 2 * (64 * 4 * 16 + 2 * 64 * 2 * 16 + 4 * 16 * 64)
+    assert count(attention_bias=True) == n + 2 * (4 * 16 + 2 * 2 * 16 + 64)
+    assert count(vocab_size=512) == n + 2 * 256 * 64
+    # RoPE scaling changes no parameter and no buffer
+    assert count(rope_scaling={"rope_type": "yarn", "factor": 4.0}) == n
+
+
+def _logical_names(family: str) -> dict[str, tuple]:
+    arch = hf.load_arch(FIX / family / "config.json")
+    from jaxmem.hf.model import Decoder, Opts
+
+    tokens = jax.ShapeDtypeStruct((1, 4), "int32")
+    boxed = jax.eval_shape(lambda key: Decoder(arch, Opts()).init(key, tokens), jax.random.key(0))["params"]
+    flat = jax.tree_util.tree_flatten_with_path(boxed, is_leaf=lambda x: hasattr(x, "names"))[0]
+    return {"/".join(str(getattr(p, "key", p)) for p in path): tuple(leaf.names) for path, leaf in flat}
+
+
+def test_parameters_carry_maxtexts_logical_axes_so_layouts_split_heads_mlp_experts_and_vocab():
+    dense = _logical_names("llama")
+    assert dense["layers/attn/q_proj/kernel"] == ("layers", "embed", "heads", "head_dim")
+    assert dense["layers/attn/k_proj/kernel"] == ("layers", "embed", "kv_heads", "head_dim")
+    assert dense["layers/mlp/gate_proj/kernel"] == ("layers", "embed", "mlp")
+    assert dense["embed/embedding"] == ("vocab", "embed")
+    assert dense["lm_head/kernel"] == ("embed", "vocab")
+    moe = _logical_names("qwen3_moe")
+    assert moe["layers/moe/gate_proj/kernel"] == ("layers", "exp", "embed", "mlp")
+    assert moe["layers/moe/router/kernel"] == ("layers", "embed", None)
+    assert moe["layers/attn/q_norm/scale"] == ("layers", "head_dim")
+
+
+def test_sliding_windows_are_read_per_layer_as_each_family_does():
+    gemma2 = hf.load_arch(FIX / "gemma2" / "config.json")
+    assert gemma2.windows == (16, None)                  # even layers local, odd global
+    gemma3 = hf.load_arch(FIX / "gemma3" / "config.json")
+    assert gemma3.windows == (16, 16, 16)                # pattern 6: the sixth layer is global
+    assert hf.load_arch(FIX / "mistral" / "config.json").windows == (16, 16)
+    assert hf.load_arch(FIX / "qwen2" / "config.json").windows == (None, None)   # use_sliding_window false
+    assert hf.load_arch(FIX / "mixtral" / "config.json").windows == (None, None)
+
+
+def test_a_multimodal_gemma3_config_builds_its_text_model():
+    text = json.loads((FIX / "gemma3" / "config.json").read_text())
+    wrapped = {"model_type": "gemma3", "text_config": {k: v for k, v in text.items() if k != "model_type"},
+               "vision_config": {"hidden_size": 1152}}
+    arch = hf.config.parse(wrapped, pathlib.Path("config.json"))
+    assert arch.model_type == "gemma3_text" and arch.qk_norm and arch.sandwich_norm
+
+
+def _run(*args):
+    return CliRunner().invoke(cli.main, [str(a) for a in args])
+
+
+def test_an_unsupported_model_type_is_exit_2_listing_the_families_and_the_model_file_contract(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64}))
+    r = _run("analyze", tmp_path, "--gpu", "h100")
+    assert r.exit_code == 2, r.output
+    assert "'mamba'" in r.output and "qwen3_moe" in r.output and "docs/model-files.md" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_json_that_is_not_a_config_and_a_missing_field_are_exit_2(tmp_path):
+    other = tmp_path / "rules.json"
+    other.write_text("[]")
+    r = _run("analyze", other, "--gpu", "h100")
+    assert r.exit_code == 2 and "model_type" in r.output, r.output
+    partial = tmp_path / "config.json"
+    partial.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    r = _run("analyze", partial, "--gpu", "h100")
+    assert r.exit_code == 2 and "num_hidden_layers" in r.output, r.output
+
+
+def test_an_unknown_arg_names_what_a_config_takes():
+    r = _run("analyze", FIX / "llama" / "config.json", "--gpu", "h100", "--arg", "preset=8b")
+    assert r.exit_code == 2 and "seq_len" in r.output and "batch_size" in r.output, r.output
+
+
+def test_analyze_a_config_folder_names_its_model_type_and_parameter_count():
+    r = _run("analyze", FIX / "qwen3_moe", "--gpu", "h100", "--mesh", "data=2", *SMALL, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    expected = hand_count(json.loads((FIX / "qwen3_moe" / "config.json").read_text()))
+    assert d["hf_config"] == {"model_type": "qwen3_moe", "parameters": expected,
+                              "path": str(FIX / "qwen3_moe" / "config.json")}
+    assert d["param_count"] == expected
+    assert d["options"]["batch"] == 2 and d["sequence_length"] == 32
+    # the experts are split over an expert axis as MaxText's rules do (layout names carried through)
+    assert "exp" in d["logical_names"] and "kv_heads" in d["logical_names"]
+
+
+def test_lora_on_a_config_freezes_the_base_and_trains_adapters():
+    r = _run("analyze", FIX / "llama" / "config.json", "--gpu", "h100", *SMALL, "--lora", "4", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    base = hand_count(json.loads((FIX / "llama" / "config.json").read_text()))
+    assert d["hf_config"]["parameters"] == base
+    assert d["frozen_param_count"] == base and 0 < d["trainable_param_count"] < base / 4
+
+
+def test_compare_runs_a_config_through_every_layout():
+    r = _run("compare", FIX / "gemma2", "--gpu", "h100", "--mesh", "data=2", *SMALL, "--layouts", "dp,fsdp",
+             "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert len(rows) == 2
+
+
+def test_the_api_takes_a_config_path():
+    rep = jaxmem.analyze(str(FIX / "gpt2" / "config.json"), gpu="h100", args={"seq_len": 32, "batch_size": 2})
+    assert rep.hf_config["model_type"] == "gpt2"
+    assert rep.param_count == hand_count(json.loads((FIX / "gpt2" / "config.json").read_text()))
+    with pytest.raises(UserError, match="n_positions"):
+        jaxmem.analyze(str(FIX / "gpt2"), gpu="h100", args={"seq_len": 4096})
+
+
+def test_dropout_rates_that_draw_masks_in_training_are_read():
+    gpt2 = hf.load_arch(FIX / "gpt2" / "config.json")     # no *_pdrop given: GPT-2's own 0.1
+    assert (gpt2.embd_dropout, gpt2.attn_dropout, gpt2.resid_dropout) == (0.1, 0.1, 0.1)
+    llama = hf.load_arch(FIX / "llama" / "config.json")
+    assert (llama.embd_dropout, llama.attn_dropout, llama.resid_dropout) == (0.0, 0.0, 0.0)
+    with pytest.raises(UserError, match="attention_dropout"):
+        hf.config.parse({**json.loads((FIX / "llama" / "config.json").read_text()), "attention_dropout": 1.5},
+                        pathlib.Path("config.json"))
+
+
+def test_a_non_numeric_arg_is_exit_2_naming_it():
+    r = _run("analyze", FIX / "gpt2", "--gpu", "h100", "--arg", "seq_len=abc")
+    assert r.exit_code == 2 and "seq_len" in r.output and "Traceback" not in r.output, r.output
