@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from jaxmem import cli_params
+from jaxmem import cli_params, precheck
 from jaxmem.cli_params import NonNegativeNumber, Seconds, Share, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_GREW
@@ -66,6 +66,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     """
 
     def go():
+        precheck.step(kw["model_file"], kw)  # the typos first: before jax or the model loads
         for option, path in (("--html", html_path), ("--png", png_path)):
             if path:
                 outputs.check_writable(option, path)  # before jax starts, let alone the compile
@@ -161,6 +162,11 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
+        if not from_path:   # before jax loads (jaxmem.plan.compare imports it); a grid axis replaces its option
+            precheck.step(kw["model_file"], {**kw, "mesh": None if meshes else kw["mesh"],
+                                             "gpu": None if gpu_list else kw["gpu"]})
+            for m in filter(str.strip, (meshes or "").split(";")):
+                precheck.mesh(m, gpu_name=None if gpu_list else kw["gpu"], hosts=kw["hosts"])
         from jaxmem.plan import compare as compare_mod
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
@@ -292,6 +298,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
     """
 
     def go():
+        precheck.step(kw["model_file"], kw)
         from jaxmem.plan import sweep
 
         _prepare(kw["mesh"], kw["gpu"])
@@ -415,6 +422,7 @@ def verify(as_json, timeout, html_path, **kw):
     """
 
     def go():
+        precheck.step(kw["model_file"], kw)
         from jaxmem.truth import verify as verify_mod
 
         if html_path:

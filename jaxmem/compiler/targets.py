@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +258,8 @@ def resolve_gpu_name(name: str | None) -> str:
         return key
     if key not in _ALIASES:
         known = ", ".join(sorted(CATALOGUE))
-        raise UserError(f"unknown GPU {name!r}. Known: {known}, local (the attached GPU), cpu.")
+        hint = did_you_mean(key, [*_ALIASES, "local", "cpu"])
+        raise UserError(f"unknown GPU {name!r}{hint}. Known: {known}, local (the attached GPU), cpu.")
     return _ALIASES[key]
 
 
