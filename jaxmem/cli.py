@@ -17,15 +17,15 @@ from jaxmem.present import outputs
 from jaxmem.program.options import is_cpu_target
 
 
-def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
-    """Before jax starts: a CPU mesh needs forced host devices -- only when the target may be the
-    CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU mesh needs none, and
-    10,000 forced host devices alone took a minute to start."""
+def _prepare(kw: dict, *, cpu_default: bool = False) -> None:
+    """Before jax starts: the options' typos (jaxmem.precheck); a CPU mesh needs forced host devices --
+    only when the target may be the CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU
+    mesh needs none, and 10,000 forced host devices alone took a minute to start."""
     from jaxmem.compiler import targets
     from jaxmem.program import layouts, sizes
-
-    n = max(layouts.parse_mesh(mesh).size, 1)
-    on_cpu = is_cpu_target(gpu) or (gpu is None and cpu_default)
+    precheck.step(kw["model_file"], kw)
+    n = max(layouts.parse_mesh(kw["mesh"]).size, 1)
+    on_cpu = is_cpu_target(kw["gpu"]) or (kw["gpu"] is None and cpu_default)
     sizes.check_mesh_devices(n, cpu=on_cpu)
     if on_cpu:
         targets.ensure_host_devices(n)
@@ -66,11 +66,10 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     """
 
     def go():
-        precheck.step(kw["model_file"], kw)  # the typos first: before jax or the model loads
         for option, path in (("--html", html_path), ("--png", png_path)):
             if path:
                 outputs.check_writable(option, path)  # before jax starts, let alone the compile
-        _prepare(kw["mesh"], kw["gpu"])
+        _prepare(kw)
         from jaxmem.pipeline import analyze_file
 
         opts = _options(kw)
@@ -162,11 +161,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
-        if not from_path:   # before jax loads (jaxmem.plan.compare imports it); a grid axis replaces its option
-            precheck.step(kw["model_file"], {**kw, "mesh": None if meshes else kw["mesh"],
-                                             "gpu": None if gpu_list else kw["gpu"]})
-            for m in filter(str.strip, (meshes or "").split(";")):
-                precheck.mesh(m, gpu_name=None if gpu_list else kw["gpu"], hosts=kw["hosts"])
+        precheck.step(None if from_path else kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list})
         from jaxmem.plan import compare as compare_mod
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
@@ -298,10 +293,9 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
     """
 
     def go():
-        precheck.step(kw["model_file"], kw)
         from jaxmem.plan import sweep
 
-        _prepare(kw["mesh"], kw["gpu"])
+        _prepare(kw)
         # workers inherit the environment; the largest candidate mesh has twice the devices
         from jaxmem.program import layouts as layouts_mod
 
@@ -422,13 +416,12 @@ def verify(as_json, timeout, html_path, **kw):
     """
 
     def go():
-        precheck.step(kw["model_file"], kw)
         from jaxmem.truth import verify as verify_mod
 
         if html_path:
             outputs.check_writable("--html", html_path)  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
-        _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
+        _prepare(kw, cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
 
         def side_outputs():  # after the result is printed: a failed side output never loses it

@@ -103,24 +103,22 @@ def optimizer(name: str | None) -> None:
                         f"Known: {', '.join(OPTIMIZER_NAMES)}.")
 
 
-def step(model: Any, values: dict[str, Any]) -> None:
-    """Every check above, on a command's parsed options (click's values, or AnalyzeOptions' fields
-    as a dict): called first by each CLI command that builds a step, and by the API. `model`: a
-    path is checked; anything else (None, a Workload, a function) is the caller's."""
+def step(model: Any, values: dict[str, Any], *, grid: dict[str, Any] | None = None) -> None:
+    """Every check above, on a command's options (click's values, or AnalyzeOptions' fields as a
+    dict): called first by each CLI command that builds a step, and by the API. `model`: a path is
+    checked; anything else (None, a Workload, a function) is the caller's. `grid`: compare's --meshes
+    and --gpus text, which replace --mesh and --gpu (each of the grid's meshes is checked instead)."""
+    grid = grid or {}
+    gpu_name = None if grid.get("gpu") else values.get("gpu")
     if isinstance(model, (str, os.PathLike)):
         model_file(model)
-    gpu(values.get("gpu"))
+    gpu(gpu_name)
     optimizer(values.get("optimizer"))
-    if values.get("mesh"):
-        mesh(values["mesh"], gpu_name=values.get("gpu"), hosts=values.get("hosts"))
+    meshes = (grid.get("mesh") or values.get("mesh") or "").split(";" if grid.get("mesh") else "\0")
+    for text in filter(str.strip, meshes):
+        mesh(text, gpu_name=gpu_name, hosts=values.get("hosts"))
 
 
 def options(model: Any, opts: Any, *, grid: dict[str, Any] | None = None) -> None:
-    """step() for the API: `opts` an AnalyzeOptions; `grid`: compare's axes (a gridded mesh or GPU
-    replaces the option's, so each of the grid's meshes is checked instead)."""
-    grid = grid or {}
-    gpu_name = None if grid.get("gpu") else opts.gpu
-    step(model, {"gpu": gpu_name, "optimizer": opts.optimizer, "hosts": opts.hosts,
-                 "mesh": None if grid.get("mesh") else opts.mesh})
-    for m in filter(str.strip, (grid.get("mesh") or "").split(";")):
-        mesh(m, gpu_name=gpu_name, hosts=opts.hosts)
+    """step() for the API: `opts` an AnalyzeOptions; `grid`: compare's axes, as their CLI text."""
+    step(model, {"gpu": opts.gpu, "optimizer": opts.optimizer, "hosts": opts.hosts, "mesh": opts.mesh}, grid=grid)
