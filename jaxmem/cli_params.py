@@ -53,8 +53,10 @@ class Choice(click.Choice):
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as e:
-            e.message = f"{e.message}{did_you_mean(str(value), [str(c) for c in self.choices])}"
-            raise
+            hint = did_you_mean(str(value), [str(c) for c in self.choices])
+            if not hint:
+                raise
+            raise click.BadParameter(f"{e.message}{hint}", ctx, param) from None
 
 
 class RematPolicy(click.ParamType):
