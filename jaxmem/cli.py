@@ -161,7 +161,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
-        precheck.step(None if from_path else kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list})
+        precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list, "from": from_path})
         from jaxmem.plan import compare as compare_mod
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):

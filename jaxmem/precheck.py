@@ -107,8 +107,12 @@ def step(model: Any, values: dict[str, Any], *, grid: dict[str, Any] | None = No
     """Every check above, on a command's options (click's values, or AnalyzeOptions' fields as a
     dict): called first by each CLI command that builds a step, and by the API. `model`: a path is
     checked; anything else (None, a Workload, a function) is the caller's. `grid`: compare's --meshes
-    and --gpus text, which replace --mesh and --gpu (each of the grid's meshes is checked instead)."""
+    and --gpus text, which replace --mesh and --gpu (each of the grid's meshes is checked instead), and
+    its --from: re-rendering saved rows builds no step, so nothing here applies (compare names any
+    option given beside it)."""
     grid = grid or {}
+    if grid.get("from"):
+        return
     gpu_name = None if grid.get("gpu") else values.get("gpu")
     if isinstance(model, (str, os.PathLike)):
         model_file(model)
