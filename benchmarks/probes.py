@@ -8,6 +8,11 @@ cannot be forged or lost" issue asks for. Exit status 1 when any probe breaks it
 
     python benchmarks/probes.py                 # all probes (a few minutes on 2 busy cores)
     python benchmarks/probes.py -k SIGTERM      # the probes whose name contains SIGTERM
+    python benchmarks/probes.py --round3        # only issue 35's classes (tests/test_hostile.py, test_precheck.py)
+
+Issue 35's classes ("trust, round three") are pytest tests, not Probe rows: they run here through
+pytest (each test id a row, its class from the words of its name: ROUND3_CLASSES), and their table
+follows the probes' in the results file.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]   # this checkout's jaxmem, as the probes' runs use
@@ -29,11 +35,18 @@ def main() -> int:
     ap.add_argument("-k", default=None, help="only probes whose name contains this text")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "probes.md"))
     ap.add_argument("--round2", action="store_true", help="only the probes of tests/probe_round2.py (issue 25)")
+    ap.add_argument("--round3", action="store_true", help="only issue 35's classes (pytest: ROUND3_FILES)")
     ap.add_argument("--no-load", action="store_true", help="without the second probe process running meanwhile")
     ap.add_argument("--as-load", action="store_true", help=argparse.SUPPRESS)   # the second process itself
     a = ap.parse_args()
     if a.as_load:
         return _load_forever()
+    if a.round3:
+        lines, broken3 = _round3()
+        out3 = a.out if a.out != ap.get_default("out") else str(ROOT / "benchmarks" / "results" / "probes-round3.md")
+        pathlib.Path(out3).write_text("\n".join(lines) + "\n")
+        print(f"wrote {out3}")
+        return 1 if broken3 else 0
     probes = [p for p in pc.PROBES if a.k is None or a.k.lower() in p.id.lower()]
     if a.round2:
         import probe_round2
@@ -103,7 +116,8 @@ def main() -> int:
             "option, `--changes`, `--margin`, `--from` beside options that would change its rows, an output path "
             "that cannot be written, offload on the CPU backend: exit 2 naming it before any compile (or, for a write "
             "that fails only at the end, after the results are printed). Every run in a fresh process must leave "
-            "no process alive 3 s after it ended (waited for by their exit).", "",
+            "no process alive 3 s after it ended on an idle machine, times the load per core (waited for by their "
+            "exit: tests/probe_cases.py, wait_gone and load_factor).", "",
             "Trust, round two (tests/probe_round2.py, issue 25): *forged cache (second uid)* -- a real second user "
             "(`useradd jaxmemprobe`; its steps run in a process forked with its uid) that can write the shared folder "
             "replaces the key with its own (or a FIFO, a link, nothing) and re-signs an entry to the opposite verdict, "
@@ -119,16 +133,82 @@ def main() -> int:
             "", *[f"- {k}: **{v}**" for k, v in counts.items()], "",
             "SIGINT before jaxmem's handler is installed (the first ~0.3 s: Python's own imports) is Python's "
             "KeyboardInterrupt, with its traceback; the random SIGINT points start at 15% of the run. A random point at a share of an unsignalled run's time can still fall after the end when the machine's load changes: such a run must then be a normal one (exit 0), as `SIGINT x2 at 93% ... #21` was.", "",
-            "| probe | class | exit (must) | traceback | left in TMPDIR | alive after 1 s | s | kept | message |",
+            "| probe | class | exit (must) | traceback | left in TMPDIR | alive after (3 s x load) | s | kept | message |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for p, out, ok, msg in rows:
             lines.append(f"| {p.id} | {p.cls or 'input'} | {out.exit} ({p.exit}) | {'yes' if out.traceback else 'no'} | "
                          f"{len(out.leftovers)} | {len(out.alive)} | {out.seconds:.1f} | "
                          f"{'yes' if ok else 'NO: ' + '; '.join(out.problems).replace('|', '/')} | {msg} |")
+        if not a.round2:   # issue 35's classes, run through pytest
+            round3, broken3 = _round3()
+            lines += ["", *round3]
+            broken += broken3
         pathlib.Path(a.out).write_text("\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 1 if broken else 0
+
+
+# Issue 35 ("trust, round three"): its classes are pytest tests of these files (those present).
+ROUND3_FILES = ("tests/test_hostile.py", "tests/test_precheck.py", "tests/test_probes.py")
+# class -> words of the names of the tests that probe it; the first class whose words a test id holds.
+ROUND3_CLASSES = (
+    ("9. two outputs on one path", ("two_outputs",)),
+    ("11. small", ("diffed_with_itself", "empty_output", "character_offload", "clips_long_names",
+                   "grid_of_hundreds", "yes_true", "huge_grid")),
+    ("1. outputs replace device nodes", ("output_aimed", "special_file", "fifo_that_appeared", "link_to_a_regular")),
+    ("2. a wrong verdict", ("advise",)),
+    ("3. diff quadratic in modules", ("diff_matches_modules",)),
+    ("4. microbatch search walks every integer", ("default_microbatches",)),
+    ("10. --remat-at accepted under a hook", ("remat_at",)),
+    ("5. pathological regexes", ("pattern", "re2", "catastrophic")),
+    ("6. bad grid values become rows", ("grid", "microbatches_are_checked")),
+    ("7. diff calls odd reports a bug", ("diff_",)),
+    ("8. environment garbage", ("environment_value", "jax_options")),
+    ("the first answer in seconds (item 8)", ("typo", "api_answers", "catalogue", "folder_or_json", "suggestion",
+                                        "cpu_mesh")),
+    ("probes on a loaded machine (item 9)", ("survives", "slow_exit")),
+)
+
+
+def _round3_class(test_id: str) -> str | None:
+    return next((c for c, words in ROUND3_CLASSES if any(w in test_id for w in words)), None)
+
+
+def _round3() -> tuple[list[str], int]:
+    """Issue 35's tests through pytest (slow ones included): a markdown section, and how many broke."""
+    files = [f for f in ROUND3_FILES if (ROOT / f).exists()]
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = pathlib.Path(tmp, "round3.xml")
+        subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "no:randomly", "-q", f"--junitxml={xml}",
+                        *files], cwd=ROOT, capture_output=True, text=True)
+        cases = ET.parse(xml).getroot().iter("testcase") if xml.exists() else []
+        rows = []
+        for case in cases:
+            test_id = f"{case.get('classname', '').rsplit('.', 1)[-1]}.py::{case.get('name')}"
+            cls = _round3_class(case.get("name", ""))
+            if cls is None:
+                continue
+            bad = next((c for c in case if c.tag in ("failure", "error")), None)
+            skipped = next((c for c in case if c.tag == "skipped"), None)
+            rows.append((cls, test_id, float(case.get("time", 0)), "skipped" if skipped is not None else
+                         "yes" if bad is None else "NO: " + (bad.get("message") or "")[:200].replace("|", "/")))
+    broken = sum(r[3].startswith("NO") for r in rows)
+    classes: dict[str, list[int]] = {}
+    for cls, _, _, kept in rows:
+        n = classes.setdefault(cls, [0, 0])
+        n[0] += 1
+        n[1] += kept == "yes"
+    lines = ["## Trust, round three (issue 35): its classes, as tests", "",
+             (f"`python -m pytest {' '.join(files)}` (every test, slow ones included), each test id one row, its "
+              "class from the words of its name (benchmarks/probes.py, ROUND3_CLASSES)."), "",
+             f"**{len(rows) - broken}/{len(rows)} kept their promise.**", "",
+             "| class | tests | kept |", "|---|---|---|",
+             *[f"| {c} | {classes[c][0]} | {classes[c][1]} |" for c, _ in ROUND3_CLASSES if c in classes],
+             "", "| test | class | s | kept |", "|---|---|---|---|",
+             *[f"| {t} | {c} | {s:.1f} | {k} |" for c, t, s, k in rows]]
+    print("\n".join(lines[:8 + len(classes)]))
+    return lines, broken
 
 
 def _by_class(rows) -> dict[str, tuple[int, int]]:

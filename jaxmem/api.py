@@ -15,6 +15,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
+from jaxmem import precheck
 from jaxmem.errors import UserError
 
 if TYPE_CHECKING:  # the return types, without importing the pipeline (and jax) with jaxmem
@@ -65,9 +66,10 @@ def analyze(model, **options: Any) -> Report:
         >>> r.fits, r.per_device_peak_bytes
     """
     with _session() as cpu_devices:
+        opts = _options(options)
+        precheck.options(model, opts)   # a typo answered before jax loads
         from jaxmem.pipeline import analyze_model
 
-        opts = _options(options)
         cpu_devices(_mesh_size(opts.mesh) if opts.on_cpu else 0)
         return analyze_model(model, opts)
 
@@ -104,12 +106,13 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         >>> [(c.choice["layout"], c.report.per_device_peak_bytes) for c in rows]
     """
     with _session() as cpu_devices:
-        from jaxmem.plan import compare as compare_mod
-
         spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
         base = _options(options, also=(*GRID, "jobs", "executor", "ray_address"))
         n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
         executor = _cli_value("compare", "executor", "executor", executor)
+        precheck.options(model, base, grid=spec)
+        from jaxmem.plan import compare as compare_mod
+
         meshes = spec.get("mesh") or base.mesh
         cpu_devices(max(_mesh_size(m) for m in meshes.split(";") if m.strip()))
         if not _is_path(model) or (n_jobs == 1 and executor == "local"):
@@ -146,12 +149,13 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
         >>> [(c.label, c.fits, c.peak) for c in a.candidates]
     """
     with _session() as cpu_devices:
-        from jaxmem.plan import advise as advise_mod
-
         base = _options(options, also=("all", "changes", "jobs"))
         n_jobs = None if jobs is None else _cli_value("advise", "n_jobs", "jobs", jobs)
         if not isinstance(all, bool):
             raise UserError(f"all={all!r}: expected True or False")
+        precheck.options(model, base)
+        from jaxmem.plan import advise as advise_mod
+
         kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
         path, runner = _path_or(model), None
         if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from jaxmem import cli_params
+from jaxmem import cli_params, precheck
 from jaxmem.cli_params import NonNegativeNumber, Seconds, Share, WholeNumber, field_option, grid, step_options
 from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_GREW
@@ -17,15 +17,15 @@ from jaxmem.present import outputs
 from jaxmem.program.options import is_cpu_target
 
 
-def _prepare(mesh: str, gpu: str | None = None, *, cpu_default: bool = False) -> None:
-    """Before jax starts: a CPU mesh needs forced host devices -- only when the target may be the
-    CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU mesh needs none, and
-    10,000 forced host devices alone took a minute to start."""
+def _prepare(kw: dict, *, cpu_default: bool = False) -> None:
+    """Before jax starts: the options' typos (jaxmem.precheck); a CPU mesh needs forced host devices --
+    only when the target may be the CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU
+    mesh needs none, and 10,000 forced host devices alone took a minute to start."""
     from jaxmem.compiler import targets
     from jaxmem.program import layouts, sizes
-
-    n = max(layouts.parse_mesh(mesh).size, 1)
-    on_cpu = is_cpu_target(gpu) or (gpu is None and cpu_default)
+    precheck.step(kw["model_file"], kw)
+    n = max(layouts.parse_mesh(kw["mesh"]).size, 1)
+    on_cpu = is_cpu_target(kw["gpu"]) or (kw["gpu"] is None and cpu_default)
     sizes.check_mesh_devices(n, cpu=on_cpu)
     if on_cpu:
         targets.ensure_host_devices(n)
@@ -71,7 +71,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
 
     def go():
         outputs.check_all([("--html", html_path), ("--png", png_path)])  # before jax starts, let alone the compile
-        _prepare(kw["mesh"], kw["gpu"])
+        _prepare(kw)
         from jaxmem.pipeline import analyze_file
 
         opts = _options(kw)
@@ -165,6 +165,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
+        precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list, "from": from_path})
         from jaxmem.plan import compare as compare_mod
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
@@ -296,7 +297,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
     def go():
         from jaxmem.plan import sweep
 
-        _prepare(kw["mesh"], kw["gpu"])
+        _prepare(kw)
         # workers inherit the environment; the largest candidate mesh has twice the devices
         from jaxmem.program import layouts as layouts_mod
 
@@ -420,7 +421,7 @@ def verify(as_json, timeout, html_path, **kw):
 
         outputs.check_all([("--html", html_path)])  # before the measurement, not after
         verify_mod.gpu_env_for_parent()
-        _prepare(kw["mesh"], kw["gpu"], cpu_default=True)
+        _prepare(kw, cpu_default=True)
         result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
 
         def side_outputs():  # after the result is printed: a failed side output never loses it

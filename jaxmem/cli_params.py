@@ -8,7 +8,7 @@ import functools
 
 import click
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, remat_problem, split_remats
 
 
@@ -44,6 +44,19 @@ class WholeNumber(click.ParamType):
         if n > 2**63 - 1:
             self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
         return n
+
+
+class Choice(click.Choice):
+    """click's Choice whose refusal names the closest choice: --layout fsdpp -> (did you mean fsdp?)."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as e:
+            hint = did_you_mean(str(value), [str(c) for c in self.choices])
+            if not hint:
+                raise
+            raise click.BadParameter(f"{e.message}{hint}", ctx, param) from None
 
 
 class RematPolicy(click.ParamType):
@@ -192,7 +205,7 @@ def field_option(name: str):
         return click.option(flag.name, name, is_flag=True, help=flag.help)
     if flag.kind == "pairs":
         return click.option(flag.name, name, multiple=True, callback=_pairs, help=help_, metavar=metavar)
-    kind = {"choice": lambda: click.Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
+    kind = {"choice": lambda: Choice(flag.choices), "whole": lambda: WholeNumber(flag.minimum or 0, flag.what),
             "count": lambda: click.IntRange(min=flag.minimum), "float": PositiveNumber, "fraction": Fraction,
             "remat": RematPolicy, "text": lambda: Regex(flag.name) if flag.metavar == "REGEX" else None}[flag.kind]()
     return click.option(flag.name, name, type=kind, default=field.default, show_default=flag.show_default,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import traceback
+from collections.abc import Iterable
 
 HOW_TO_REPORT = ("This is not your mistake. Please report it to the jaxmem maintainers with the command line, "
                  "`jaxmem --version`, and the traceback that JAXMEM_DEBUG=1 prints.")
@@ -34,6 +36,13 @@ def shorten(text: str) -> str:
     if len(text) <= MESSAGE_CHARS:
         return text
     return f"{text[:MESSAGE_CHARS]}...[{len(text) - MESSAGE_CHARS:,} more characters]"
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean NAME?)' for the closest of `choices` to what the user typed, or '' when none
+    is close (difflib's ratio at least 0.6): an unknown name's message names the likely one."""
+    close = difflib.get_close_matches(str(word).strip().lower(), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 # The installed jaxmem package: a frame is jaxmem's own when its file is in here, wherever the

@@ -20,8 +20,10 @@ exits 128 + the signal. A signal is never lost:
 * A C++ compile holds the GIL and does not return to Python until it is done, so no thread of
   ours can act then: a small helper process, woken by the signal itself (``signal.set_wakeup_fd``
   writes to its pipe from the C-level handler), removes the directory and ends jaxmem with
-  SIGKILL (exit 137) if it has not unwound within GRACE_S, saying which signal and what jaxmem
-  was doing (:func:`phase`). The same helper removes the directory when jaxmem dies without
+  SIGKILL (exit 137) if it has not unwound within GRACE_S (seconds of an idle machine, times the
+  load per core: on a loaded 2-core machine an XLA:CPU compile took over 2 s to reach its next
+  signal check, and a fixed 2 s killed it), saying which signal and what jaxmem was doing
+  (:func:`phase`). The same helper removes the directory when jaxmem dies without
   unwinding at all (SIGKILL, a segfault inside XLA).
 """
 
@@ -39,7 +41,9 @@ import threading
 from typing import Any
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-GRACE_S = 2.0   # how long the main thread gets to unwind by itself before the helper ends the process
+# how long the main thread gets to unwind by itself before the helper ends the process, in seconds of
+# an idle machine: the helper multiplies it by the load per core when the signal comes (at most 30x)
+GRACE_S = 2.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -135,6 +139,15 @@ def remove():
 
 deadline, signum, fds, buf, phase, phase_at, raised, importing = None, 0, [0, wake], b"", "", "", False, False
 IMPORT_S = 10.0
+waited = 0.0
+
+def load_factor():
+    # the grace is seconds of an idle machine: on one with more runnable threads than cores, jaxmem's
+    # unwinding (an XLA:CPU compile reaching its next signal check) waits for a core as long
+    try:
+        return min(30.0, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
+    except (OSError, AttributeError):
+        return 1.0
 while True:
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     ready = select.select(fds, [], [], timeout)[0]
@@ -157,13 +170,15 @@ while True:
             if line == b"deferred" and not importing:  # held until an import is done: imports take seconds
                 importing = True
                 if deadline is not None:
-                    deadline += IMPORT_S
+                    extra = IMPORT_S * load_factor()
+                    deadline, waited = deadline + extra, waited + extra
     if wake in ready:
         b = os.read(wake, 1)
         if not b:
             fds.remove(wake)
         elif deadline is None:
-            signum, deadline, phase_at = b[0], time.monotonic() + grace + (IMPORT_S if importing else 0), phase
+            waited = (grace + (IMPORT_S if importing else 0)) * load_factor()
+            signum, deadline, phase_at = b[0], time.monotonic() + waited, phase
     if deadline is not None and time.monotonic() >= deadline:  # stuck in C++: end it, then clean up
         try:
             name = signal.Signals(signum).name
@@ -174,10 +189,9 @@ while True:
                "it was initializing an extension module, where jaxmem holds an interrupt until that is done"
                if importing
                else "it did not return to Python: C code such as an XLA compile holds it until done")
-        os.write(2, ("\njaxmem: stopped by %s%s; jaxmem had not stopped %g s later (%s), so it was ended with "
+        os.write(2, ("\njaxmem: stopped by %s%s; jaxmem had not stopped %.3g s later (%s), so it was ended with "
                      "SIGKILL (exit 137); temporary files removed\n"
-                     % (name, " while " + phase_at if phase_at else "",
-                        grace + (IMPORT_S if importing else 0), why)).encode())
+                     % (name, " while " + phase_at if phase_at else "", waited, why)).encode())
         try:
             os.kill(parent, signal.SIGKILL)
         except OSError:

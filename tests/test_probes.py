@@ -94,3 +94,35 @@ def test_an_axis_named_tp_is_the_model_axis_as_the_readme_says():
     for name in ("model", "tensor", "tp"):
         m = layouts.parse_mesh(f"data=2,{name}=2")
         assert m.model_axis == name and m.data_axes == ("data",)
+
+
+def test_a_process_that_really_survives_the_run_is_reported(tmp_path, monkeypatch):
+    """The load-scaled wait still fails a run that leaves a process behind (and kills it after)."""
+    monkeypatch.setattr(pc, "ALIVE_S", 0.3)
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+            "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+            "time.sleep(1.0)")
+    p = pc.Probe("survivor", (), 0, None, process=True, argv=("-c", code))
+    out = pc.run_in_subprocess(p, str(tmp_path), str(tmp_path))
+    assert len(out.alive) == 1   # the sleeper (its command line may still be its parent's, read before its exec)
+    assert any("1 process(es) alive" in x for x in out.problems), out.problems
+    assert pc.wait_gone([int(out.alive[0].split()[0])], 5.0) == []   # the runner killed it
+
+
+def test_the_wait_for_a_slow_exit_ends_on_the_exit_not_the_deadline():
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    t0 = time.monotonic()
+    assert pc.wait_gone([child.pid], 60.0) == []   # exited (a zombie until reaped: gone)
+    assert time.monotonic() - t0 < 30.0
+    child.wait()
+    survivor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        assert pc.wait_gone([survivor.pid], 0.5) == [survivor.pid]
+    finally:
+        survivor.kill()
+        survivor.wait()
+    assert pc.load_factor() >= 1.0

@@ -165,6 +165,15 @@ FAST_GPU_OPTIONS = {
     "xla_llvm_disable_expensive_passes": True,     # skip LLVM's expensive IR passes
     "xla_gpu_disable_gpuasm_optimizations": True,  # ptxas -O0
 }
+# One before buffer assignment. XLA:GPU's `config-assigner` pass (jaxlib 0.12; the autotuner, renamed)
+# gives each fusion a kernel config; devicelessly it cannot time candidates, so it compiles each
+# generic (non-GEMM) fusion's candidates, LLVM and ptxas included, until one compiles: 141 fusions
+# and 47 of the 51 s of HLO passes of README command 1 on a loaded machine (docs/how-it-works.md,
+# "Where the time goes at jax 0.12"). A generic fusion's kernel config is its code, not its HLO:
+# the buffers are byte-identical without it (tests/test_compiled.py, tests/test_goldens.py). GEMM
+# fusions keep their config search: it picks cuBLAS / Triton and split-k, which do change buffers.
+if versions.has_fusion_autotuner_option():
+    FAST_GPU_OPTIONS["xla_gpu_experimental_enable_fusion_autotuner"] = False
 
 
 def _gpu(built: BuiltStep) -> bool:

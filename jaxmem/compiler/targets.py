@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, did_you_mean
 from jaxmem.report import ReportWarning
 
 
@@ -552,7 +552,8 @@ def resolve_gpu_name(name: str | None) -> str:
     if compact in _COMPACT:
         return _COMPACT[compact]
     known = ", ".join(sorted(CATALOGUE))
-    raise UserError(f"unknown GPU {name!r}. Known: {known}, local (the attached GPU), cpu.")
+    hint = did_you_mean(key, [*_ALIASES, *CATALOGUE, "local", "cpu"])
+    raise UserError(f"unknown GPU {name!r}{hint}. Known: {known}, local (the attached GPU), cpu.")
 
 
 def local_gpu_count() -> int:

@@ -160,6 +160,12 @@ def gpu_peak_is_static() -> bool:
     return _jaxlib() < (0, 10)
 
 
+def has_fusion_autotuner_option() -> bool:
+    """Whether this XLA knows ``xla_gpu_experimental_enable_fusion_autotuner`` (jaxlib 0.10 on, by the
+    CUDA plugin's option names; a compile option XLA does not know is an error)."""
+    return _jaxlib() >= (0, 10)
+
+
 def dumps_memory_usage_report() -> bool:
     """Whether this XLA writes ``*after_optimizations-memory-usage-report.pb`` right after the
     buffer-assigned module (jaxlib 0.10 on; jaxlib 0.9 writes no such report). The early-stopped

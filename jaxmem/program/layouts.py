@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.errors import UserError
+from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program.options import LAYOUTS
 
 DEFAULT_LAYOUT = "fsdp"   # --layout's default (options.AnalyzeOptions)
@@ -147,8 +147,8 @@ def parse_mesh(text: str) -> MeshSpec:
         if name in (a for a, _ in axes):
             raise UserError(f"--mesh {text!r}: axis {name} given twice")
         if name not in ROLE_OF:
-            raise UserError(f"--mesh {text!r}: axis {name!r} has no role. A mesh axis is named for its role: "
-                            f"{roles_text()}")
+            raise UserError(f"--mesh {text!r}: axis {name!r} has no role{did_you_mean(name, ROLE_OF)}. A mesh axis "
+                            f"is named for its role: {roles_text()}")
         same = [a for a, _ in axes if ROLE_OF[a] == ROLE_OF[name]]
         if same:
             raise UserError(f"--mesh {text!r}: axes {same[0]} and {name} both have the {ROLE_OF[name]} role; "

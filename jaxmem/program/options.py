@@ -13,6 +13,7 @@ A leaf of the package: it imports nothing of jaxmem and no jax, so the CLI start
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shlex
 from typing import Any
 
@@ -223,7 +224,9 @@ def remat_problem(name: str) -> str | None:
             return None
         return (f"{name!r}: offload: takes the checkpoint names of the activations to offload, e.g. "
                 "offload:query_proj,key_proj,value_proj")
-    return f"remat={name!r} is no checkpoint policy; known: {', '.join(REMAT_POLICIES)}, offload:NAME[,NAME]"
+    close = difflib.get_close_matches(name.strip().lower(), REMAT_POLICIES, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"remat={name!r} is no checkpoint policy{hint}; known: {', '.join(REMAT_POLICIES)}, offload:NAME[,NAME]"
 
 
 def offloaded_names(name: str) -> tuple[str, ...]:
