@@ -15,6 +15,7 @@ from jaxmem.compiler import versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.errors import UserError, trace_error
 from jaxmem.program.step import BuiltStep
+from jaxmem.xla import dump
 
 # XLA:CPU's YNNPACK fusions (dots, reductions) allocate their intermediates at run time, outside
 # XLA's buffer assignment: `jaxmem verify` measured +16 MiB per device for one attention-score
@@ -32,8 +33,6 @@ def lower_and_compile(built: BuiltStep, dump_dir: str | None = None):
     lowered, lower_s = lower(built)
     options = _base_options(built)
     if dump_dir is not None:
-        from jaxmem.xla import dump
-
         options = {**dump.compile_options(dump_dir), **options}
     compiled, stats = _compile(lowered, options, dump_dir, lower_s)
     return compiled, stats
@@ -248,17 +247,12 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             child.close()   # idempotent: a child that compiled has already stopped
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
-        full = options
-        if dump_dir is not None:
-            from jaxmem.xla import dump
-
-            full = {**dump.compile_options(dump_dir), **options}
+        # nothing between the dump folder and the phase: a signal once the folder exists names the compile
+        full = options if dump_dir is None else {**dump.compile_options(dump_dir), **options}
         with scratch.phase("compiling the step (XLA)"):
             compiled, stats = _compile(lowered, full, dump_dir, lower_s)
         raw = None
         if dump_dir is not None:
-            from jaxmem.xla import dump
-
             try:
                 raw = dump.read_dump_bytes(dump_dir)
             except (OSError, ValueError) as e:   # this XLA dumped nothing we can read: XLA's totals only
