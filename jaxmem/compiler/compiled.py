@@ -256,9 +256,8 @@ def _compile_whole(built: BuiltStep, lowered, options: dict, lower_s: float, *, 
     what was done instead of the default, to which this adds its own."""
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-") if explain else None
     try:
-        full = options
-        if dump_dir is not None:
-            full = {**dump.compile_options(dump_dir), **options}
+        # nothing between the dump folder and the phase: a signal once the folder exists names the compile
+        full = options if dump_dir is None else {**dump.compile_options(dump_dir), **options}
         with scratch.phase("compiling the step (XLA)"):
             compiled, stats = _compile(lowered, full, dump_dir, lower_s)
         raw = _read_dump(dump_dir, fallback) if dump_dir is not None else None
