@@ -18,6 +18,7 @@ from jaxmem import cli
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 MLP = os.path.join(FIX, "mlp_small.py")
+NOSUCH = os.path.join(FIX, "no_such_model.py")
 
 
 def invoke(*args, env=None):
@@ -291,7 +292,8 @@ def test_the_api_grid_is_checked_before_any_compile(kw, culprit):
 
 def test_a_grid_of_hundreds_of_rows_says_how_long_it_would_take_and_waits_for_yes():
     batches = ",".join(str(8 * i) for i in range(1, 51))
-    r = invoke("compare", MLP, "--gpu", "h100", "--batches", batches, "--layouts", "dp,fsdp,tp,fsdp_tp",
+    # a model file that is not there: were the grid started, every row would fail at once (not run for hours)
+    r = invoke("compare", NOSUCH, "--gpu", "h100", "--batches", batches, "--layouts", "dp,fsdp,tp,fsdp_tp",
                "--precisions", "fp32,bf16")
     assert r.exit_code == 2, r.output
     assert "400 rows" in r.output and "--yes" in r.output and ("minutes" in r.output or "hours" in r.output)
@@ -301,7 +303,7 @@ def test_the_api_asks_for_yes_true_on_a_large_grid():
     import jaxmem
 
     with pytest.raises(jaxmem.UserError, match=r"400 rows.*yes=True"):
-        jaxmem.compare(MLP, gpu="h100", batches=list(range(1, 201)), precisions=["fp32", "bf16"], jobs=1)
+        jaxmem.compare(NOSUCH, gpu="h100", batches=list(range(1, 201)), precisions=["fp32", "bf16"], jobs=1)
 
 
 def test_a_huge_grid_is_refused_before_its_rows_are_made(monkeypatch):

@@ -114,18 +114,12 @@ def _check_values(d: dict, where: str, fix: str) -> None:
     integer is no report jaxmem wrote: it would print NaN as JSON or overflow a float), every byte
     count a non-negative integer, and modules / top_buffers lists of rows with their fields: a
     UserError naming the field otherwise."""
-    todo: list[tuple[object, str]] = [(d, "")]
-    while todo:   # iterative: a deep document cannot overflow the stack (loads_json bounds its depth)
-        x, at = todo.pop()
-        if isinstance(x, float) and not math.isfinite(x):
+    bad = _first_bad_number(d)
+    if bad is not None:
+        at, x = bad
+        if isinstance(x, float):
             raise UserError(f"{where}: {at or 'the document'} is {x}, not a finite number; {fix}")
-        if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_BYTES:
-            raise UserError(f"{where}: {at} is an integer of {len(str(abs(x)))} digits, beyond any byte count; "
-                            f"{fix}")
-        if isinstance(x, dict):
-            todo.extend((v, f"{at}.{clip(str(k), 60)}" if at else clip(str(k), 60)) for k, v in x.items())
-        elif isinstance(x, list):
-            todo.extend((v, f"{at}[{n}]") for n, v in enumerate(x))
+        raise UserError(f"{where}: {at} is an integer of {len(str(abs(x)))} digits, beyond any byte count; {fix}")
 
     def byte_count(value, field: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -148,6 +142,42 @@ def _check_values(d: dict, where: str, fix: str) -> None:
             if name_key is not None and not isinstance(row.get(name_key), str):
                 raise UserError(f"{where}: {field}[{n}].{name_key} is missing or not text; {fix}")
             byte_count(row.get(size_key), f"{field}[{n}].{size_key}")
+
+
+def _bad(x) -> bool:
+    return (isinstance(x, float) and not math.isfinite(x)) or (isinstance(x, int) and abs(x) > MAX_BYTES)
+
+
+def _first_bad_number(d) -> tuple[str, float | int] | None:
+    """(its path, the value) of a NaN, an infinity or an integer beyond 2^63 in `d`, else None. The
+    walk keeps no paths (a 300,000-row report in a fraction of a second); the path is found again
+    only for a value that is bad."""
+    todo = [d]
+    found = False
+    big, inf = MAX_BYTES, math.inf
+    while todo and not found:   # json's own types, compared by type: this walk is most of diff's time
+        x = todo.pop()
+        for v in x.values() if type(x) is dict else x:
+            t = type(v)
+            if t is dict or t is list:
+                todo.append(v)
+            elif (t is int and not -big <= v <= big) or (t is float and (v != v or v == inf or v == -inf)):
+                found = True
+                break
+    if not found:
+        return None
+    paths: list[tuple[object, str]] = [(d, "")]
+    while paths:
+        x, at = paths.pop()
+        items = ((clip(str(k), 60), v) for k, v in x.items()) if isinstance(x, dict) else \
+            ((f"[{n}]", v) for n, v in enumerate(x))
+        for k, v in items:
+            here = f"{at}.{k}" if at and not k.startswith("[") else f"{at}{k}"
+            if isinstance(v, (dict, list)):
+                paths.append((v, here))
+            elif _bad(v):
+                return here, v
+    return None
 
 
 def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Change, ...]:
