@@ -178,22 +178,15 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
 
     bud = runtime.budget(target, opts.mem_fraction, rt)
     usable_bytes, usable_note = bud.usable_bytes, bud.note
-    fits = None if usable_bytes is None else peak <= usable_bytes and bud.out_of_pool_fits
+    verdict = runtime.judge(bud, stats.lower_bound, rt)   # fits / tight / does_not_fit, over the runtime's ranges
+    fits = verdict.fits
     headroom = None if usable_bytes is None else usable_bytes - peak
 
     warnings = [report.ReportWarning("not_donated", f"{n}: params + optimizer state + mutable state are copied, not "
                                      "updated in place; donate them (jax.jit(..., donate_argnums=0))",
                                      stats.output - stats.alias)
                 for n in built.notes]
-    if not bud.out_of_pool_fits:
-        assert target.memory_bytes is not None and bud.out_of_pool_room is not None   # a GPU's pool: both known
-        warnings.append(report.ReportWarning(
-            "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
-            f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
-            f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({usable_note}): NCCL fails to initialize; use a "
-            f"memory fraction of at most "
-            f"{max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
-            rt.out_of_pool_bytes - bud.out_of_pool_room))
+    warnings += runtime.verdict_warnings(target, rt, bud, verdict)
     if ex is None and state.gradients:
         warnings.append(report.ReportWarning(
             "gradients_not_split", f"--no-explain: XLA's temporaries ({stats.temp / 2**20:,.2f} MiB) are not split "
@@ -243,7 +236,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         warnings.append(report.ReportWarning("tensor_split_by_size", guessed))
     host = _host(state, stats, warnings, opts.remat)
     if not _host_fits(host, target.gpu, warnings) and fits:
-        fits = False
+        fits, verdict = False, verdict.does_not_fit()   # pinned host memory over the system's RAM
 
     top: tuple = ()
     modules: tuple = ()
@@ -298,6 +291,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
                  "compile_s": round(stats.compile_s, 3), "decode_s": round(t_decoded - t_compiled, 3),
                  "total_s": round(time.perf_counter() - t_start, 3), "cache_hit": float(art.cached)},
         versions=versions.installed(),
+        verdict=verdict.verdict, margin_bytes=verdict.margin_bytes, verdict_terms=verdict.terms,
         xla_flags=versions.xla_flags(),
         **_pipeline_fields(built, planned, peak, breakdown, ex),
     )
