@@ -206,8 +206,9 @@ NCCL_LL128_BUFFSIZE = 120 * 640 * NCCL_STEPS * 8   # src/init.cc DEFAULT_LL128_B
 NCCL_SIMPLE_BUFFSIZE = 1 << 22      # src/init.cc DEFAULT_BUFFSIZE (NCCL_BUFFSIZE): 4 MiB
 NCCL_MAXCHANNELS = 64               # src/include/device.h: MAXCHANNELS
 NCCL_NVLS_CHUNKSIZE = 128 * 1024    # src/transport/nvls.cc: NCCL_NVLS_CHUNKSIZE default (since 2.21.5)
-NCCL_NVLS_CHANNELS = {9: 16, 10: (24, 32)}   # src/transport/nvls.cc: NVLS_NCHANNELS_SM90, NVLS_NCHANNELS_SM100_NVL
-#                                     (one node) and NVLS_NCHANNELS_SM100 (several)
+# src/transport/nvls.cc: NVLS_NCHANNELS_SM90 (16); on sm_100 NVLS_NCHANNELS_SM100_NVL (24, one node) and
+# NVLS_NCHANNELS_SM100 (32, several): (one host, several hosts) by compute capability major
+NCCL_NVLS_CHANNELS: dict[int, tuple[int, int]] = {9: (16, 16), 10: (24, 32)}
 CUMEM_GRANULARITY = 2 * MiB         # cuMemGetAllocationGranularity on Hopper/Blackwell; NCCL rounds each cuMem
 #                                     buffer up to it (src/transport/p2p.cc, nvls.cc: ALIGN_SIZE(size, granularity))
 # How many channels NCCL builds for a communicator is its topology search's answer, not a constant: the range is
@@ -329,8 +330,7 @@ def nccl_communicator(size: int, local: int, span: int, *, nvls_card: bool, cc_m
     tree = (2 if span > 1 else 1) * ch_hi * conn_rounded if s.tree and size > 2 else 0
     nvls = 0
     if nvls_card and s.nvls and local >= 2:
-        default = NCCL_NVLS_CHANNELS.get(cc_major, 16)
-        nch = s.nvls_channels or (default if isinstance(default, int) else default[span > 1])
+        nch = s.nvls_channels or NCCL_NVLS_CHANNELS.get(cc_major, (16, 16))[span > 1]
         nvls = _round(nch * 2 * s.nvls_chunk * NCCL_STEPS * local, s) + _round(nch * 2 * 64 * local, s)  # + credits
     low = ring_lo if s.runtime_connect else ring_lo + tree + nvls   # without runtime connect: all at init
     est = ring_hi + nvls

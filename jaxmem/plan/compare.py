@@ -424,7 +424,7 @@ _FRACTION_NOTE = re.compile(r"(?:--mem-fraction |XLA_CLIENT_MEM_FRACTION=|XLA_PY
 def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
     """The (usable bytes, out-of-pool terms fit) the row's allocator settings give on its catalogue
     GPU: one answer, or two when the note leaves preallocation open (--mem-fraction)."""
-    return [(b.usable_bytes, b.out_of_pool_fits) for b in _saved_budgets(t, oop)]   # type: ignore[misc]
+    return [(b.usable_bytes, b.out_of_pool_fits) for b in _saved_budgets(t, oop)]
 
 
 def _saved_budgets(t, oop: int) -> list:
@@ -482,17 +482,17 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
         memory = targets.CATALOGUE[t.gpu].memory_bytes
         # judged as analyze does: the runtime's saved terms at both ends of their ranges (runtime.judge)
         rt = runtime.Runtime.from_json(r.runtime or {})
-        v = runtime.judge(bud, peak - rt.in_pool_bytes, rt)
-        fits, headroom = v.fits, usable - peak
-        judged = (v.verdict, v.margin_bytes, v.terms)
+        jv = runtime.judge(bud, peak - rt.in_pool_bytes, rt)
+        fits, headroom = jv.fits, usable - peak
+        judged = (jv.verdict, jv.margin_bytes, jv.terms)
     elif t.gpu.startswith("local:"):
         # an attached card's size is not in the catalogue: kept, but the verdict still follows from the bytes
         memory = _whole(t.memory_bytes, f"row {name}: target.memory_bytes")
         usable = min(_whole(t.usable_bytes, f"row {name}: target.usable_bytes"), memory)
         rt = runtime.Runtime.from_json(r.runtime or {})
-        v = runtime.judge(runtime.Budget(usable, t.usable_note, None, mode="fixed", total_bytes=memory),
-                          peak - rt.in_pool_bytes, rt)
-        fits, headroom, judged = v.fits, usable - peak, (v.verdict, v.margin_bytes, v.terms)
+        jv = runtime.judge(runtime.Budget(usable, t.usable_note, None, mode="fixed", total_bytes=memory),
+                           peak - rt.in_pool_bytes, rt)
+        fits, headroom, judged = jv.fits, usable - peak, (jv.verdict, jv.margin_bytes, jv.terms)
     else:
         raise UserError(f"row {name}: unknown GPU {t.gpu!r}; re-run the comparison")
     if r.verdict is None:   # saved before verdicts had margins: judged as then, from `fits`
