@@ -219,5 +219,6 @@ def tight_text(r: Report) -> str:
     """What a tight verdict hangs on, e.g. "nccl_communicators 0.30-2.54 GiB" ("" unless tight)."""
     if verdict_of(r) != "tight":
         return ""
-    return ", ".join(f"{t['name']} {t['low_bytes'] / 2**30:.2f}-{t['high_bytes'] / 2**30:.2f} GiB"
-                     for t in r.verdict_terms)
+    from jaxmem.units import fmt_bytes
+
+    return ", ".join(f"{t['name']} {fmt_bytes(t['low_bytes'])}-{fmt_bytes(t['high_bytes'])}" for t in r.verdict_terms)

@@ -80,7 +80,7 @@ def test_a_tight_verdict_shows_tight_with_the_term_and_its_range():
     r = dataclasses.replace(_saved_report(), verdict="tight", margin_bytes=1 << 30, verdict_terms=TIGHT_TERMS)
     text = _text(r)
     line = next(ln for ln in text.splitlines() if "TIGHT" in ln)
-    assert "hangs on nccl_communicators 0.31-2.54 GiB" in line and "margin at the estimate 1.00 GiB" in line
+    assert "hangs on nccl_communicators 312.38 MiB-2.54 GiB" in line and "margin at the estimate 1.00 GiB" in line
     assert "DOES NOT FIT" not in text and " FITS " not in text
     fits = _text(dataclasses.replace(r, verdict="fits", verdict_terms=()))
     assert " FITS " in fits and "TIGHT" not in fits

@@ -463,3 +463,7 @@ def test_no_published_run_that_ran_is_failed_by_a_runtime_estimate():
             assert xla_peak > int(t.memory_bytes * frac), (recipe["key"], v)   # over by XLA's bytes alone
         if v.verdict == "tight":
             assert v.terms and all(x["low_bytes"] < x["high_bytes"] for x in v.terms), recipe["key"]
+        if recipe["key"] == "gpurecipes-maxtext-llama31-70b-h200-256gpu":   # the run: tight on NCCL
+            assert v.verdict == "tight" and v.terms[0]["name"] == "nccl_communicators"
+            assert (w["verdict"], w["verdict_terms"][0]["name"]) == ("tight", "nccl_communicators")   # as analyze said
+    assert "gpurecipes-maxtext-llama31-70b-h200-256gpu" in {row["recipe"]["key"] for row in rows}
