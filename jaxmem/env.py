@@ -84,6 +84,9 @@ def check(environ=None) -> None:
                         "else as on; write true or false.")
     check_platforms(env)
     check_xla_flags(env)
+    from jaxmem.compiler.runtime import NcclSettings
+
+    NcclSettings.from_env(env)   # the NCCL_* numbers the runtime model reads (before any compile)
 
 
 # -- JAX_PLATFORMS -------------------------------------------------------------------------------

@@ -362,6 +362,10 @@ def test_the_nccl_variables_in_the_environment_change_the_estimate():
     assert comm({"NCCL_ALGO": "Ring"}).high == comm({"NCCL_ALGO": "Ring"}).bytes < default.bytes
     with pytest.raises(UserError, match="NCCL_BUFFSIZE"):
         runtime.NcclSettings.from_env({"NCCL_BUFFSIZE": "4M"})
+    from jaxmem import env
+
+    with pytest.raises(UserError, match="NCCL_MAX_NCHANNELS"):   # refused before jax starts, as the other variables
+        env.check({"NCCL_MAX_NCHANNELS": "many"})
 
 
 # ---------------------------------------------------------------- the verdict's margins
