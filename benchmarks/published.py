@@ -207,6 +207,17 @@ _AXLEARN = dict(
 # save .*([qkvo]_proj|context), recompute the feed-forward.
 _AXLEARN_SAVE = ("remat_save", "query_proj,key_proj,value_proj,out_proj,context")
 
+# The issue-37 row: the verdict hangs on NCCL's estimated buffers, not on XLA's bytes
+WHY_H200 = (
+    "the verdict agrees, TIGHT: XLA's peak (108.37 GiB, + 64 MiB allocator) fits the 138.18 GiB pool with 29.74 GiB "
+    "to spare; what decides is the 2.82 GiB the 0.98 pool leaves on the card for the runtime outside it: the CUDA "
+    "context (0.33-0.77 GiB) and three NCCL communicators on each device (its FSDP-128 group over 16 hosts, its "
+    "data-parallel pair across 2 hosts, all 256 for a collective-permute): 0.31-2.54 GiB, estimate 1.29 GiB (ring "
+    "16-32 channels, NVLS 258 MiB per 8-GPU NVSwitch, tree across hosts; runtime.md, NCCL's buffers). It fits at the "
+    "low end and at the estimate (1.14 GiB to spare), not at the high end: tight on nccl_communicators. Before "
+    "NCCL was modelled from its allocations the verdict was DOES NOT FIT (issue 37: 1.3 GiB per NVLS communicator, "
+    "a measurement of NCCL before 2.21). The step estimate is compute-bound at peak rate (ratio 0.65).")
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         key="jaxtoolbox-maxtext-llama2-7b-8gpu",
@@ -592,6 +603,40 @@ RECIPES: tuple[Recipe, ...] = (
              "say. The step estimate (ratio 2.93) counts every stage's 79 iterations of fp32 work at the TF32 "
              "rate plus the recompute."),
     ),
+    Recipe(
+        key="gpurecipes-maxtext-llama31-70b-h200-256gpu",
+        title="Llama-3.1 70B, 256 x H200 (32 x A3 Ultra), DP 2 x FSDP 128 (gpu-recipes MaxText)",
+        source="AI-Hypercomputer/gpu-recipes: training/a3ultra/llama3-1-70b/maxtext-pretraining-gke/README.md and "
+               "values.yaml, src/frameworks/a3ultra/maxtext-configs/llama3-1-70b-256gpus-a3u-bf16.yaml",
+        revision="4aa46472 (values.yaml and the config); README at 0355c388",
+        gpu="h200", gpu_published="a3-ultragpu-8g (8 x H200 141GB)", gpus=256,
+        published={"model": "Llama 3.1 70B (model_name llama3.1-70b)", "sequence": "8192 (max_target_length)",
+                   "per-device batch": "2", "sharding": "dcn_data_parallelism 2 x dcn_fsdp 16 x ici_fsdp 8 "
+                   "(DP 2 x FSDP 128)", "precision": "MaxText default (bf16 compute, fp32 weights)",
+                   "remat": "save_dot_with_context_except_mlp", "attention": "cudnn_flash_te", "scan_layers": "true"},
+        mem_fraction=0.98, mem_fraction_source="values.yaml: XLA_PYTHON_CLIENT_MEM_FRACTION=0.98",
+        xla_flags=("--xla_gpu_enable_triton_gemm=false --xla_gpu_enable_latency_hiding_scheduler=true "
+                   "--xla_gpu_graph_level=0 --xla_gpu_all_reduce_combine_threshold_bytes=2147483648 "
+                   "--xla_gpu_all_gather_combine_threshold_bytes=2147483648 "
+                   "--xla_gpu_reduce_scatter_combine_threshold_bytes=16777216 "
+                   "--xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true "
+                   "--xla_gpu_enable_pipelined_all_reduce=true --xla_gpu_enable_all_gather_combine_by_dim=false "
+                   "--xla_gpu_enable_reduce_scatter_combine_by_dim=false --xla_disable_hlo_passes=rematerialization "
+                   "--xla_gpu_enable_while_loop_double_buffering=true"),
+        outcome="ran",
+        documented="ran: the README's example log line 'completed step: 12, seconds: 15.516, TFLOP/s/device: "
+                   "508.371' (51.4% MFU)",
+        step_s=15.516, step_how="the README's example log line",
+        attention="cudnn", model="models/llama.py", precision=_MAXTEXT_PRECISION, remat="full",
+        args=(("preset", "70b"), ("seq_len", 8192), ("remat_save", "query_proj,key_proj,value_proj,out_proj,context"),
+              _MAXTEXT_NUMERICS),
+        mesh="data=2,fsdp=128", layout="fsdp", batch=512,
+        approximations="Llama 3.1 70B has Llama 3 70B's shapes (preset 70b; its RoPE scaling changes no buffer); "
+                       "save_dot_with_context_except_mlp reproduced with remat_save (the q/k/v/out projections and "
+                       "the attention context saved, the MLP recomputed); DP 2 x FSDP 128 as --mesh "
+                       "data=2,fsdp=128 (the data axis splits the batch only: HSDP)",
+        why=WHY_H200,
+    ),
 )
 
 
@@ -677,7 +722,8 @@ def run_jaxmem(argv: list[str], flags: list[str], timeout: float = 900) -> dict:
             "usable_note": rep["target"]["usable_note"], "breakdown": rep["breakdown"], "xla": rep["xla"],
             "param_count": rep["param_count"], "step_time": st,
             "warnings": [{"kind": w["kind"], "message": w.get("message", "")} for w in rep["warnings"]],
-            "runtime": rep.get("runtime")}
+            "runtime": rep.get("runtime"), "verdict": rep.get("verdict"), "margin": rep.get("margin_bytes"),
+            "verdict_terms": rep.get("verdict_terms", [])}
 
 
 def run_recipe(r: Recipe, attention_mode: str, other_attention: bool = True) -> dict:
@@ -708,6 +754,10 @@ def _gib(b) -> str:
 def verdict(run: dict) -> str:
     if "error" in run:
         return f"error (exit {run['exit']})"
+    if run.get("verdict") == "tight":   # fits at the low end of the runtime's estimates, not at the high end
+        on = ", ".join(f"{t['name']} {t['low_bytes'] / GiB:.2f}-{t['high_bytes'] / GiB:.2f} GiB"
+                       for t in run["verdict_terms"])
+        return f"tight (on {on})"
     return "fits" if run["fits"] else "does not fit"
 
 

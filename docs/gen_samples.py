@@ -62,9 +62,15 @@ SAMPLES = (
     Sample("runtime-fsdp-tp", "docs/runtime.md",
            "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp",
            excerpt=(r"^runtime per device", r"^largest buffers")),
+    Sample("runtime-tight", "docs/runtime.md",
+           "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
+           "--mem-fraction 0.97", excerpt=(r"^ TIGHT ", r"^XLA compiled this step")),
+    Sample("runtime-tight-warning", "docs/runtime.md",
+           "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
+           "--mem-fraction 0.97", excerpt=(r"^warning \[verdict_tight\]", r"^largest buffers")),
     Sample("runtime-out-of-pool", "docs/runtime.md",
            "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
-           "--mem-fraction 0.95", excerpt=(r"^warning \[runtime_out_of_pool\]", r"^largest buffers"), exit_code=3),
+           "--mem-fraction 0.99", excerpt=(r"^warning \[runtime_out_of_pool\]", r"^largest buffers"), exit_code=3),
     Sample("gpus", "docs/runtime.md", "jaxmem gpus"),
     Sample("advise-tiny", "docs/planning.md",
            "jaxmem advise models/llama.py --arg preset=tiny --arg seq_len=256 --batch 8 --gpu h100 --mesh data=1 "

@@ -86,6 +86,9 @@ def check(environ=None) -> None:
     check_platforms(env)
     check_jax_config(env)
     check_xla_flags(env)
+    from jaxmem.compiler.runtime import NcclSettings
+
+    NcclSettings.from_env(env)   # the NCCL_* numbers the runtime model reads (before any compile)
 
 
 # -- JAX_* configuration -------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class TargetInfo:
 WARNING_KINDS: dict[str, str] = {
     "not_donated": "the state is copied, not updated in place (donate it)",
     "runtime_out_of_pool": "the CUDA context and NCCL's communicators need more than JAX's pool leaves on the card",
+    "verdict_tight": "the verdict hangs on an estimated runtime term (NCCL, allocator): fits at the low end only",
     "gradients_not_split": "--no-explain: gradients are not told apart from the other temporaries",
     "xla_remat_failed": "XLA:GPU's rematerialization could not bring the program under its memory limit",
     "compile_fallback": "the compile deviated from the default pipeline (no Triton GEMM tiling, an older jax)",
@@ -204,6 +205,14 @@ class Report:
     # A Hugging Face config.json analyzed (jaxmem/hf): its model_type, the parameter count of the
     # architecture it names (jax.eval_shape of jaxmem's decoder) and its path; empty for a model file.
     hf_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The verdict with the runtime's estimated terms at both ends of their ranges (jaxmem.compiler.runtime.judge):
+    # "fits" at the high end of every range, "does_not_fit" even at the low end, "tight" in between (`fits` is
+    # True for it); margin_bytes: bytes to spare in the tighter constraint at the estimates (< 0: short by);
+    # verdict_terms: for "tight", the estimated terms it hangs on, each {name, low_bytes, bytes, high_bytes}.
+    # None / () in reports written before verdicts had margins (verdict_of() reads those from `fits`).
+    verdict: str | None = None
+    margin_bytes: int | None = None
+    verdict_terms: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self):
         total = sum(self.breakdown.values())
@@ -255,4 +264,26 @@ class Report:
         d["shardings"] = tuple(d.get("shardings", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
         d["stages"] = tuple(d.get("stages", ()))
+        d["verdict_terms"] = tuple(d.get("verdict_terms", ()))
         return cls(**d)
+
+
+VERDICTS = ("fits", "tight", "does_not_fit")
+VERDICT_TEXT = {"fits": "fits", "tight": "tight", "does_not_fit": "does not fit"}
+
+
+def verdict_of(r: Report) -> str | None:
+    """The report's verdict -- "fits", "tight" or "does_not_fit" (None: no fixed memory) -- also for a
+    report saved before verdicts had margins (then from `fits`). Tight counts as fitting (`fits` is True)."""
+    if r.verdict is not None:
+        return r.verdict
+    return None if r.fits is None else ("fits" if r.fits else "does_not_fit")
+
+
+def tight_text(r: Report) -> str:
+    """What a tight verdict hangs on, e.g. "nccl_communicators 0.30-2.54 GiB" ("" unless tight)."""
+    if verdict_of(r) != "tight":
+        return ""
+    from jaxmem.units import fmt_bytes
+
+    return ", ".join(f"{t['name']} {fmt_bytes(t['low_bytes'])}-{fmt_bytes(t['high_bytes'])}" for t in r.verdict_terms)

@@ -47,3 +47,18 @@ def test_a_thread_still_running_gets_the_normal_exit_which_waits_for_it():
     assert p.returncode == 0, p.stderr
     assert "thread done" in p.stdout and "atexit ran" in p.stdout
     assert "teardown ran" in p.stdout
+
+
+def test_tight_exits_0_and_does_not_fit_exits_3():
+    """The verdict's exit codes through the program itself: TIGHT (fits at the low end of the runtime's
+    estimates, not at the high end) is a fit for scripts; over even at the low end is not."""
+    argv = ["analyze", str(FIX / "mlp_small.py"), "--arg", "width=64", "--arg", "batch_size=16", "--gpu", "h100",
+            "--mesh", "data=8", "--layout", "dp", "--no-explain", "--json"]
+    tight = _program([*argv, "--mem-fraction", "0.98"])
+    assert tight.returncode == 0, tight.stderr
+    out = json.loads(tight.stdout.partition("atexit ran")[0])
+    assert out["verdict"] == "tight" and out["fits"] is True and out["verdict_terms"]
+    over = _program([*argv, "--mem-fraction", "0.995"])
+    assert over.returncode == 3, over.stderr
+    out = json.loads(over.stdout.partition("atexit ran")[0])
+    assert out["verdict"] == "does_not_fit" and out["fits"] is False

@@ -13,7 +13,7 @@ To add a check (one line here, one entry in jaxmem.report.WARNING_KINDS):
            Check(("thing_kind",), lambda m: owner.check_thing(m.opts.thing, m.stats.temp)),
 
 `m` has every stage's values: m.opts, m.wl, m.target, m.mesh_spec, m.planned, m.built, m.stats, m.state,
-m.rt, m.ex, m.breakdown, m.peak, m.step_time, m.budget, m.host, m.fits, m.roles (see Measured).
+m.rt, m.ex, m.breakdown, m.peak, m.step_time, m.budget, m.host, m.verdict (m.fits), m.roles (see Measured).
 A check's kinds are named in the table so that tests can tell every kind has a producer.
 """
 
@@ -43,7 +43,8 @@ def _tensor_names(m: Measured) -> tuple[str, ...]:
 
 CHECKS: tuple[Check, ...] = (
     Check(("not_donated",), lambda m: step.check_donation(m.built, m.stats.output - m.stats.alias)),
-    Check(("runtime_out_of_pool",), lambda m: runtime.check_out_of_pool(m.target, m.rt, m.budget)),
+    Check(("runtime_out_of_pool", "verdict_tight"), lambda m: runtime.verdict_warnings(m.target, m.rt, m.budget,
+                                                                                       m.verdict)),
     Check(("gradients_not_split",), lambda m: explain.check_gradients_split(m.ex is not None, m.stats.temp,
                                                                            m.state.gradients)),
     Check(("xla_remat_failed", "compile_fallback"), lambda m: compiled.check_compile(m.stats)),

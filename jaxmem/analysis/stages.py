@@ -81,7 +81,7 @@ class Measured:
     step_time: dict[str, Any]
     budget: runtime.Budget
     host: dict[str, int]
-    fits: bool | None
+    verdict: runtime.Verdict           # fits / tight / does_not_fit, with the runtime's ranges
     roles: dict[str, dict[str, Any]]
     remat_n: int                       # instructions XLA's rematerialization recomputed
     written: int | None                # the step as written (as_written), when compiled
@@ -95,6 +95,7 @@ class Measured:
     planned = property(lambda self: self.prepared.planned)
     built = property(lambda self: self.compiled.traced.built)
     stats = property(lambda self: self.compiled.art.stats)
+    fits = property(lambda self: self.verdict.fits)
 
 
 def prepare(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float) -> Prepared:
@@ -232,12 +233,13 @@ def measure(c: Compiled) -> Measured:
     peak = stats.lower_bound + rt.in_pool_bytes
     bud = runtime.budget(target, p.opts.mem_fraction, rt)
     host = train_state.host_bytes(state, stats.host_temp, p.opts.remat)
-    fits = (None if bud.usable_bytes is None
-            else peak <= bud.usable_bytes and bud.out_of_pool_fits and targets.host_fits(host, target.gpu))
+    verdict = runtime.judge(bud, stats.lower_bound, rt)   # fits / tight / does_not_fit, over the runtime's ranges
+    if verdict.fits and not targets.host_fits(host, target.gpu):
+        verdict = verdict.does_not_fit()   # pinned host memory over the system's RAM
     remat_n = compiled_mod.xla_rematerialized(c.art.hlo_text) if target.platform == "cuda" else 0
     written = as_written(c.traced, peak, bud.usable_bytes, rt.in_pool_bytes) if remat_n else None
     return Measured(c, state, program, rt, ex, t_decoded, breakdown, peak, _step_time(program, p, built), bud,
-                    host, fits, splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, written)
+                    host, verdict, splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, written)
 
 
 def as_written(t: Traced, peak: int, usable: int | None, in_pool: int) -> int | None:
@@ -293,6 +295,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         timings=_timings(m),
         versions=versions.installed(),
         xla_flags=versions.xla_flags(),
+        verdict=m.verdict.verdict, margin_bytes=m.verdict.margin_bytes, verdict_terms=m.verdict.terms,
         **fields.pipeline_fields(built, p.planned, m.peak, m.breakdown, ex),
     )
 

@@ -21,6 +21,7 @@ the out-of-pool terms (:func:`budget`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -43,6 +44,26 @@ class Term:
     source: str         # "estimate (...)" or "measured ..."
     detail: str = ""    # what it is made of, briefly
     status: str = "estimate"   # "estimate" | "measured" | "xla" (already counted by XLA)
+    # the range an estimate may take (None: exact, = bytes); the verdict is judged at both ends
+    low_bytes: int | None = None
+    high_bytes: int | None = None
+
+    def __post_init__(self):
+        for end in ("low_bytes", "high_bytes"):
+            if getattr(self, end) is None:
+                object.__setattr__(self, end, self.bytes)
+
+    @property
+    def estimated(self) -> bool:
+        """A term whose range is wider than a point (what a verdict may hang on)."""
+        assert self.low_bytes is not None and self.high_bytes is not None
+        return self.high_bytes > self.low_bytes
+
+    def at(self, end: str) -> int:
+        """The term's bytes at one end of its range: "low", "estimate" or "high"."""
+        v = {"low": self.low_bytes, "high": self.high_bytes}.get(end, self.bytes)
+        assert v is not None
+        return v
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -63,6 +84,22 @@ class Runtime:
     @property
     def out_of_pool_bytes(self) -> int:
         return sum(t.bytes for t in self.terms if not t.in_pool)
+
+    def in_pool_at(self, end: str) -> int:
+        return sum(t.at(end) for t in self.terms if t.in_pool)
+
+    def out_of_pool_at(self, end: str) -> int:
+        return sum(t.at(end) for t in self.terms if not t.in_pool)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Runtime:
+        """The runtime a report saved (`compare --from`); terms saved before ranges are exact."""
+        fields = {f.name for f in dataclasses.fields(Term)}
+        terms = tuple(Term(**{k: v for k, v in t.items() if k in fields}) for t in d.get("terms", ()))
+        nccl = d.get("nccl") or {}
+        return cls(terms, int(nccl.get("communicators_per_device", 0)),
+                   tuple(tuple(g) for g in nccl.get("groups", ())), bool(nccl.get("nvls", False)),
+                   bool(d.get("calibrated", False)))
 
     def summary(self) -> str:
         """One line for runtime_overhead_source: the in-pool terms and what sits outside the pool."""
@@ -156,16 +193,220 @@ def context_estimate(target: Target, est: dict) -> tuple[int, str]:
     return stack + fixed, f"{cores} SMs x {threads} threads of stack"
 
 
-def _hosts_of(group: frozenset[int], n_devices: int, hosts: int) -> int:
-    per_host = max(n_devices // max(hosts, 1), 1)
-    return len({d // per_host for d in group})
+# ---------------------------------------------------------------- NCCL's buffers, from how NCCL allocates them
+#
+# Every constant below is NCCL's own (NVIDIA/nccl, the version JAX's CUDA plugin requires: nvidia-nccl >= 2.27;
+# read at 2.30.7): what one communicator allocates on each GPU is its connections' buffers -- per channel and
+# per peer, one buffer per protocol -- and, with NVLink SHARP, one NVLS buffer per channel and NVLS head.
+
+NCCL_STEPS = 8                      # src/include/device.h: NCCL_STEPS
+NCCL_LL_BUFFSIZE = 8 * 512 * NCCL_STEPS * 16       # src/init.cc DEFAULT_LL_BUFFSIZE: NCCL_LL_LINES_PER_THREAD (8) x
+#                                     NCCL_LL_MAX_NTHREADS (512) x NCCL_STEPS x sizeof(ncclLLFifoLine) (16) = 512 KiB
+NCCL_LL128_BUFFSIZE = 120 * 640 * NCCL_STEPS * 8   # src/init.cc DEFAULT_LL128_BUFFSIZE: NCCL_LL128_ELEMS_PER_THREAD
+#                                     (120) x NCCL_LL128_MAX_NTHREADS (640) x NCCL_STEPS x 8 B = 4,915,200 B
+NCCL_SIMPLE_BUFFSIZE = 1 << 22      # src/init.cc DEFAULT_BUFFSIZE (NCCL_BUFFSIZE): 4 MiB
+NCCL_MAXCHANNELS = 64               # src/include/device.h: MAXCHANNELS
+NCCL_NVLS_CHUNKSIZE = 128 * 1024    # src/transport/nvls.cc: NCCL_NVLS_CHUNKSIZE default (since 2.21.5)
+# src/transport/nvls.cc: NVLS_NCHANNELS_SM90 (16); on sm_100 NVLS_NCHANNELS_SM100_NVL (24, one node) and
+# NVLS_NCHANNELS_SM100 (32, several): (one host, several hosts) by compute capability major
+NCCL_NVLS_CHANNELS: dict[int, tuple[int, int]] = {9: (16, 16), 10: (24, 32)}
+CUMEM_GRANULARITY = 2 * MiB         # cuMemGetAllocationGranularity on Hopper/Blackwell; NCCL rounds each cuMem
+#                                     buffer up to it (src/transport/p2p.cc, nvls.cc: ALIGN_SIZE(size, granularity))
+# How many channels NCCL builds for a communicator is its topology search's answer, not a constant: the range is
+# what NCCL_DEBUG=INFO printed in public logs -- NVLink/NVSwitch: 16 coll channels on 8 x H800 (NVIDIA/nccl#892),
+# 24 on 2 NVLink GPUs (NVIDIA/nccl#1781), 32 on DGX H100 (MAXCHANNELS before 2.23); one GPU per host over the
+# network: 8 on 4 GPUs of 2 hosts (NVIDIA/nccl#1189), 2 per NIC at the least (NCCL_NCHANNELS_PER_NET_PEER's default).
+NCCL_CHANNELS_NVLINK = (16, 32)
+NCCL_CHANNELS_NET = (2, 16)
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclSettings:
+    """The NCCL variables that change its memory, read from the environment (NCCL's names and defaults)."""
+
+    ll: int = NCCL_LL_BUFFSIZE
+    ll128: int = NCCL_LL128_BUFFSIZE
+    simple: int = NCCL_SIMPLE_BUFFSIZE
+    min_channels: int | None = None       # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS
+    max_channels: int | None = None       # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS
+    nvls: bool = True                     # NCCL_NVLS_ENABLE (default 2: on where the system supports it)
+    nvls_channels: int | None = None      # NCCL_NVLS_NCHANNELS
+    nvls_chunk: int = NCCL_NVLS_CHUNKSIZE
+    runtime_connect: bool = True          # NCCL_RUNTIME_CONNECT (default 1: connect an algorithm when first used)
+    cumem: bool = True                    # NCCL_CUMEM_ENABLE (cuMem buffers, rounded to the granularity)
+    tree: bool = True                     # NCCL_ALGO allows Tree
+    set_by_env: tuple[str, ...] = ()      # the variables that were set
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> NcclSettings:
+        from jaxmem.errors import UserError
+
+        seen: list[str] = []
+
+        def num(*names: str) -> int | None:
+            for name in names:
+                raw = str(env.get(name, "")).strip()
+                if raw:
+                    try:
+                        v = int(raw, 0)
+                    except ValueError:
+                        raise UserError(f"{name}={raw!r}: NCCL reads an integer there; unset it or give a "
+                                        "number") from None
+                    seen.append(f"{name}={raw}")
+                    return v
+            return None
+
+        def flag(name: str, default: bool) -> bool:
+            raw = str(env.get(name, "")).strip()
+            if not raw:
+                return default
+            seen.append(f"{name}={raw}")
+            return raw != "0"
+
+        s = cls()
+        ll, ll128, simple = num("NCCL_LL_BUFFSIZE"), num("NCCL_LL128_BUFFSIZE"), num("NCCL_BUFFSIZE")
+        algo = str(env.get("NCCL_ALGO", "")).strip().lower()
+        nvls, tree = flag("NCCL_NVLS_ENABLE", True), True
+        if algo:   # "Ring,Tree", or "^NVLS" to exclude (docs: NCCL_ALGO)
+            seen.append(f"NCCL_ALGO={env['NCCL_ALGO']}")
+            names = {a.strip() for a in algo.lstrip("^").split(",")}
+            has_nvls, has_tree = bool(names & {"nvls", "nvlstree"}), "tree" in names or "nvlstree" in names
+            nvls &= not has_nvls if algo.startswith("^") else has_nvls
+            tree = "tree" not in names if algo.startswith("^") else has_tree
+        out = dataclasses.replace(
+            s, ll=s.ll if ll is None or ll < 0 else ll, ll128=s.ll128 if ll128 is None or ll128 < 0 else ll128,
+            simple=s.simple if simple is None or simple < 0 else simple,
+            min_channels=num("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MIN_CTAS"),
+            max_channels=num("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS", "NCCL_MAX_CTAS"),
+            nvls=nvls, nvls_channels=num("NCCL_NVLS_NCHANNELS"),
+            nvls_chunk=num("NCCL_NVLS_CHUNKSIZE") or NCCL_NVLS_CHUNKSIZE,
+            runtime_connect=flag("NCCL_RUNTIME_CONNECT", True), cumem=flag("NCCL_CUMEM_ENABLE", True), tree=tree)
+        return dataclasses.replace(out, set_by_env=tuple(seen))
+
+    def channels(self, default: tuple[int, int]) -> tuple[int, int]:
+        """The (fewest, most) channels NCCL may build, within NCCL_MIN/MAX_NCHANNELS (src/graph/connect.cc)."""
+        lo, hi = default
+        cap = min(self.max_channels, NCCL_MAXCHANNELS) if self.max_channels and self.max_channels > 0 \
+            else NCCL_MAXCHANNELS
+        floor = min(max(self.min_channels or 0, 0), cap)
+        return max(min(lo, cap), floor), max(min(hi, cap), floor)
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclCommunicator:
+    """One communicator's buffers on one of its GPUs: low / estimate / high, and what they are made of."""
+
+    low: int
+    bytes: int
+    high: int
+    parts: str
+
+
+def _round(n: int, s: NcclSettings) -> int:
+    return -(-n // CUMEM_GRANULARITY) * CUMEM_GRANULARITY if s.cumem else n
+
+
+def nccl_communicator(size: int, local: int, span: int, *, nvls_card: bool, cc_major: int,
+                      s: NcclSettings) -> NcclCommunicator:
+    """The buffers one GPU of a communicator of `size` GPUs holds, `local` of them on its NVLink
+    fabric (a host, or an NVLink domain) and spanning `span` hosts.
+
+    * Ring (every collective can run on it, so it is always connected): per channel, this GPU
+      receives from one peer and sends to one. A receiving P2P connection holds the LL and LL128
+      buffers, and with P2P read (NVLink, sm_80+) the sender holds the Simple buffer
+      (src/transport/p2p.cc p2pRecvSetup/p2pSendSetup); over the network LL128 and Simple sit in
+      GPU memory with GPUDirect RDMA and LL in host memory (src/transport/net.cc): about
+      LL + LL128 + Simple per channel either way.
+    * Tree (all-reduce across hosts): up to two more connections per channel, made only when an
+      all-reduce picks it (NCCL_RUNTIME_CONNECT=1, the default since 2.22): the high end.
+    * NVLS (NVLink SHARP, NVSwitch Hopper and Blackwell): nvlsChannels x 2 x (NCCL_NVLS_CHUNKSIZE x
+      NCCL_STEPS) per NVLS head, one head per GPU of the fabric (src/transport/nvls.cc
+      ncclNvlsBufferSetup), when an NVLS algorithm is first used: in the estimate, not in the low end.
+    """
+    conn = s.ll + s.ll128 + s.simple
+    # p2p read: the receiver's LL + LL128 in one buffer, the sender's Simple in another; each rounded
+    conn_rounded = _round(s.ll + s.ll128, s) + _round(s.simple, s)
+    ch_lo, ch_hi = s.channels(NCCL_CHANNELS_NVLINK if local >= 2 else NCCL_CHANNELS_NET)
+    ring_lo, ring_hi = ch_lo * conn, ch_hi * conn_rounded
+    tree = (2 if span > 1 else 1) * ch_hi * conn_rounded if s.tree and size > 2 else 0
+    nvls = 0
+    if nvls_card and s.nvls and local >= 2:
+        nch = s.nvls_channels or NCCL_NVLS_CHANNELS.get(cc_major, (16, 16))[span > 1]
+        nvls = _round(nch * 2 * s.nvls_chunk * NCCL_STEPS * local, s) + _round(nch * 2 * 64 * local, s)  # + credits
+    low = ring_lo if s.runtime_connect else ring_lo + tree + nvls   # without runtime connect: all at init
+    est = ring_hi + nvls
+    high = ring_hi + tree + nvls
+    parts = (f"ring {ch_lo}-{ch_hi} channels x {conn / MiB:.1f} MiB"
+             + (f" + NVLS {nvls / MiB:,.0f} MiB ({local} heads)" if nvls else "")
+             + (f" + tree up to {tree / MiB:,.0f} MiB" if tree else ""))
+    return NcclCommunicator(min(low, est), est, max(high, est), parts)
+
+
+def _fabric_of(d: int, n: int, hosts: int, domain: int | None) -> tuple[int, int]:
+    """(host, NVLink fabric) of device `d` of `n` spread evenly over `hosts` hosts."""
+    per_host = max(n // max(hosts, 1), 1)
+    host = d // per_host
+    return host, (d // domain if domain and domain > per_host else host)
+
+
+def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str], spec: GpuSpec | None,
+              est: dict) -> tuple[Term, bool, int]:
+    """The busiest device's NCCL communicators as one term (low..high), whether NVLS is in it, and how
+    many communicators that device holds."""
+    from jaxmem.compiler import targets
+
+    s = NcclSettings.from_env(env)
+    perf = targets.performance(target.gpu)
+    domain = perf.nvlink_domain if perf is not None else None
+    nvls_card = spec is not None and spec.key in est["nvls_gpus"]
+    cc = spec.compute_capability[0] if spec is not None else 9
+    per_device = [[0, 0, 0] for _ in range(n)]
+    count = [0] * n
+    kinds: dict[str, int] = {}
+    used_nvls = False
+    for g in groups:
+        places = [_fabric_of(d, n, hosts, domain) for d in g]
+        span = len({h for h, _ in places})
+        fabrics: dict[int, int] = {}
+        for _, f in places:
+            fabrics[f] = fabrics.get(f, 0) + 1
+        local = max(fabrics.values())
+        c = nccl_communicator(len(g), local, span, nvls_card=nvls_card, cc_major=cc, s=s)
+        used_nvls |= "NVLS" in c.parts
+        key = (f"{len(g)} GPUs" + (f" over {span} hosts" if span > 1 else "") + f": {c.low / MiB:,.0f}-"
+               f"{c.high / MiB:,.0f} MiB, estimate {c.bytes / MiB:,.0f} MiB ({c.parts})")
+        for d in g:
+            if d < n:
+                per_device[d][0] += c.low
+                per_device[d][1] += c.bytes
+                per_device[d][2] += c.high
+                count[d] += 1
+        kinds[key] = kinds.get(key, 0) + 1
+    busiest = max(range(n), key=lambda d: per_device[d][1]) if n else 0
+    low, mid, high = per_device[busiest]
+    k = count[busiest]
+    detail = (f"{k} communicator(s) on the busiest device ({len(groups)} device group(s) in the program's "
+              f"collectives); per communicator: " + "; ".join(f"{m} x {key}" if m > 1 else key
+                                                             for key, m in kinds.items()))
+    if nvls_card:
+        detail += "; NVLS on (NCCL_NVLS_ENABLE=0 turns it off)" if s.nvls else "; NVLS off"
+    if s.set_by_env:
+        detail += f"; from the environment: {', '.join(s.set_by_env)}"
+    source = ("estimate (NCCL's allocations from its source, NVIDIA/nccl 2.30 src/init.cc, src/transport/p2p.cc, "
+              "net.cc, nvls.cc: LL 512 KiB + LL128 4.7 MiB + Simple NCCL_BUFFSIZE 4 MiB per channel and peer, NVLS "
+              "16 channels x 2 x 1 MiB per head; channel counts from NCCL_DEBUG=INFO logs, NVIDIA/nccl#892, #1781, "
+              "#1189; low: the ring alone, as NCCL_RUNTIME_CONNECT=1 connects the rest on first use; high: ring, "
+              "tree and NVLS all connected, each buffer rounded to the 2 MiB cuMem granularity)")
+    return Term("nccl_communicators", mid, False, source, detail, "estimate", low, high), used_nvls, k
+
 
 
 def model(target: Target, program: str | Module | None = None, mesh_axes=None, *, hosts: int | None = None,
           env: Mapping[str, str] | None = None) -> Runtime:
     """The runtime terms of one compiled program on `target` (per device); `program`: its
     optimized HLO, as text or parsed (None: no collectives counted); `mesh_axes`: the mesh the
-    program was compiled for, ``(name, size)`` pairs in mesh order."""
+    program was compiled for, ``(name, size)`` pairs in mesh order; `env`: where the NCCL_*
+    variables are read (default: this process's environment)."""
     env = os.environ if env is None else env
     mesh_axes = tuple(mesh_axes) if mesh_axes else (("data", len(target.devices)),)
     n = 1
@@ -191,49 +432,27 @@ def model(target: Target, program: str | Module | None = None, mesh_axes=None, *
                           f"CUDA context + cuBLAS/cuDNN handles, measured{when}", "measured"))
     else:
         terms.append(Term("allocator", est["allocator_in_pool_bytes"], True, est["allocator_source"],
-                          "allocator rounding and fragmentation"))
+                          "allocator rounding and fragmentation", "estimate", est["allocator_in_pool_low_bytes"],
+                          est["allocator_in_pool_high_bytes"]))
         ctx, how = context_estimate(target, est)
+        fixed = est["context_fixed_bytes"]
         terms.append(Term("cuda_context", ctx, False, est["context_source"],
-                          f"CUDA context + cuBLAS/cuDNN handles; {how}"))
+                          f"CUDA context + cuBLAS/cuDNN handles; {how}", "estimate",
+                          ctx - fixed + est["context_fixed_low_bytes"], ctx - fixed + est["context_fixed_high_bytes"]))
 
     colls = collective_groups(program, mesh_axes) if n > 1 and program else Collectives(())
     spec = spec_for(target)
-    nvls_card = spec is not None and spec.key in est["nvls_gpus"]
-    nvls_on = nvls_card and str(env.get("NCCL_NVLS_ENABLE", "1")).strip() != "0"
-    per_device = [0] * n
-    count = [0] * n
-    used_nvls = used_plain = False
-    for g in colls.groups:
-        nvls = nvls_on and _hosts_of(g, n, hosts) < len(g)  # 2+ devices of the group share an NVSwitch host
-        if entry is not None and entry.nccl_communicator_bytes is not None:
-            size = entry.nccl_communicator_bytes
-        elif nvls:
-            size = est["nccl_nvls_communicator_bytes"]
-        else:
-            size = est["nccl_communicator_two_ranks_bytes"] if len(g) == 2 else est["nccl_communicator_bytes"]
-        used_nvls |= nvls
-        used_plain |= not nvls
-        for d in g:
-            if d < n:
-                per_device[d] += size
-                count[d] += 1
-    busiest = max(range(n), key=lambda d: per_device[d]) if n else 0
-    comm_bytes = per_device[busiest] if n else 0
-    k = count[busiest] if n else 0
-    measured = entry is not None and entry.nccl_communicator_bytes is not None
-    if entry is not None and entry.nccl_communicator_bytes is not None:  # measured
-        src = entry.source
-    else:  # the sources of the sizes used: NVLS groups, groups without NVLS (one device per host), or both
-        src = "; ".join(est[k] for k, used in (("nccl_nvls_source", used_nvls), ("nccl_source", used_plain)) if used)
-    detail = (f"{k} communicator(s) on the busiest device ({len(colls.groups)} device group(s) in the "
-              f"program's collectives)")
-    if nvls_card and k:
-        detail += ("; NVLS on: about twice the buffers (NCCL_NVLS_ENABLE=0 turns it off)" if nvls_on
-                   else "; NVLS off (NCCL_NVLS_ENABLE=0)")
-    if hosts > 1 and any(_hosts_of(g, n, hosts) > 1 for g in colls.groups):
-        detail += "; groups span hosts: NCCL's network buffers are not modelled"
-    if k:
-        terms.append(Term("nccl_communicators", comm_bytes, False, src, detail, "measured" if measured else "estimate"))
+    k, used_nvls = 0, False
+    if colls.groups and entry is not None and entry.nccl_communicator_bytes is not None:   # measured on the card
+        count = [sum(d in g for g in colls.groups) for d in range(n)]
+        k = max(count)
+        terms.append(Term("nccl_communicators", k * entry.nccl_communicator_bytes, False, entry.source,
+                          f"{k} communicator(s) on the busiest device ({len(colls.groups)} device group(s) in the "
+                          f"program's collectives), {entry.nccl_communicator_bytes / MiB:,.0f} MiB each as measured",
+                          "measured"))
+    elif colls.groups:
+        term, used_nvls, k = nccl_term(target, colls.groups, n, hosts, env, spec, est)
+        terms.append(term)
     else:
         terms.append(Term("nccl_communicators", 0, False, "the compiled program", "no collectives between devices"
                           if n > 1 else "one device: no collectives", "xla"))
@@ -252,6 +471,12 @@ class Budget:
     note: str
     out_of_pool_room: int | None    # what the pool leaves on the card for the out-of-pool terms
     out_of_pool_fits: bool = True
+    # how the pool is sized, for judging at each end of the runtime's ranges (judge): "prealloc" (total x
+    # fraction, reserved at start), "grow" (the same cap, on demand), "platform" (on demand from the whole
+    # card), "fixed" (an attached GPU's bytes_limit); None on CPU
+    mode: str | None = None
+    total_bytes: int | None = None
+    fraction: float | None = None
 
 
 def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
@@ -264,13 +489,13 @@ def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
     if total is None:
         return Budget(None, "CPU: no fixed device memory; the OS decides", None)
     if target.gpu.startswith("local:"):
-        return Budget(total, "the allocator's bytes_limit on this GPU", None)
+        return Budget(total, "the allocator's bytes_limit on this GPU", None, mode="fixed", total_bytes=total)
     oop = rt.out_of_pool_bytes
     alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
     if alloc == "platform":
         usable, room, fits = pool_budget(total, 1.0, oop, platform=True)
         return Budget(usable, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card, "
-                      "less the runtime's memory outside the pool", room, fits)
+                      "less the runtime's memory outside the pool", room, fits, "platform", total, 1.0)
     if mem_fraction is not None:
         if not 0 < mem_fraction <= 1:
             raise UserError(f"--mem-fraction {mem_fraction}: must be in (0, 1]")
@@ -279,7 +504,7 @@ def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
         frac, note = targets.usable_fraction()
     prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
     usable, room, fits = pool_budget(total, frac, oop, prealloc=prealloc)
-    return Budget(usable, note, room, fits)
+    return Budget(usable, note, room, fits, "prealloc" if prealloc else "grow", total, frac)
 
 
 def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True,
@@ -298,15 +523,124 @@ def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True,
     return usable, total - usable, oop <= total
 
 
-def check_out_of_pool(target: Target, rt: Runtime, bud: Budget) -> list[ReportWarning]:
-    """runtime_out_of_pool: the CUDA context and NCCL's communicators do not fit beside JAX's pool."""
-    if bud.out_of_pool_fits:
-        return []
-    assert target.memory_bytes is not None and bud.out_of_pool_room is not None   # a GPU's pool: both known
-    return [ReportWarning(
-        "runtime_out_of_pool", f"the runtime needs {rt.out_of_pool_bytes / 2**30:.2f} GiB per device outside JAX's "
-        f"pool (CUDA context, {rt.communicators} NCCL communicator(s)) but the pool leaves "
-        f"{bud.out_of_pool_room / 2**30:.2f} GiB of the card ({bud.note}): NCCL fails to initialize; use a "
-        f"memory fraction of at most "
-        f"{max(target.memory_bytes - rt.out_of_pool_bytes, 0) / target.memory_bytes:.2f}",
-        rt.out_of_pool_bytes - bud.out_of_pool_room)]
+# ---------------------------------------------------------------- the verdict, with the runtime's ranges
+
+ENDS = ("low", "estimate", "high")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """fits / tight / does_not_fit. XLA's buffers are exact; the runtime's estimated terms have a
+    range: "fits" holds at the high end of every range, "does_not_fit" fails even at the low end,
+    "tight" is the answer that depends on where an estimated term lands (`terms` names them)."""
+
+    verdict: str | None            # None: no fixed memory (CPU)
+    margin_bytes: int | None       # bytes to spare in the tighter constraint at the estimates (< 0: short by)
+    margins: dict[str, int]        # the same margin at each end: low / estimate / high
+    side: str = ""                 # the constraint that decides: "pool" (the peak) or "outside" (the out-of-pool terms)
+    terms: tuple[dict, ...] = ()   # tight: {name, low_bytes, bytes, high_bytes} of the terms it hangs on
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.verdict is None else self.verdict != "does_not_fit"
+
+    def does_not_fit(self) -> Verdict:
+        """The same margins, judged over by a constraint outside them (pinned host memory)."""
+        return dataclasses.replace(self, verdict="does_not_fit", terms=())
+
+
+def _margins(bud: Budget, xla_peak: int, rt: Runtime, end: str) -> tuple[int, int]:
+    """(pool margin, out-of-pool margin) with every runtime term at `end`; an unconstrained side is huge."""
+    assert bud.total_bytes is not None and bud.usable_bytes is not None
+    total = bud.total_bytes
+    peak = xla_peak + rt.in_pool_at(end)
+    oop = rt.out_of_pool_at(end)
+    free = 1 << 62
+    if bud.mode == "fixed":
+        return bud.usable_bytes - peak, free
+    if bud.mode == "platform":
+        return total - oop - peak, free
+    assert bud.fraction is not None
+    pool = int(total * bud.fraction)
+    if bud.mode == "grow":   # the pool grows on demand up to its cap; the runtime takes its share first
+        return min(pool, total - oop) - peak, total - oop
+    return pool - peak, (total - pool) - oop
+
+
+def judge(bud: Budget, xla_peak: int, rt: Runtime) -> Verdict:
+    """The verdict for XLA's `xla_peak` (its lower bound, without the runtime's in-pool terms) in the
+    budget `bud`, judged with the runtime's terms at the low end, the estimate and the high end."""
+    if bud.usable_bytes is None or bud.total_bytes is None:
+        return Verdict(None, None, {})
+    at = {end: _margins(bud, xla_peak, rt, end) for end in ENDS}
+    margins = {end: min(m) for end, m in at.items()}
+    pool_m, out_m = at["estimate"]
+    side = "pool" if pool_m <= out_m else "outside"
+    if margins["high"] >= 0:
+        return Verdict("fits", margins["estimate"], margins, side)
+    if margins["low"] < 0:
+        return Verdict("does_not_fit", margins["estimate"], margins, side)
+    # tight: the side(s) that fail at the high end, and the estimated terms on them
+    sides = {s for s, m in zip(("pool", "outside"), at["high"], strict=True) if m < 0}
+    cands = [t for t in rt.terms if t.estimated and ("pool" if t.in_pool else "outside") in sides]
+    # the terms that alone, at their high end (the others low), would make it not fit; else all of them
+    alone = [t for t in cands if min(_margins(bud, xla_peak, _only_high(rt, t), "low")) < 0]
+    hangs = sorted(alone or cands, key=lambda t: -(t.at("high") - t.at("low")))
+    side = "pool" if "pool" in sides and "outside" not in sides else "outside" if "pool" not in sides else side
+    return Verdict("tight", margins["estimate"], margins, side,
+                   tuple({"name": t.name, "low_bytes": t.low_bytes, "bytes": t.bytes, "high_bytes": t.high_bytes}
+                         for t in hangs))
+
+
+def _only_high(rt: Runtime, term: Term) -> Runtime:
+    """`rt` with `term` pinned at its high end (judged at the others' low end)."""
+    pinned = tuple(dataclasses.replace(t, low_bytes=t.high_bytes) if t is term else t for t in rt.terms)
+    return dataclasses.replace(rt, terms=pinned)
+
+
+def _fraction_at_most(total: int, oop: int) -> float:
+    """The largest memory fraction (2 decimals, rounded down) that leaves `oop` bytes of the card."""
+    return math.floor((total - oop) / total * 100) / 100
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def verdict_warnings(target: Target, rt: Runtime, bud: Budget, v: Verdict) -> list:
+    """The warnings a verdict's margins call for (kinds "runtime_out_of_pool" and "verdict_tight").
+
+    runtime_out_of_pool: the out-of-pool terms do not fit beside a preallocated pool even at the low
+    end. verdict_tight: the answer hangs on estimated terms; names them and their ranges. A memory
+    fraction the fix names is one that leaves room for the high end: never the value given."""
+
+    out = []
+    if bud.mode == "prealloc" and bud.total_bytes and bud.fraction is not None and v.verdict is not None:
+        total, pool = bud.total_bytes, int(bud.total_bytes * bud.fraction)
+        room = total - pool
+        lo, hi = rt.out_of_pool_at("low"), rt.out_of_pool_at("high")
+        frac = _fraction_at_most(total, hi)
+        fix = (f"use a memory fraction of at most {frac:.2f} (room for the high end, {_gib(hi)})" if frac > 0
+               else "the card cannot hold the runtime's high end beside any pool")
+        nvls = "; or NCCL_NVLS_ENABLE=0 (NCCL's NVLS buffers off)" if rt.nvls else ""
+        if lo > room:
+            out.append(ReportWarning(
+                "runtime_out_of_pool", f"the runtime needs {_gib(lo)}-{_gib(hi)} per device outside JAX's pool "
+                f"(CUDA context, {rt.communicators} NCCL communicator(s); estimate {_gib(rt.out_of_pool_bytes)}) but "
+                f"the pool leaves {_gib(room)} of the card ({bud.note}): even the low end does not fit and NCCL fails "
+                f"to initialize; {fix}{nvls}", lo - room))
+        elif v.verdict == "tight" and v.side == "outside":
+            named = ", ".join(f"{t['name']} {_gib(t['low_bytes'])}-{_gib(t['high_bytes'])} (estimate "
+                              f"{_gib(t['bytes'])})" for t in v.terms)
+            out.append(ReportWarning(
+                "verdict_tight", f"TIGHT: the pool leaves {_gib(room)} of the card ({bud.note}) for the runtime's "
+                f"memory outside it, {_gib(lo)}-{_gib(hi)}; the answer hangs on {named}. It fits at the low end, not "
+                f"at the high end: {fix}{nvls}", hi - room))
+    if v.verdict == "tight" and v.side == "pool":
+        named = ", ".join(f"{t['name']} {_gib(t['low_bytes'])}-{_gib(t['high_bytes'])}" for t in v.terms)
+        short = -v.margins["high"]
+        out.append(ReportWarning(
+            "verdict_tight", f"TIGHT: the peak fits the pool with the runtime's in-pool terms at their low end, not at "
+                             f"their high end; the answer hangs on {named}: {_gib(short)} less peak (the hints "
+                             "above) makes it fit at every end", short))
+    return out

@@ -55,6 +55,7 @@ from jaxmem.errors import UserError
 from jaxmem.plan import meshes
 from jaxmem.program import layouts
 from jaxmem.program.options import AnalyzeOptions, command_line
+from jaxmem.report import verdict_of
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
 # recompute, least to most; aliases share a rank (checkpoint_dots is dots_saveable)
@@ -201,7 +202,8 @@ class Advice:
                     "devices": getattr(c.report.target, "devices", None) if c.report is not None else None,
                     "gpu_seconds_per_step": c.gpu_seconds,
                     "step_time": c.report.step_time if c.report is not None else None,
-                    "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes}
+                    "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes,
+                    "verdict": verdict_of(c.report) if c.report is not None else None}
 
         closest = None if self.fitting or not self.searched else self.closest
         return {"schema": SCHEMA, "model_file": self.path, "original": row(self.original),

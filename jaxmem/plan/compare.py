@@ -25,7 +25,7 @@ from jaxmem.errors import UserError, clip
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
 from jaxmem.program.options import AnalyzeOptions, split_remats
-from jaxmem.report import BREAKDOWN_KEYS, Report
+from jaxmem.report import BREAKDOWN_KEYS, VERDICT_TEXT, Report, verdict_of
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES: dict[str, Callable[[str], Any]] = {
@@ -392,7 +392,7 @@ def row_line(c: Cell) -> str:
     if c.report is None:
         return f"{'failed' if c.status == 'failed' else 'error'}  {name}: {c.error}"
     r = c.report
-    verdict = "-" if r.fits is None else ("fits" if r.fits else "does not fit")
+    verdict = VERDICT_TEXT.get(verdict_of(r) or "", "-")
     line = f"done  {name}: peak {fmt_bytes(r.per_device_peak_bytes)}, {verdict}"
     s = c.search
     if s is not None:
@@ -471,13 +471,18 @@ _FRACTION_NOTE = re.compile(r"(?:--mem-fraction |XLA_CLIENT_MEM_FRACTION=|XLA_PY
 def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
     """The (usable bytes, out-of-pool terms fit) the row's allocator settings give on its catalogue
     GPU: one answer, or two when the note leaves preallocation open (--mem-fraction)."""
+    return [(b.usable_bytes, b.out_of_pool_fits) for b in _saved_budgets(t, oop)]
+
+
+def _saved_budgets(t, oop: int) -> list:
+    """The runtime.Budget of each allocator setting the row's note allows (see _saved_pools)."""
     from jaxmem.compiler import runtime, targets
 
     total = targets.CATALOGUE[t.gpu].memory_bytes
     note = t.usable_note or ""
     if note.startswith("XLA_PYTHON_CLIENT_ALLOCATOR=platform"):
-        usable, _, fits = runtime.pool_budget(total, 1.0, oop, platform=True)
-        return [(usable, fits)]
+        usable, room, fits = runtime.pool_budget(total, 1.0, oop, platform=True)
+        return [runtime.Budget(usable, note, room, fits, "platform", total, 1.0)]
     m = _FRACTION_NOTE.match(note)
     if m:
         frac = float(m.group(1))
@@ -489,7 +494,11 @@ def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
     if not (math.isfinite(frac) and 0 < frac <= 1):
         raise UserError(f"a {t.gpu} row's memory fraction {frac} is not in (0, 1]; re-run the comparison")
     modes = [True, False] if note.startswith("--mem-fraction") else ["grown on demand" not in note]
-    return [runtime.pool_budget(total, frac, oop, prealloc=p)[::2] for p in modes]
+    out = []
+    for p in modes:
+        usable, room, fits = runtime.pool_budget(total, frac, oop, prealloc=p)
+        out.append(runtime.Budget(usable, note, room, fits, "prealloc" if p else "grow", total, frac))
+    return out
 
 
 def _whole(x, what: str) -> int:
@@ -506,23 +515,37 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
     for k, v in r.breakdown.items():
         if isinstance(v, bool) or not isinstance(v, int):
             raise UserError(f"row {name}: breakdown.{k} is {v!r}, not a number of bytes; re-run the comparison")
+    from jaxmem.compiler import runtime
+
     t = r.target
+    judged: tuple = (None, None, ())
     if t.gpu == "cpu":
         memory = usable = fits = headroom = None
     elif t.gpu in targets.CATALOGUE:
         oop = _whole((r.runtime or {}).get("out_of_pool_bytes"), f"row {name}: runtime.out_of_pool_bytes")
-        pools = _saved_pools(t, oop)
-        usable, oop_fits = next((p for p in pools if p[0] == t.usable_bytes), pools[0])
+        budgets = _saved_budgets(t, oop)
+        bud = next((b for b in budgets if b.usable_bytes == t.usable_bytes), budgets[0])
+        usable = bud.usable_bytes
         memory = targets.CATALOGUE[t.gpu].memory_bytes
-        fits, headroom = peak <= usable and oop_fits, usable - peak
+        # judged as analyze does: the runtime's saved terms at both ends of their ranges (runtime.judge)
+        rt = runtime.Runtime.from_json(r.runtime or {})
+        jv = runtime.judge(bud, peak - rt.in_pool_bytes, rt)
+        fits, headroom = jv.fits, usable - peak
+        judged = (jv.verdict, jv.margin_bytes, jv.terms)
     elif t.gpu.startswith("local:"):
         # an attached card's size is not in the catalogue: kept, but the verdict still follows from the bytes
         memory = _whole(t.memory_bytes, f"row {name}: target.memory_bytes")
         usable = min(_whole(t.usable_bytes, f"row {name}: target.usable_bytes"), memory)
-        fits, headroom = peak <= usable, usable - peak
+        rt = runtime.Runtime.from_json(r.runtime or {})
+        jv = runtime.judge(runtime.Budget(usable, t.usable_note, None, mode="fixed", total_bytes=memory),
+                           peak - rt.in_pool_bytes, rt)
+        fits, headroom, judged = jv.fits, usable - peak, (jv.verdict, jv.margin_bytes, jv.terms)
     else:
         raise UserError(f"row {name}: unknown GPU {t.gpu!r}; re-run the comparison")
-    if (fits, headroom, usable, memory) == (r.fits, r.headroom_bytes, t.usable_bytes, t.memory_bytes):
+    if r.verdict is None:   # saved before verdicts had margins: judged as then, from `fits`
+        judged = (None, None, ())
+    if (fits, headroom, usable, memory, judged) == (r.fits, r.headroom_bytes, t.usable_bytes, t.memory_bytes,
+                                                    (r.verdict, r.margin_bytes, r.verdict_terms)):
         return r
 
     def verdict(f, h, u):
@@ -531,7 +554,8 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
 
     notes.append(f"row {name}: the file said {verdict(r.fits, r.headroom_bytes, t.usable_bytes)}; its peak "
                  f"{fmt_bytes(peak)} on {t.gpu} says {verdict(fits, headroom, usable)}")
-    return dataclasses.replace(r, fits=fits, headroom_bytes=headroom,
+    return dataclasses.replace(r, fits=fits, headroom_bytes=headroom, verdict=judged[0], margin_bytes=judged[1],
+                               verdict_terms=tuple(judged[2]),
                                target=dataclasses.replace(t, memory_bytes=memory, usable_bytes=usable))
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import cast
 
 from jaxmem.present.render import hints
-from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, Report
+from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, VERDICT_TEXT, Report, tight_text, verdict_of
 from jaxmem.units import fmt_bytes
 
 # Tables are bounded so the file stays small whatever the model.
@@ -255,6 +255,7 @@ h2 { font-size: 17px; margin: 0 0 4px; font-weight: 620; }
 .badge { display:inline-block; padding: 3px 12px; border-radius: 6px; font-weight: 700; font-size: 15px;
   color:#fff; letter-spacing: .3px; }
 .badge.ok { background: var(--ok); } .badge.bad { background: var(--bad); } .badge.na { background:#6e7781; }
+.badge.warn { background:#9a6700; }
 .facts { margin: 6px 0 0; color: var(--fg); }
 .facts span { white-space: nowrap; margin-right: 18px; }
 .facts .neg { color: var(--bad); font-weight: 600; } .facts .pos { color: var(--ok); font-weight: 600; }
@@ -345,8 +346,9 @@ def _verdict(r: Report) -> str:
         facts = f'<p class="facts">{e(t.usable_note)}</p>'
         gauge = ""
     else:
-        badge = '<span id="verdict" class="badge ok">FITS</span>' if r.fits else \
-            '<span id="verdict" class="badge bad">DOES NOT FIT</span>'
+        badge = ('<span id="verdict" class="badge bad">DOES NOT FIT</span>' if not r.fits else
+                 '<span id="verdict" class="badge ok">FITS</span>' if verdict_of(r) != "tight" else
+                 f'<span id="verdict" class="badge warn" title="hangs on {e(tight_text(r))}">TIGHT</span>')
         head = r.headroom_bytes or 0
         facts = (f'<p class="facts"><span>usable <b>{e(fmt_bytes(t.usable_bytes))}</b> of '
                  f'{e(fmt_bytes(t.memory_bytes))}</span>'
@@ -557,7 +559,7 @@ def _footer(r: Report) -> str:
 
 def render_html(r: Report) -> str:
     """The whole page as one string."""
-    verdict = "fits" if r.fits else ("does not fit" if r.fits is False else "no fixed limit")
+    verdict = VERDICT_TEXT.get(verdict_of(r) or "", "no fixed limit")
     title = (f"jaxmem · {r.model} on {r.target.devices}× {r.target.gpu}: "
              f"{fmt_bytes(r.per_device_peak_bytes)} ({verdict})")
     body = "".join((_header(r), _verdict(r), _breakdown(r), _curve(r), _categories(r), _buffers(r), _modules(r),

@@ -17,6 +17,7 @@ import re
 from jaxmem import display
 from jaxmem.present import compare_figs, html
 from jaxmem.present.html import e
+from jaxmem.report import verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds
 
 CURVE_SIZE = (860, 250)   # the curve's viewBox in a cell: lower than the page's 1000 x 340
@@ -81,6 +82,8 @@ def _verdict_cell(r) -> str:
         return ""
     if r.fits is None:
         return '<span class="badge na">NO LIMIT</span>'
+    if verdict_of(r) == "tight":
+        return '<span class="badge warn">TIGHT</span>'
     return '<span class="badge ok">FITS</span>' if r.fits else '<span class="badge bad">DOES NOT FIT</span>'
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
-from jaxmem.report import Report
+from jaxmem.report import VERDICT_TEXT, Report, verdict_of
 from jaxmem.units import fmt_bytes
 
 
@@ -30,7 +30,7 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
         ax, bx = fig.subplots(2, 1, height_ratios=[3.2, 1])
     else:
         ax, bx = None, fig.subplots(1, 1)
-    verdict = ("FITS" if r.fits else "DOES NOT FIT") if r.fits is not None else "no fixed limit"
+    verdict = VERDICT_TEXT.get(verdict_of(r) or "", "no fixed limit").upper()
     fig.suptitle(f"{r.model} on {r.target.devices} × {r.target.description} ({r.target.gpu}), "
                  f"mesh {','.join(f'{n}={s}' for n, s in r.mesh)}, {r.layout}: "
                  f"{fmt_bytes(r.per_device_peak_bytes)} per device — {verdict}", fontsize=11.5, fontweight="bold")

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from jaxmem.report import BREAKDOWN_HELP, Report
+from jaxmem.report import BREAKDOWN_HELP, Report, tight_text, verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds, si
 
 MODULE_ROWS = 15          # rows of the per-module table on a terminal; --json and --html keep every module
@@ -93,7 +93,10 @@ def runtime_lines(r) -> list[str]:
               f"{fmt_bytes(rt['out_of_pool_bytes'])} outside it (sources: --json, runtime.terms)")]
     for t in rt["terms"]:
         where = "in pool" if t["in_pool"] else "outside"
-        lines.append(f"  {where:<7} {t['name']:<18} {fmt_bytes(t['bytes']):>10}  {t.get('status', '')}: {t['detail']}")
+        lo, hi = t.get("low_bytes", t["bytes"]), t.get("high_bytes", t["bytes"])
+        span = f" (range {fmt_bytes(lo)}-{fmt_bytes(hi)})" if hi > lo else ""
+        lines.append(f"  {where:<7} {t['name']:<18} {fmt_bytes(t['bytes']):>10}  {t.get('status', '')}{span}: "
+                     f"{t['detail']}")
     return lines
 
 
@@ -214,8 +217,12 @@ def render(r: Report, console: Console | None = None) -> None:
     console.print(table)
 
     if t.usable_bytes is not None:
-        verdict = (Text(" FITS ", style="bold black on green") if r.fits
+        v = verdict_of(r)
+        verdict = (Text(" FITS ", style="bold black on green") if v == "fits"
+                   else Text(" TIGHT ", style="bold black on yellow") if v == "tight"
                    else Text(" DOES NOT FIT ", style="bold white on red"))
+        if v == "tight":   # fits at the low end of the runtime's estimates, not at the high end
+            verdict.append(f" (hangs on {tight_text(r)}; margin at the estimate {fmt_bytes(r.margin_bytes)})")
         squeezed = next((w for w in r.warnings if w.kind == "xla_rematerialized"), None)
         if squeezed is not None:
             as_written = f"; as written {fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)}" if squeezed.bytes else ""
@@ -329,7 +336,8 @@ def render_comparison(cells, console: Console | None = None) -> None:
             continue
         b = c.report.breakdown
         state = b["params"] + b["optimizer_state"] + b["gradients"]
-        fits = "-" if c.report.fits is None else ("[green]yes[/green]" if c.report.fits else "[red]no[/red]")
+        fits = {"fits": "[green]yes[/green]", "tight": "[yellow]tight[/yellow]", "does_not_fit": "[red]no[/red]"}.get(
+            verdict_of(c.report) or "", "-")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
                       fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
                       _step_estimate(c.report), *((_found(c),) if find else ()))
@@ -358,7 +366,8 @@ def render_advice(a, console: Console | None = None) -> None:
     console = console or make_console()
     o = a.original.report
     t = o.target
-    verdict = "fits" if o.fits else "does not fit"
+    verdict = {"fits": "fits", "tight": f"is tight (fits at the low end of {tight_text(o)})"}.get(
+        verdict_of(o) or "", "does not fit")
     console.print(Text.assemble(("jaxmem advise ", "bold"), (o.model, "bold cyan"),
                                 f"  on {t.devices} x {t.description} ({t.gpu})"))
     console.print(f"as given: peak {fmt_bytes(o.per_device_peak_bytes)} per device, usable {fmt_bytes(t.usable_bytes)} "
@@ -376,7 +385,10 @@ def render_advice(a, console: Console | None = None) -> None:
             table.add_column(col, justify=just)
         for i, c in enumerate(fitting, 1):
             rel, gs = a.relative(c), c.gpu_seconds
-            table.add_row(str(i), escape(c.label), fmt_bytes(c.peak), fmt_bytes(c.headroom), _step_estimate(c.report),
+            tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
+                     else "")
+            table.add_row(str(i), escape(c.label), fmt_bytes(c.peak), fmt_bytes(c.headroom) + tight,
+                          _step_estimate(c.report),
                           "-" if rel is None else f"x{rel:.2f}", "-" if gs is None else fmt_seconds(gs))
         console.print(table)
         for i, c in enumerate(fitting, 1):
