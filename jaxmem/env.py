@@ -86,7 +86,7 @@ def check(environ=None) -> None:
     check_platforms(env)
     check_jax_config(env)
     check_xla_flags(env)
-    from jaxmem.compiler.runtime import NcclSettings
+    from jaxmem.compiler.nccl import NcclSettings
 
     NcclSettings.from_env(env)   # the NCCL_* numbers the runtime model reads (before any compile)
 
