@@ -126,6 +126,28 @@ def timing_rows(repeats: int) -> list[str]:
     return lines
 
 
+def same_program() -> str:
+    """Whether the config's model and models/llama.py's 8b lower to the same program: the StableHLO of
+    jax.jit(jax.value_and_grad(loss)) over the abstract parameters and batch, compared as text."""
+    import jax
+
+    import jaxmem  # noqa: F401  (jax's environment first)
+    from jaxmem.program.workload import load_workload
+
+    def text(path: str, **args) -> str:
+        wl = load_workload(str(ROOT / path), **args)
+        params = jax.eval_shape(lambda: wl.model.init(jax.random.key(0), wl.batch["tokens"]))
+        step = jax.jit(jax.value_and_grad(lambda p, b: wl.loss(wl.model.bind(p), b)))
+        return step.lower(params, wl.batch).as_text()
+
+    a = text("benchmarks/hf_configs/Llama-3.1-8B.json")
+    b = text("models/llama.py", preset="8b")
+    return (f"The two lower to {'the same' if a == b else 'DIFFERENT'} program: the StableHLO text of "
+            f"`jax.jit(jax.value_and_grad(loss))` is {'identical' if a == b else 'not identical'} "
+            f"({len(a):,} and {len(b):,} characters), so their compile times differ only by the machine's load "
+            "(2 shared cores, other jobs running): each row is one run.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="only the configs whose name contains this (no file written)")
@@ -142,7 +164,7 @@ def main() -> None:
         kept = path.read_text().split("\n## A config.json against")[0].rstrip("\n")
         rows = timing_rows(a.repeats)
         path.write_text(kept + "\n\n" + heading + "\n\n`python benchmarks/hf_configs.py --timing-only "
-                        f"--repeats {a.repeats}`\n\n" + "\n".join(rows) + "\n")
+                        f"--repeats {a.repeats}`\n\n" + "\n".join(rows) + "\n\n" + same_program() + "\n")
         return
     out = ["# Hugging Face configs: parameter counts and per-device state", "",
            "`python benchmarks/hf_configs.py" + (" --timing" if a.timing else "") + "` (benchmarks/hf_configs.py "
@@ -154,6 +176,7 @@ def main() -> None:
     if a.timing:
         out += ["", heading, ""]
         out += timing_rows(a.repeats)
+        out += ["", same_program()]
     if a.only is None:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "hf-configs.md").write_text("\n".join(out) + "\n")

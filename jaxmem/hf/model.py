@@ -103,7 +103,11 @@ class Proj(nn.Module):
         kernel = self.param("kernel", _param_init(*self.names), self.shape, jnp.float32)
         if self.dtype is not None:
             x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = jnp.einsum(self.spec, x, kernel)
+        if len(self.shape) == 2 and self.spec.split("->")[0].split(",")[1][0] == self.spec.split(",")[0][-1]:
+            # x (..., in) @ kernel (in, out): the dot nn.Dense makes, without einsum's tracing cost
+            y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+        else:
+            y = jnp.einsum(self.spec, x, kernel)
         if self.bias_rank:
             shape, names = self.shape[-self.bias_rank:], self.names[-self.bias_rank:]
             bias = self.param("bias", _param_init(*names, init=nn.initializers.zeros), shape, jnp.float32)
