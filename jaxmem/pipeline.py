@@ -85,7 +85,7 @@ def _parsed_program(text: str | None):
 def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float | None,
                       prestart: bool = True) -> report.Report:
     t_start = time.perf_counter() if t_start is None else t_start
-    mesh_spec = layouts.parse_mesh(opts.mesh)
+    mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
     from jaxmem import scratch
@@ -283,6 +283,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         frozen_bytes=state.frozen_params,
         host=host,
         mesh_roles=roles,
+        activation_constraints=built.constraints or {},
         shardings=splits.shardings(built.leaves),
         sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
         logical_names=built.logical_names,
@@ -416,7 +417,7 @@ def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
     wl = load_workload(path, remat="none", **dict(opts.model_args))
     if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
         return None
-    mesh_spec = layouts.parse_mesh(opts.mesh)
+    mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     with running_user_code(path):
         planned = step.plan(wl.checked(path), opts.step_options(), mesh_spec)
         target = targets_mod.make_target(opts.gpu, mesh_spec.size, opts.hosts)

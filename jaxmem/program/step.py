@@ -57,6 +57,7 @@ class BuiltStep:
     logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
+    constraints: dict | None = None   # filled when the step is traced: the model's own activation constraints
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -163,8 +164,10 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     if wl.is_custom_step:
         return _build_custom(p, mesh)
 
-    # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
+    # The init (and an NNX model's first call) under the mesh in context, as the trainer's: explicit-sharding
+    # code names mesh axes in its calls (out_sharding=P(...)), libraries read the context mesh
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else sharding.tracing(
+            mesh, sharding.activation_rules(p.rules)):
         st = state.abstract_state(wl, opts, batch)
     schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
@@ -175,7 +178,7 @@ def build(p: StepPlan, mesh) -> BuiltStep:
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the model's trace: explained as compiled.lower explains it
-            raise UserError(errors.trace_error(e)) from None
+            raise UserError(errors.trace_error(e, explicit=p.explicit)) from None
         schedule = pipeline_stages.with_layers(schedule, layers)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec,
                               stage=None if schedule is None else (schedule.axis, stage_leaves))
@@ -227,6 +230,9 @@ def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh
                 with act_ctx(model), calls_mod.nnx_calls(model, remat_at=wl.remat_at, policy=at_policy, log=log):
                     loss = user_loss(model, cast_batch(b))
                 _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
+                made = state.new_state_message(mut, new_mut)
+                if made is not None:   # a raw pytree mismatch otherwise
+                    raise UserError(made)
                 return jnp.asarray(loss, jnp.float32), new_mut
 
             return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)
