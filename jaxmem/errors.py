@@ -168,6 +168,11 @@ def trace_error(e: Exception, *, explicit: bool = False) -> str:
                 "do not decide its output's): pass out_sharding=P(...) there (or jax.sharding.reshard its "
                 "operands), or analyze this auto-style model with --axis-types auto. "
                 f"({describe(e) if where else located(e)})")
+    m = re.search(r"Resource axis: (\w+) of .* is not found in mesh", msg)
+    if m:
+        return (f"the model names the mesh axis {m.group(1)!r}, which --mesh lacks: give the mesh the axes the "
+                f"model's trainer has, size 1 where unused (e.g. --mesh fsdp=8,{m.group(1)}=1; --axis-roles "
+                f"{m.group(1)}=ROLE for a name without a role). ({located(e)})")
     m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
     if m:
         return f"a sharding does not divide a dimension: {located(e)}"

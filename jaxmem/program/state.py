@@ -10,6 +10,7 @@ the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -59,14 +60,18 @@ class AbstractState:
         return jax.tree.map(lambda t, f: t if f is None else f, trainable, frozen, is_leaf=lambda x: x is None)
 
 
-def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
+def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callable[[], Any] | None = None
+                   ) -> AbstractState:
+    """The step's inputs abstractly. `call_context`: the context an NNX model's first call (its init
+    trace, :func:`first_called`) runs in: the mesh in context, as the step's trace."""
     ft = opts.finetune
     finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
     split = opts.accum * (opts.microbatches or 1)   # --accum's microbatches, each split again by the pipeline's
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision)
+        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
+                                                            call_context)
     else:
         import flax.linen as nn
 
@@ -167,7 +172,8 @@ def _abstract_linen(wl: Workload, model, batch):
     return params, mutable, param_names
 
 
-def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
+def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
+                  call_context: Callable[[], Any] | None = None):
     from flax import nnx
     from jax.sharding import PartitionSpec as P
 
@@ -194,7 +200,7 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
                     model = nnx.eval_shape(make)
                 except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
                     raise UserError(f"building the NNX model failed: {located(e)}") from None
-        model = first_called(model, wl.loss, batch)
+        model = first_called(model, wl.loss, batch, call_context)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
 
     def names_of(v):
@@ -208,7 +214,7 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
     return graphdef, sds(params), sds(rest), param_names
 
 
-def first_called(model, loss, batch):
+def first_called(model, loss, batch, call_context: Callable[[], Any] | None = None):
     """The NNX `model` with the state it creates on its first call (EasyDeL's models add a cached RoPE
     table then): one abstract call through `loss(model, batch)` (an init trace, no arrays), kept
     only when it added state. Its errors are the step's (the same call fails there)."""
@@ -216,19 +222,26 @@ def first_called(model, loss, batch):
 
     from jaxmem import errors
 
-    def call(m, b):
-        loss(m, b)
-        return m
+    graphdef, before_state = nnx.split(model)
+    made: dict[str, Any] = {}
 
-    with nnx.use_eager_sharding(False):
+    def call(st, b):   # as the step calls it: merged from its state inside the trace
+        m = nnx.merge(graphdef, st, copy=True)
+        loss(m, b)
+        made["graphdef"], after = nnx.split(m)
+        return after
+
+    with nnx.use_eager_sharding(False), (call_context or contextlib.nullcontext)():
         try:
-            called = nnx.eval_shape(call, model, batch)
+            after_state = jax.eval_shape(call, before_state, batch)
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: explained as the step's trace
             raise UserError(errors.trace_error(e, explicit=_explicit_context())) from None
-    before = {p for p, _ in nnx.to_flat_state(nnx.state(model))}
-    return called if {p for p, _ in nnx.to_flat_state(nnx.state(called))} != before else model
+    paths = lambda t: {p for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]}  # noqa: E731
+    if paths(after_state) == paths(before_state):
+        return model
+    return nnx.merge(made["graphdef"], after_state)
 
 
 def _explicit_context() -> bool:

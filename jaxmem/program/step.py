@@ -164,11 +164,11 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     if wl.is_custom_step:
         return _build_custom(p, mesh)
 
-    # The init (and an NNX model's first call) under the mesh in context, as the trainer's: explicit-sharding
-    # code names mesh axes in its calls (out_sharding=P(...)), libraries read the context mesh
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else sharding.tracing(
-            mesh, sharding.activation_rules(p.rules)):
-        st = state.abstract_state(wl, opts, batch)
+    # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too;
+    # an NNX model's first call (its init trace) runs under the mesh in context, as the step's trace
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
+        st = state.abstract_state(wl, opts, batch, call_context=None if p.explicit else functools.partial(
+            sharding.tracing, mesh, sharding.activation_rules(p.rules)))
     schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
         probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
