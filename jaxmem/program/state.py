@@ -221,6 +221,7 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
     from flax import nnx
 
     from jaxmem import errors
+    from jaxmem.program import calls
 
     graphdef, before_state = nnx.split(model)
     made: dict[str, Any] = {}
@@ -236,6 +237,10 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
             after_state = jax.eval_shape(call, before_state, batch)
         except UserError:
             raise
+        except NameError as e:
+            if calls.unbound_axis(e) is None:
+                raise UserError(errors.trace_error(e, explicit=_explicit_context())) from None
+            return model   # a pmap-style collective axis: bound per device group in the step only
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: explained as the step's trace
             raise UserError(errors.trace_error(e, explicit=_explicit_context())) from None
     paths = lambda t: {p for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]}  # noqa: E731
