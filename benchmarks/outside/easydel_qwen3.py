@@ -14,11 +14,12 @@ import jaxmem
 
 CONFIGS = {
     # Qwen/Qwen3-0.6B's config.json
-    "0.6b": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                 rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True),
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, max_position_embeddings=128, tie_word_embeddings=True),
+    "0.6b": {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                 "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+                 "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},
+    "tiny": {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
+             "tie_word_embeddings": True},
 }
 
 

@@ -12,8 +12,8 @@ from tunix.models.llama3 import model as llama
 
 import jaxmem
 
-TINY = dict(num_layers=2, vocab_size=256, embed_dim=64, hidden_dim=128, num_heads=4, head_dim=16, num_kv_heads=2,
-            rope_theta=10_000, norm_eps=1e-5, weight_tying=True)
+TINY = {"num_layers": 2, "vocab_size": 256, "embed_dim": 64, "hidden_dim": 128, "num_heads": 4, "head_dim": 16,
+        "num_kv_heads": 2, "rope_theta": 10_000, "norm_eps": 1e-5, "weight_tying": True}
 
 
 def loss(model, batch):
