@@ -282,7 +282,7 @@ def _path_or(model):
 def _mesh_size(mesh: str) -> int:
     from jaxmem.program import layouts
 
-    return layouts.parse_mesh(mesh).size
+    return layouts.mesh_size(mesh)
 
 
 @contextlib.contextmanager

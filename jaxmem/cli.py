@@ -24,7 +24,7 @@ def _prepare(kw: dict, *, cpu_default: bool = False) -> None:
     from jaxmem.compiler import targets
     from jaxmem.program import layouts, sizes
     precheck.step(kw["model_file"], kw)
-    n = max(layouts.parse_mesh(kw["mesh"]).size, 1)
+    n = max(layouts.mesh_size(kw["mesh"]), 1)
     on_cpu = is_cpu_target(kw["gpu"]) or (kw["gpu"] is None and cpu_default)
     sizes.check_mesh_devices(n, cpu=on_cpu)
     if on_cpu:
@@ -196,7 +196,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                     "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None,
                     "microbatches": microbatches_grid}
             mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
-            sweep.prepare_environment(max(layouts_mod.parse_mesh(m).size for m in mesh_texts))
+            sweep.prepare_environment(max(layouts_mod.mesh_size(m) for m in mesh_texts))
             find = None if not finds else compare_mod.Find(
                 finds[0], arg=find_seq, granule=granule, margin=DEFAULT_MARGIN if margin is None else margin)
 
@@ -301,7 +301,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
         # workers inherit the environment; the largest candidate mesh has twice the devices
         from jaxmem.program import layouts as layouts_mod
 
-        sweep.prepare_environment(2 * layouts_mod.parse_mesh(kw["mesh"]).size)
+        sweep.prepare_environment(2 * layouts_mod.mesh_size(kw["mesh"]))
         from jaxmem.plan.advise import advise as run_advise
 
         result = run_advise(kw["model_file"], _options(kw, explain=False),

@@ -188,7 +188,7 @@ def _check_grid_value(kind: str, v: str) -> None:
     elif kind == "mesh":
         from jaxmem.program.layouts import parse_mesh
 
-        parse_mesh(v)
+        parse_mesh(v, need_roles=False)   # the axes' roles may come with --axis-roles: checked with it
     elif kind == "gpu":
         from jaxmem.compiler.targets import resolve_gpu_name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sysconfig
 import traceback
 from collections.abc import Iterable
 
@@ -88,6 +89,72 @@ def describe(e: BaseException, *, max_lines: int = DESCRIBE_LINES, max_chars: in
     return cap("\ncaused by: ".join(parts), max_lines=max_lines, max_chars=max_chars)
 
 
+# Frameworks whose frames are not where a model's error is: the innermost frame outside them (and
+# outside jaxmem) is the model's or its library's line (tunix, EasyDeL, eformer, the user's file).
+FRAMEWORKS = ("jax", "jaxlib", "flax", "optax", "numpy", "qwix", "contextlib", "functools")
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def framework_file(filename: str) -> bool:
+    """The file is Python's own or one of the FRAMEWORKS' (not where a model's line is)."""
+    path = os.path.abspath(filename)
+    if path.startswith(_STDLIB) and "site-packages" not in path:
+        return True
+    parts = path.split(os.sep)
+    return any(p in ("site-packages", "dist-packages") and i + 1 < len(parts) and parts[i + 1] in FRAMEWORKS
+               for i, p in enumerate(parts))
+
+
+def short_path(filename: str) -> str:
+    """A frame's file as a user finds it: under site-packages from the package's folder
+    (`eformer/escale/mesh.py`), under the working directory relative to it, else whole."""
+    path = os.path.abspath(filename)
+    for marker in (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    cwd = os.getcwd() + os.sep
+    return path[len(cwd):] if path.startswith(cwd) else path
+
+
+def raised_at(e: BaseException) -> str | None:
+    """`file:line in function` of the frame that raised `e` in the user's or a library's code (not
+    jaxmem's): the innermost frame outside jaxmem and the frameworks (jax, flax, ...), else the
+    innermost frame outside jaxmem; through the explicit causes (`raise ... from err`) to the
+    first error. None when every frame is jaxmem's."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__
+    for err in reversed(chain):   # the innermost error first: where it all started
+        frames = [f for f in traceback.extract_tb(err.__traceback__)
+                  if not in_package(f.filename) and not f.filename.startswith("<frozen")]
+        if not frames:
+            continue
+        own = [f for f in frames if not framework_file(f.filename)]
+        f = (own or frames)[-1]
+        return f"{short_path(f.filename)}:{f.lineno} in {f.name}"
+    return None
+
+
+def located(e: BaseException) -> str:
+    """:func:`describe`, then the line it was raised at (:func:`raised_at`): a model's or library's
+    error names its place, so the user knows which line to change."""
+    where = raised_at(e)
+    return describe(e) + (f"\n  raised at {where}" if where else "")
+
+
+def debug_traceback(e: BaseException) -> str | None:
+    """With JAXMEM_DEBUG=1: the whole traceback behind a user error (the model's error it
+    explains, which ``raise ... from None`` hides, then the user error's own)."""
+    if not os.environ.get("JAXMEM_DEBUG"):
+        return None
+    inner = e.__cause__ or e.__context__
+    parts = [] if inner is None else traceback.format_exception(inner)
+    parts += traceback.format_exception(type(e), e, e.__traceback__, chain=False)
+    return "".join(parts)
+
+
 def cap(text: str, *, max_lines: int = DESCRIBE_LINES, max_chars: int = DESCRIBE_CHARS) -> str:
     """`text` cut to at most `max_lines` lines and `max_chars` characters (at a line's end when a
     line fits), with a last line saying how much of it was cut."""
@@ -120,8 +187,9 @@ def clip(text: str, limit: int = 120) -> str:
     return f"{text[:half]}...[{len(text) - 2 * half:,} characters]...{text[-half:]}"
 
 
-def trace_error(e: Exception) -> str:
-    """The explanation of an error raised while tracing the user's model or loss (errors.describe)."""
+def trace_error(e: Exception, *, explicit: bool = False) -> str:
+    """The explanation of an error raised while tracing the user's model or loss (errors.located).
+    `explicit`: the mesh's axes are Explicit, where a call whose output sharding is ambiguous fails."""
     msg = str(e).strip()
     m = re.search(r"unbound axis name: (\w+)", msg)
     if m:
@@ -131,8 +199,20 @@ def trace_error(e: Exception) -> str:
     if re.search(r"of type:? (AxisType\.)?Auto|axis names that are of type Auto|requires.*Explicit", msg):
         return (f"the model is written for JAX's explicit sharding (out_sharding=, reshard) and the mesh's axes are "
                 f"Auto: run with --axis-types explicit (API axis_types='explicit'), or give the Workload "
-                f"axis_types='explicit'. ({describe(e)})")
+                f"axis_types='explicit'. ({located(e)})")
+    if explicit and (type(e).__name__ == "ShardingTypeError" or "out_sharding" in msg):
+        where = raised_at(e)
+        call = f"the call at {where}" if where else "a call of the model"
+        return (f"under explicit axes (--axis-types explicit) {call} needs out_sharding= (its operands' shardings "
+                "do not decide its output's): pass out_sharding=P(...) there (or jax.sharding.reshard its "
+                "operands), or analyze this auto-style model with --axis-types auto. "
+                f"({describe(e) if where else located(e)})")
+    m = re.search(r"Resource axis: (\w+) of .* is not found in mesh", msg)
+    if m:
+        return (f"the model names the mesh axis {m.group(1)!r}, which --mesh lacks: give the mesh the axes the "
+                f"model's trainer has, size 1 where unused (e.g. --mesh fsdp=8,{m.group(1)}=1; --axis-roles "
+                f"{m.group(1)}=ROLE for a name without a role). ({located(e)})")
     m = re.search(r"One of .* was given the sharding of .*|divisible", msg)
     if m:
-        return f"a sharding does not divide a dimension: {describe(e)}"
-    return f"tracing the training step failed: {describe(e)}"
+        return f"a sharding does not divide a dimension: {located(e)}"
+    return f"tracing the training step failed: {located(e)}"

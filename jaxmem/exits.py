@@ -56,7 +56,7 @@ def run(fn):
     import os
 
     from jaxmem import scratch
-    from jaxmem.errors import HOW_TO_REPORT, bug_summary
+    from jaxmem.errors import HOW_TO_REPORT, bug_summary, debug_traceback
 
     code, scoped = EXIT_BUG, False
     try:
@@ -79,6 +79,9 @@ def run(fn):
         _flush_stdout()
     except UserError as e:
         if not (scoped and scratch.received()):  # what a signal broke on its way out is not the user's error
+            whole = debug_traceback(e)   # JAXMEM_DEBUG=1: the model's traceback behind the message
+            if whole:
+                click.echo(whole, err=True, nl=False)
             click.echo(f"error: {e}", err=True)
         code = EXIT_USER_ERROR
     except (click.ClickException, click.exceptions.Exit, click.Abort):  # click reports these itself (exit 2)

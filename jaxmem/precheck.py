@@ -70,11 +70,11 @@ def gpu(name: str | None) -> None:
         resolve_gpu_name(name)
 
 
-def mesh(text: str, *, gpu_name: str | None = None, hosts: int | None = None) -> None:
+def mesh(text: str, *, gpu_name: str | None = None, hosts: int | None = None, roles: str | None = None) -> None:
     """--mesh: every axis has a role (the closest one named), and the target takes its device count:
     jaxmem's limits, XLA_FLAGS' forced CPU devices under --gpu cpu, --hosts dividing it. (A batch the
     mesh cannot split is the workload's to tell: its leaves' shapes are known once it loads.)"""
-    spec = layouts.parse_mesh(text)
+    spec = layouts.parse_mesh(text, roles)
     n = spec.size
     on_cpu = is_cpu_target(gpu_name)
     sizes.check_mesh_devices(n, cpu=on_cpu)
@@ -120,9 +120,10 @@ def step(model: Any, values: dict[str, Any], *, grid: dict[str, Any] | None = No
     optimizer(values.get("optimizer"))
     meshes = (grid.get("mesh") or values.get("mesh") or "").split(";" if grid.get("mesh") else "\0")
     for text in filter(str.strip, meshes):
-        mesh(text, gpu_name=gpu_name, hosts=values.get("hosts"))
+        mesh(text, gpu_name=gpu_name, hosts=values.get("hosts"), roles=values.get("axis_roles"))
 
 
 def options(model: Any, opts: Any, *, grid: dict[str, Any] | None = None) -> None:
     """step() for the API: `opts` an AnalyzeOptions; `grid`: compare's axes, as their CLI text."""
-    step(model, {"gpu": opts.gpu, "optimizer": opts.optimizer, "hosts": opts.hosts, "mesh": opts.mesh}, grid=grid)
+    step(model, {"gpu": opts.gpu, "optimizer": opts.optimizer, "hosts": opts.hosts, "mesh": opts.mesh,
+                        "axis_roles": getattr(opts, "axis_roles", None)}, grid=grid)

@@ -213,6 +213,10 @@ class Report:
     verdict: str | None = None
     margin_bytes: int | None = None
     verdict_terms: tuple[dict[str, Any], ...] = ()
+    # The activation sharding constraints the model applied itself while traced under the mesh in
+    # context (jaxmem.program.sharding.model_constraints): their count in the step, how many places
+    # make them, and the most used places (`at`: file:line in function) with their specs.
+    activation_constraints: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

@@ -51,7 +51,7 @@ def build_step(model, *, mesh: str = "data=1", gpu: str = "h100", model_args=Non
 
     o = AnalyzeOptions(mesh=mesh, gpu=gpu, **options)
     wl = load_workload(model, remat=o.remat, **(model_args or {}))
-    ms = layouts.parse_mesh(o.mesh)
+    ms = layouts.parse_mesh(o.mesh, o.axis_roles)
     target = targets.make_target(o.gpu, ms.size)
     return target, step.build(step.plan(wl, o.step_options(), ms), layouts.build_mesh(target.devices, ms))
 

@@ -58,3 +58,40 @@ def test_a_frame_is_jaxmems_own_by_the_installed_package_not_by_jaxmem_in_its_pa
     assert errors.in_package(errors.__file__)
     assert errors.in_package(os.path.join(errors.PACKAGE_DIR, "compiler", "early_stop.py"))
     assert not errors.in_package(errors.PACKAGE_DIR + "_other/x.py")
+
+
+# ---- where a model's or library's error was raised (errors.raised_at), through the CLI
+
+import pathlib  # noqa: E402
+
+from click.testing import CliRunner  # noqa: E402
+
+from jaxmem.cli import main  # noqa: E402
+from jaxmem.errors import raised_at  # noqa: E402
+
+TRAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "trainers"
+
+
+def test_raised_at_names_the_innermost_frame_outside_jaxmem_and_the_frameworks():
+    def library_layer():
+        raise ValueError("num_heads")
+
+    e = raised(library_layer)
+    assert raised_at(e).endswith(f":{library_layer.__code__.co_firstlineno + 1} in library_layer")
+
+
+def test_an_exit_2_from_a_library_names_the_librarys_file_and_line(monkeypatch):
+    monkeypatch.delenv("JAXMEM_DEBUG", raising=False)
+    r = CliRunner().invoke(main, ["analyze", str(TRAINERS / "lib_raises.py"), "--gpu", "h100", "--mesh", "fsdp=2"])
+    assert r.exit_code == 2, r.output
+    line = next(i for i, s in enumerate((TRAINERS / "layers_lib.py").read_text().splitlines(), 1) if "raise" in s)
+    assert f"layers_lib.py:{line} in __call__" in r.output and "not divisible by num_heads=3" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_jaxmem_debug_prints_the_whole_traceback_of_an_exit_2(monkeypatch):
+    monkeypatch.setenv("JAXMEM_DEBUG", "1")
+    r = CliRunner().invoke(main, ["analyze", str(TRAINERS / "lib_raises.py"), "--gpu", "h100", "--mesh", "fsdp=2"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback (most recent call last)" in r.output and 'layers_lib.py", line' in r.output
+    assert r.output.rstrip().splitlines()[-1].startswith("  raised at") or "error:" in r.output

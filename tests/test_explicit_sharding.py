@@ -69,3 +69,27 @@ def test_an_unknown_workload_axis_type_is_a_user_error(tmp_path):
     f.write_text((FIXTURES / "explicit_nnx.py").read_text().replace('"explicit" if explicit else None', '"sideways"'))
     r = CliRunner().invoke(main, ["analyze", str(f), *H100])
     assert r.exit_code == 2 and "axis_types='sideways'" in r.output
+
+
+TRAINERS = FIXTURES / "trainers"
+
+
+def test_an_unannotated_head_stays_replicated_under_explicit_axes_and_the_step_traces():
+    # kernels annotated with out_sharding, the head's nnx.Linear not: its bias split over fsdp made
+    # the add P('fsdp', None, 'fsdp') (ShardingTypeError); as jax.make_mesh + init place it, it is whole
+    r = CliRunner().invoke(main, ["analyze", str(TRAINERS / "explicit_head.py"), "--gpu", "h100", "--mesh",
+                                  "fsdp=4,tensor=2", "--axis-types", "explicit", "--json", "--no-explain"])
+    assert r.exit_code == 0, r.output
+    specs = _specs(json.loads(r.output))
+    assert specs["params:head/bias/value"] == [None] and specs["params:head/kernel/value"] == [None, None]
+    assert specs["params:block/up/value"] == ["fsdp", "tensor"]
+
+
+def test_an_auto_style_model_under_explicit_axes_is_told_which_call_needs_out_sharding():
+    r = CliRunner().invoke(main, ["analyze", str(TRAINERS / "auto_style.py"), "--gpu", "h100", "--mesh",
+                                  "fsdp=2,tensor=2", "--layout", "fsdp_tp", "--axis-types", "explicit"])
+    assert r.exit_code == 2, r.output
+    line = next(i for i, s in enumerate((TRAINERS / "auto_style.py").read_text().splitlines(), 1)
+                if "return self.down(" in s)
+    assert f"auto_style.py:{line} in __call__ needs out_sharding=" in r.output
+    assert "--axis-types auto" in r.output and "Traceback" not in r.output

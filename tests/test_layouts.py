@@ -30,8 +30,8 @@ def test_parse_mesh_rejects(bad):
 
 
 def test_an_axis_without_a_role_is_refused_with_the_roles_listed():
-    with pytest.raises(UserError, match=r"'replica' has no role.*fsdp.*tensor \(alias model, tp\).*context \(alias "
-                                        r"sequence\).*expert \(alias ep\)"):
+    with pytest.raises(UserError, match=r"'replica' has no role.*--axis-roles replica=ROLE.*fsdp.*tensor \(alias "
+                                        r"model, tp\).*context \(alias sequence, sp, seq\).*expert \(alias ep\)"):
         layouts.parse_mesh("replica=2,data=4")
 
 

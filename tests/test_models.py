@@ -512,3 +512,42 @@ def test_moe_arguments_are_checked():
         load("moe", preset="tiny", capacity_factor=0)
     wl = load("moe", preset="tiny", seq_len=64, group_size=16, capacity_factor=2.0)
     assert wl.batch["tokens"].shape == (4, 64) and wl.model.config.capacity_factor == 2.0
+
+
+def test_tunix_llama_applies_its_annotations_and_activation_constraints():
+    """tunix's Llama 3 as its trainer runs it (benchmarks/outside/tunix_llama.py, at a tiny size): its
+    ('fsdp', 'tp') annotations placed as written, its shard() constraints applied under the mesh."""
+    pytest.importorskip("tunix.models.llama3.model")
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    wrapper = MODELS.parent / "benchmarks" / "outside" / "tunix_llama.py"
+    r = CliRunner().invoke(cli.main, ["analyze", str(wrapper), "--arg", "size=tiny", "--arg", "seq_len=32", "--gpu",
+                                      "h100", "--mesh", "fsdp=8,tp=1", "--json", "--no-explain"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    ac = d["activation_constraints"]
+    assert ac["count"] > 0 and all("tunix/models/llama3/model.py" in a["at"] for a in ac["applied"])
+    norms = 5 * 64   # 2 layers x 2 RMSNorms + the final one: ('tp',) in tunix's config, so whole on fsdp
+    assert d["breakdown"]["params"] == 4 * (d["param_count"] - norms) // 8 + 4 * norms
+
+
+@pytest.mark.xfail(reason="EasyDeL device_puts its RoPE table to the mesh it built over the process's CPU device "
+                          "(benchmarks/results/outside-libraries.md, issue 34)", strict=False)
+def test_easydel_qwen3_analyzes_through_its_own_compute_loss_with_exact_parameter_bytes():
+    """EasyDeL's Qwen3 (benchmarks/outside/easydel_qwen3.py, at a tiny size): the model built and its
+    own compute_loss called, the mesh in EasyDeL's axis names, its first-call RoPE state created."""
+    pytest.importorskip("easydel")
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    wrapper = MODELS.parent / "benchmarks" / "outside" / "easydel_qwen3.py"
+    r = CliRunner().invoke(cli.main, ["analyze", str(wrapper), "--arg", "size=tiny", "--arg", "seq_len=32", "--gpu",
+                                      "h100", "--mesh", "dp=1,fsdp=8,ep=1,tp=1,sp=1", "--json", "--no-explain"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    n = d["param_count"]
+    assert n == 256 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64 + 2 * 16) + 64
+    assert d["breakdown"]["params"] >= 2 * n // 8

@@ -198,3 +198,56 @@ def test_a_tp_layout_on_weights_without_logical_names_says_it_split_them_by_size
     d = json.loads(invoke("analyze", str(LLAMA), "--arg", "preset=tiny", "--gpu", "h100", "--mesh", "data=4,tensor=2",
                           "--layout", "fsdp_tp", "--no-explain", "--json").output)
     assert not [w for w in d["warnings"] if w["kind"] == "tensor_split_by_size"]
+
+
+# ---- the model's own axis names (--axis-roles, the common names)
+
+from jaxmem.errors import UserError  # noqa: E402
+from jaxmem.program import layouts  # noqa: E402
+
+TRAINERS = FIX / "trainers"
+
+
+def test_common_axis_names_have_their_roles_without_being_asked():
+    spec = layouts.parse_mesh("dp=2,fsdp=8,tp=1,sp=1")
+    assert spec.roles == (("dp", "data"), ("fsdp", "fsdp"), ("tp", "tensor"), ("sp", "context"))
+    assert layouts.parse_mesh("batch=2,model=2,seq=2,ep=2,pp=2").roles == (
+        ("batch", "data"), ("model", "tensor"), ("seq", "context"), ("ep", "expert"), ("pp", "stage"))
+
+
+def test_axis_roles_give_any_name_its_role_and_errors_name_the_fix():
+    spec = layouts.parse_mesh("replica=2,shard=4,mp=2", "replica=data,shard=fsdp,mp=model")
+    assert spec.batch_axes == ("replica", "shard") and spec.model_axis == "mp" and spec.state_axes == ("shard",)
+    with pytest.raises(UserError, match="--axis-roles mp=ROLE"):
+        layouts.parse_mesh("fsdp=2,mp=2")
+    with pytest.raises(UserError, match="no axis 'xx'"):
+        layouts.parse_mesh("fsdp=2", "xx=data")
+    with pytest.raises(UserError, match="'wide' is no role"):
+        layouts.parse_mesh("fsdp=2,mp=2", "mp=wide")
+
+
+def test_tunix_style_param_annotations_naming_mesh_axes_are_applied_as_written():
+    # nnx.Param(..., sharding=('fsdp', 'tp')): the trainer's own spec, not a list of logical names
+    got = leaves(TRAINERS / "tunix_style.py", "fsdp=4,tp=2")
+    assert got["params:layers/0/up/value"].spec == ("fsdp", "tp")
+    assert got["params:layers/0/down/value"].spec == ("tp", "fsdp")
+    assert got["params:embed/value"].spec == ("tp", "fsdp")
+    # tp of size 1, as in tunix's own mesh: that dim whole, fsdp as written
+    got = leaves(TRAINERS / "tunix_style.py", "fsdp=8,tp=1")
+    assert got["params:layers/0/down/value"].spec == (None, "fsdp")
+
+
+def test_a_model_naming_an_axis_the_mesh_lacks_is_told_to_add_it():
+    r = invoke("analyze", TRAINERS / "tunix_style.py", "--gpu", "h100", "--mesh", "fsdp=8")
+    assert r.exit_code == 2 and "--mesh fsdp=8,tp=1" in r.output and "tunix_style.py:" in r.output, r.output
+
+
+def test_the_cli_and_the_api_take_axis_roles():
+    r = invoke("analyze", TRAINERS / "tunix_style.py", "--gpu", "h100", "--mesh", "replica=2,fsdp=2,tp=2",
+               "--axis-roles", "replica=data", "--json", "--no-explain")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert {k: v["role"] for k, v in d["mesh_roles"].items()} == {"replica": "data", "fsdp": "fsdp", "tp": "tensor"}
+    assert "batch" in d["mesh_roles"]["replica"]["splits"]
+    rep = analyze(TRAINERS / "tunix_style.py", mesh="rows=2,fsdp=2,tp=2", axis_roles="rows=data", explain=False)
+    assert {s["path"]: s["spec"] for s in rep.shardings}["params:embed/value"] == ["tp", "fsdp"]

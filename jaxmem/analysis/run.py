@@ -64,7 +64,7 @@ def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
     wl = load_workload(path, remat="none", **dict(opts.model_args))
     if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
         return None
-    mesh_spec = layouts.parse_mesh(opts.mesh)
+    mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     with running_user_code(path):
         planned = step.plan(wl.checked(path), opts.step_options(), mesh_spec)
         target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)

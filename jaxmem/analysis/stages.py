@@ -100,7 +100,7 @@ class Measured:
 
 def prepare(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float) -> Prepared:
     """Every check that needs no device, the step planned, then the target (jax's backend) made."""
-    mesh_spec = layouts.parse_mesh(opts.mesh)
+    mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
     with scratch.phase("starting jax's backend for the target"):
@@ -281,6 +281,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         frozen_bytes=m.state.frozen_params,
         host=m.host,
         mesh_roles=m.roles,
+        activation_constraints=built.constraints or {},
         shardings=splits.shardings(built.leaves),
         sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
         logical_names=built.logical_names,

@@ -52,14 +52,25 @@ def lower(built: BuiltStep):
     t0 = time.perf_counter()
     try:
         with built.trace_context():
-            lowered = jitted.lower(*built.args)
+            traced = jitted.trace(*built.args)
+            lowered = traced.lower()
     except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
         raise
     except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
-        raise UserError(trace_error(e)) from None
+        raise UserError(trace_error(e, explicit=_explicit(built.mesh))) from None
+    from jaxmem.program import sharding
+
+    built.constraints = sharding.model_constraints(traced.jaxpr)   # what the model constrained itself
     if built.calls is not None:
         built.calls.check()   # what the trace found (a --remat-at that placed nothing), before any compile
     return lowered, time.perf_counter() - t0
+
+
+def _explicit(mesh) -> bool:
+    """The mesh's axes are Explicit (--axis-types explicit)."""
+    from jax.sharding import AxisType
+
+    return any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", None) or ())
 
 
 def _base_options(built: BuiltStep) -> dict:

@@ -211,7 +211,7 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     """User errors that need no compile, before any worker starts."""
     from jaxmem.program import layouts, rules
 
-    layouts.parse_mesh(opts.mesh)   # a mesh with an axis without a role: exit 2 before any worker
+    layouts.parse_mesh(opts.mesh, opts.axis_roles)   # a mesh with an axis without a role: exit 2 before any worker
     for flag, value, least in (("--microbatches", opts.microbatches, 1), ("--repeats", opts.repeats, 1),
                                ("--batch", opts.batch, 1), ("--accum", opts.accum, 1)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -247,7 +247,7 @@ class _RowSearch:
         from jaxmem.program import layouts
 
         self.i, self.choice, self.opts, self.find = i, choice, opts, find
-        mesh = layouts.parse_mesh(opts.mesh)
+        mesh = layouts.parse_mesh(opts.mesh, opts.axis_roles)
         if find.kind == "batch":
             # a pipelined row splits each data shard into its microbatches (default: one per stage)
             stage = mesh.axis_size(mesh.axis_of("stage"))
@@ -290,7 +290,8 @@ class _RowSearch:
         from jaxmem.program import layouts
 
         v = self.value(k)
-        grown = (layouts.parse_mesh(self.opts.mesh).batch_axes or ("data",))[0]   # the axis a devices search grows
+        grown = (layouts.parse_mesh(self.opts.mesh, self.opts.axis_roles).batch_axes
+                 or ("data",))[0]   # the axis a devices search grows
         return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"{grown}={v}"}[self.find.kind]
 
     def record(self, k: int, out: sweep.Outcome) -> None:

@@ -459,7 +459,7 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     sizes = []
     for j in jobs:
         try:
-            sizes.append(layouts.parse_mesh(j.options.mesh).size)
+            sizes.append(layouts.mesh_size(j.options.mesh))
         except UserError:
             pass  # that job's own error row
     prepare_environment(max(sizes, default=1))

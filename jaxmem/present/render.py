@@ -197,6 +197,11 @@ def render(r: Report, console: Console | None = None) -> None:
                              "(jaxmem's Flax decoder for it)"))
     for line in finetune_lines(r) + pipeline_lines(r):
         console.print(escape(line))
+    ac = r.activation_constraints
+    if ac.get("count"):   # the model's own constraints, applied under the mesh in context
+        first = ac["applied"][0]
+        console.print(escape(f"activation constraints the model applied: {ac['count']} at {ac['sites']} place(s), "
+                             f"e.g. {first['spec']} at {first['at']}"))
     if opts.get("remat_at"):
         placed = opts.get("remat_placed") or []
         shown = ", ".join(placed[:6]) + (f", ... ({len(placed)} in all)" if len(placed) > 6 else "")

@@ -267,6 +267,12 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
 _UNBOUND = re.compile(r"unbound axis name: (\w+)")
 
 
+def unbound_axis(e: BaseException) -> str | None:
+    """The collective axis name an error says jit left unbound (None for any other error)."""
+    m = _UNBOUND.search(str(e))
+    return m.group(1) if m else None
+
+
 def with_collective_axis(once, batch, mutable, groups: int, batch_axes: tuple[str, ...], log: CallLog):
     """``once(batch, mutable) -> (loss, new_mutable)``, as written; if the model names a collective
     axis jit does not bind, again per device group with that axis bound (module docstring). The

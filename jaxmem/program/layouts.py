@@ -2,13 +2,18 @@
 
 Each mesh axis has a role, given by its name (MaxText's mesh axes; aliases in parentheses):
 
-* ``data``: replicas: the batch split, the state replicated;
+* ``data`` (``dp``, ``batch``): replicas: the batch split, the state replicated;
 * ``fsdp``: the batch split and the state sharded (ZeRO-3); ``data`` + ``fsdp`` is HSDP;
 * ``tensor`` (``model``, ``tp``): Megatron's column/row split of the weights;
-* ``context`` (``sequence``): the sequence dimension of the batch and of activations split;
+* ``context`` (``sequence``, ``sp``, ``seq``): the sequence dimension of the batch and of activations split;
 * ``expert`` (``ep``): the experts dimension of MoE weights split, the batch split as for data;
-* ``stage``: pipeline stages: the stacked weights of the model's layer scan split on their layer
+* ``stage`` (``pp``): pipeline stages: the stacked weights of the model's layer scan split on their layer
   dimension, the layers run as a pipeline (``pipeline_stages.py``); a workload's own step pipelines itself.
+
+A model's own axis names (EasyDeL's ``dp, fsdp, ep, tp, sp``, tunix's ``fsdp, tp``) are the mesh's
+names: the common ones above have their role without being asked; any other takes one from
+``--axis-roles NAME=ROLE[,NAME=ROLE]`` (API ``axis_roles=``), so the model's parameter annotations
+and rules that name those axes apply as written.
 
 The axes that split the batch are the data, fsdp and expert axes (``batch_axes``). Which axes
 split the state is the layout's rule set (``rules.py``): ``fsdp``/``fsdp_tp`` shard it over the
@@ -32,12 +37,12 @@ DEFAULT_LAYOUT = "fsdp"   # --layout's default (options.AnalyzeOptions)
 
 # role -> the axis names that take it, the canonical one first
 ROLES: dict[str, tuple[str, ...]] = {
-    "data": ("data",),
+    "data": ("data", "dp", "batch"),
     "fsdp": ("fsdp",),
     "tensor": ("tensor", "model", "tp"),
-    "context": ("context", "sequence"),
+    "context": ("context", "sequence", "sp", "seq"),
     "expert": ("expert", "ep"),
-    "stage": ("stage",),
+    "stage": ("stage", "pp"),
 }
 ROLE_OF = {name: role for role, names in ROLES.items() for name in names}
 ROLE_HELP = {
@@ -61,6 +66,7 @@ def roles_text() -> str:
 @dataclasses.dataclass(frozen=True)
 class MeshSpec:
     axes: tuple[tuple[str, int], ...]
+    given_roles: tuple[tuple[str, str], ...] = ()   # --axis-roles: (axis, role) for the names it maps
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -75,16 +81,24 @@ class MeshSpec:
         return math.prod(self.shape)
 
     def role(self, name: str) -> str | None:
-        return ROLE_OF.get(name)
+        """The role of the axis `name`: given by --axis-roles, else its name's (ROLES)."""
+        return dict(self.given_roles).get(name) or ROLE_OF.get(name)
 
     @property
     def roles(self) -> tuple[tuple[str, str], ...]:
         """(axis, role) in mesh order."""
-        return tuple((n, ROLE_OF.get(n, "?")) for n in self.names)
+        return tuple((n, self.role(n) or "?") for n in self.names)
 
     def with_role(self, *roles: str) -> tuple[str, ...]:
         """The axes that have one of `roles`, in mesh order."""
-        return tuple(n for n in self.names if ROLE_OF.get(n) in roles)
+        return tuple(n for n in self.names if self.role(n) in roles)
+
+    def resolve_name(self, name: str) -> str | None:
+        """The mesh axis a name in a rule or annotation means: the axis of that name, else the mesh's
+        axis of the role the name has (`model` on a mesh whose tensor axis is `tp`); None if absent."""
+        if name in self.names:
+            return name
+        return self.axis_of(ROLE_OF[name]) if name in ROLE_OF else None
 
     def axis_of(self, role: str) -> str | None:
         found = self.with_role(role)
@@ -97,7 +111,12 @@ class MeshSpec:
 
     @property
     def batch_axes(self) -> tuple[str, ...]:
-        """The axes that split the batch: data, fsdp and expert, in mesh order."""
+        """A model's own axis names (EasyDeL's ``dp, fsdp, ep, tp, sp``, tunix's ``fsdp, tp``) are the mesh's
+names: the common ones above have their role without being asked; any other takes one from
+``--axis-roles NAME=ROLE[,NAME=ROLE]`` (API ``axis_roles=``), so the model's parameter annotations
+and rules that name those axes apply as written.
+
+The axes that split the batch: data, fsdp and expert, in mesh order."""
         return self.with_role(*BATCH_ROLES)
 
     @property
@@ -130,9 +149,37 @@ class MeshSpec:
         return ",".join(f"{n}={s}" for n, s in self.axes)
 
 
-def parse_mesh(text: str) -> MeshSpec:
-    """`data=4,model=2` -> MeshSpec; order is the device-grid order. Every axis name has a role
-    (ROLES), each role at most one axis."""
+def mesh_size(text: str) -> int:
+    """The devices a --mesh asks for, its names unchecked (their roles may come with --axis-roles):
+    what the CLI needs before jax starts."""
+    sizes = re.findall(r"=\s*(\d{1,18})\s*(?:,|$)", text)
+    return math.prod(int(n) for n in sizes) if sizes else 1
+
+
+def parse_axis_roles(text: str | None, names: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`--axis-roles dp=data,tp=tensor` -> ((axis, role), ...), each axis one of the mesh's `names`."""
+    out: list[tuple[str, str]] = []
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z_]+)", part)
+        if not m:
+            raise UserError(f"--axis-roles {text!r}: expected AXIS=ROLE[,AXIS=ROLE], e.g. dp=data,tp=tensor")
+        name, role = m.group(1), m.group(2)
+        role = ROLE_OF.get(role, role)   # a role by one of its names: tp=model is tp=tensor
+        if role not in ROLES:
+            raise UserError(f"--axis-roles {text!r}: {role!r} is no role; the roles: {roles_text()}")
+        if name not in names:
+            raise UserError(f"--axis-roles {text!r}: the mesh has no axis {name!r} (its axes: {', '.join(names)}); "
+                            "name an axis of --mesh")
+        if name in dict(out):
+            raise UserError(f"--axis-roles {text!r}: axis {name} given twice")
+        out.append((name, role))
+    return tuple(out)
+
+
+def parse_mesh(text: str, roles: str | None = None, *, need_roles: bool = True) -> MeshSpec:
+    """`data=4,model=2` -> MeshSpec; order is the device-grid order. Every axis has a role, from
+    `roles` (--axis-roles `dp=data,tp=tensor`) or its name (ROLES), each role at most one axis.
+    `need_roles=False`: the syntax only (the CLI's check of --mesh alone, before --axis-roles)."""
     axes: list[tuple[str, int]] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)", part)
@@ -146,17 +193,24 @@ def parse_mesh(text: str) -> MeshSpec:
             raise UserError(f"--mesh {text!r}: axis {name} must have at least 1 device")
         if name in (a for a, _ in axes):
             raise UserError(f"--mesh {text!r}: axis {name} given twice")
-        if name not in ROLE_OF:
-            raise UserError(f"--mesh {text!r}: axis {name!r} has no role{did_you_mean(name, ROLE_OF)}. A mesh axis "
-                            f"is named for its role: {roles_text()}")
-        same = [a for a, _ in axes if ROLE_OF[a] == ROLE_OF[name]]
-        if same:
-            raise UserError(f"--mesh {text!r}: axes {same[0]} and {name} both have the {ROLE_OF[name]} role; "
-                            f"give one {ROLE_OF[name]} axis")
         axes.append((name, size))
     if not axes:
         raise UserError("--mesh is empty; e.g. --mesh data=8")
-    return MeshSpec(tuple(axes))
+    spec = MeshSpec(tuple(axes), parse_axis_roles(roles, [a for a, _ in axes]))
+    if not need_roles:
+        return spec
+    seen: dict[str, str] = {}
+    for name, _ in axes:
+        role = spec.role(name)
+        if role is None:
+            raise UserError(f"--mesh {text!r}: axis {name!r} has no role{did_you_mean(name, ROLE_OF)}. Give it one "
+                            f"with --axis-roles {name}=ROLE (API axis_roles=), or name the axis for its role: "
+                            f"{roles_text()}")
+        if role in seen:
+            raise UserError(f"--mesh {text!r}: axes {seen[role]} and {name} both have the {role} role; "
+                            f"give one {role} axis")
+        seen[role] = name
+    return spec
 
 
 def build_mesh(devices, mesh: MeshSpec, axis_types: str = "auto"):

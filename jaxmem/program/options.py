@@ -70,9 +70,14 @@ class StepChoice:
     predicts it, and `verify`, which measures it (one definition, so they cannot drift)."""
 
     mesh: str = _opt("data=1", Flag(
-        "--mesh", "Device mesh, AXIS=N[,AXIS=N]; each axis named for its role: data (replicas), fsdp (state "
-        "sharded), tensor (alias model, tp), context (alias sequence), expert (alias ep).", always=True,
+        "--mesh", "Device mesh, AXIS=N[,AXIS=N]; each axis named for its role or given one (--axis-roles): "
+        "data (alias dp, batch: replicas), fsdp (state sharded), tensor (alias model, tp), context (alias "
+        "sequence, sp, seq), expert (alias ep), stage (alias pp).", always=True,
         show_default=True))
+    axis_roles: str | None = _opt(None, Flag(
+        "--axis-roles", "The roles of --mesh axes named as the model names them, AXIS=ROLE[,AXIS=ROLE], e.g. "
+        "--mesh dp=2,fsdp=8,tp=1 --axis-roles dp=data,tp=tensor (common names need none: dp/batch are data, "
+        "tp/model tensor, sp/seq context, ep expert, pp stage).", metavar="AXIS=ROLE"))
     layout: str = _opt("fsdp", Flag("--layout", kind="choice", choices=LAYOUTS, always=True, show_default=True))
     axis_types: str = _opt("auto", Flag(
         "--axis-types", "The mesh axes' jax.sharding.AxisType: auto, or explicit for code written for explicit "

@@ -91,7 +91,7 @@ def _resolve(axes: tuple[str, ...] | None, mesh: MeshSpec, rule: Rule | None = N
     out: list[str] = []
     seen: dict[str, str] = {}
     for a in axes:
-        name = a if a in mesh.names else mesh.axis_of(ROLE_OF[a]) if a in ROLE_OF else None
+        name = mesh.resolve_name(a)
         if name is not None and name in seen and rule is not None:
             raise UserError(f"--rules {rule.origin} {json.dumps([rule.name, list(axes)])}: names the axis {name} "
                             f"twice ({seen[name]} and {a} are both the mesh's {name} axis); a dimension is split "
@@ -111,7 +111,8 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
     tensor = mesh.model_axis
     mentioned = {logical for logical, _ in workload_rules}
     named = [logical for logical, axis in workload_rules
-             if axis is not None and (axis == tensor or ROLE_OF.get(axis) == "tensor")]
+             if axis is not None and (axis == tensor or (mesh.role(axis) if axis in mesh.names
+                                                         else ROLE_OF.get(axis)) == "tensor")]
     named += [n for n in TENSOR_NAMES if n not in mentioned]
     tp_names: tuple[str, ...] = tuple(named) if layout in ("tp", "fsdp_tp") and tensor else ()
     state = mesh.state_axes if layout in ("fsdp", "fsdp_tp") else ()
@@ -180,6 +181,8 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
                                         else (name,) if name is not None else ())
             if written and all(a in mesh.names for a in written):
                 spec[i] = spec_axes(written)
+    if names and not rules.as_written and _names_mesh_axes(names, rules, mesh):
+        return _as_written(path, shape, nbytes, names, mesh, issues)
     if names:
         for name, axes in rules.params:
             dims = [i for i, n in enumerate(names) if n == name and spec[i] is _FREE]
@@ -221,6 +224,41 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
                                     f"{'x'.join(axes)}={size}", nbytes - nbytes // size))
     issues.extend(late)
     return tuple(None if s is _FREE else s for s in spec)
+
+
+def _entry(name) -> tuple[str, ...]:
+    return tuple(name) if isinstance(name, (tuple, list)) else (name,) if name is not None else ()
+
+
+def _names_mesh_axes(names: Sequence[Any], rules: RuleSet, mesh: MeshSpec) -> bool:
+    """The leaf's annotation names mesh axes (tunix's nnx.Param(..., sharding=('fsdp', 'tp'))), not
+    logical names: an axis of the mesh, or a role's name (`tp` on a mesh without that axis: one of size
+    1 in the model's own mesh), and no rule maps it."""
+    mapped = {n for n, _ in rules.params}
+    entries = [_entry(n) for n in names if n is not None]
+    return bool(entries) and any(a in mesh.names for e in entries for a in e) and all(
+        a not in mapped and (a in mesh.names or a in ROLE_OF) for e in entries for a in e)
+
+
+def _as_written(path: str, shape: tuple[int, ...], nbytes: int, names: Sequence[Any], mesh: MeshSpec,
+                issues: list[ShardingIssue]) -> tuple:
+    """A leaf annotated with mesh axes: its spec as written (its trainer's), each name the mesh's
+    axis of that name or role; an absent axis or one of size 1 splits nothing, and an axis that does
+    not divide its dimension leaves it whole (reported)."""
+    spec: list[Any] = []
+    used: set[str] = set()
+    for i, name in enumerate(names):
+        axes = tuple(a for a in (mesh.resolve_name(n) for n in _entry(name))
+                     if a is not None and mesh.axis_size(a) > 1 and a not in used)
+        size = mesh.axis_size(axes)
+        if axes and shape[i] % size:
+            issues.append(ShardingIssue(path, shape, "+".join(axes), f"dim {i} ({shape[i]}) of the annotation "
+                                        f"{tuple(names)} not divisible by {'x'.join(axes)}={size}",
+                                        nbytes - nbytes // size))
+            axes = ()
+        used.update(axes)
+        spec.append(spec_axes(axes) if axes else None)
+    return tuple(spec)
 
 
 # ------------------------------------------------------------------ rules files

@@ -152,6 +152,7 @@ def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues,
             return None
 
     out: dict[str, tuple[tuple, tuple]] = {}
+    rules = written_only(st, rules)
     for tree in (st.trainable, st.frozen):
         for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
             ps = path_str(path)
@@ -166,10 +167,24 @@ def param_specs(st: AbstractState, rules: rules_mod.RuleSet, mesh_spec, issues,
     return out
 
 
+def written_only(st: AbstractState, rules: rules_mod.RuleSet) -> rules_mod.RuleSet:
+    """Explicit axes on a model that annotates its parameters: the annotations are the layout, as
+    jax.make_mesh + the model's init place them; a leaf they leave open stays replicated (the layout's
+    fallback split would be one the model's ops do not know of: a bias split over fsdp makes its add
+    ill-typed). The rules still apply to the names they map. A model that annotates nothing (linen code
+    for explicit axes cannot: nn.with_partitioning asserts there) leaves its placement to the layout."""
+    if not rules.as_written or not rules.fallback:
+        return rules
+    annotated = any(isinstance(x, (P, tuple)) and any(e is not None for e in x)
+                    for x in jax.tree.leaves(st.param_names, is_leaf=lambda x: isinstance(x, P)))
+    return dataclasses.replace(rules, fallback=()) if annotated else rules
+
+
 def shard_state(st: AbstractState, rules: rules_mod.RuleSet, mesh, mesh_spec: layouts.MeshSpec, *,
                 stage: tuple[str, frozenset[str]] | None = None) -> ShardedState:
     issues: list[layouts.ShardingIssue] = []
     leaves: list[LeafInfo] = []
+    rules = written_only(st, rules)
     specs = param_specs(st, rules, mesh_spec, issues, stage)
 
     def opt_spec(ps: str, x) -> tuple:
@@ -205,12 +220,106 @@ def activation_rules(rules: rules_mod.RuleSet) -> tuple:
 
 
 @contextlib.contextmanager
+def in_context(mesh):
+    """`mesh` as the context mesh, every way a training loop sets one: `with mesh:` (what libraries
+    that read pxla.thread_resources see: eformer's get_incontext_mesh), then jax.set_mesh (or
+    jax.sharding.use_mesh where this jax has that instead): bare-PartitionSpec constraints and
+    get_abstract_mesh() resolve to it, as in the user's training run."""
+    import warnings
+
+    with contextlib.ExitStack() as stack:
+        with warnings.catch_warnings():   # jax >= 0.7 deprecates `with mesh:`; trainers still use it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stack.enter_context(mesh)
+        setter = getattr(jax, "set_mesh", None) or getattr(jax.sharding, "use_mesh", None)
+        if setter is not None:
+            stack.enter_context(setter(mesh))
+        stack.enter_context(target_devices(mesh))
+        yield
+
+
+@contextlib.contextmanager
+def target_devices(mesh):
+    """jax.devices() is the mesh's (the target's) devices, as on the machine trained on: model code
+    that asks which platform it runs on (tunix's shard() skips its constraints when jax.devices()[0]
+    is a CPU) answers as there. The deviceless target's devices are not jax's default backend's here."""
+    devices = list(mesh.devices.flat)
+    orig = jax.devices
+    if not devices or devices[0].platform == orig()[0].platform:
+        yield
+        return
+
+    def the_targets(backend=None):
+        # the default backend ("" or None, as eformer's create_mesh asks) or the target's platform
+        return devices if not backend or str(backend).lower() in ("gpu", "cuda", devices[0].platform) else orig(backend)
+
+    jax.devices = the_targets
+    try:
+        yield
+    finally:
+        jax.devices = orig
+
+
+@contextlib.contextmanager
 def tracing(mesh, rules):
-    """The context the step is traced in: the mesh and the logical-axis rules."""
+    """The context the step is traced in: the mesh (:func:`in_context`) and the logical-axis rules."""
     import flax.linen as nn
 
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    with in_context(mesh), nn.logical_axis_rules(rules):
         yield
+
+
+MAX_CONSTRAINT_SITES = 8   # the report lists this many places; the count is of all of them
+
+
+def model_constraints(jaxpr) -> dict[str, Any]:
+    """The activation sharding constraints the model applied itself in the traced step (its own
+    with_sharding_constraint / nn.with_logical_constraint calls, not jaxmem's): `count` (in the
+    step, the backward's included), and each place (`at`: file:line in function, the first frame
+    outside jax/flax) with its spec, the most used first."""
+    from jaxmem import errors
+
+    sites: dict[tuple[str, str], int] = {}
+    count = 0
+    for eqn in _eqns(jaxpr):
+        if eqn.primitive.name != "sharding_constraint":
+            continue
+        at = _model_frame(eqn, errors)
+        if at is None:
+            continue
+        sharding = eqn.params.get("sharding")
+        spec = getattr(sharding, "spec", sharding)
+        key = (at, str(spec))
+        sites[key] = sites.get(key, 0) + 1
+        count += 1
+    ranked = sorted(sites.items(), key=lambda kv: -kv[1])
+    return {"count": count, "sites": len(sites),
+            "applied": [{"at": at, "spec": spec, "count": n} for (at, spec), n in ranked[:MAX_CONSTRAINT_SITES]]}
+
+
+def _eqns(jaxpr):
+    """Every equation of a (closed) jaxpr and of the jaxprs in its equations' parameters."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in getattr(jaxpr, "eqns", ()):
+        yield eqn
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                    yield from _eqns(sub)
+
+
+def _model_frame(eqn, errors) -> str | None:
+    """`file:line in function` of the model's call that made `eqn`: its innermost frame outside the
+    frameworks; None when that frame is jaxmem's (its own constraints) or unknown."""
+    tb = getattr(eqn.source_info, "traceback", None)
+    for f in getattr(tb, "frames", None) or ():
+        name = getattr(f, "file_name", "")
+        if not name or name.startswith("<") or errors.framework_file(name):
+            continue
+        if errors.in_package(name):
+            return None
+        return f"{errors.short_path(name)}:{getattr(f, 'line_num', '?')} in {getattr(f, 'function_name', '?')}"
+    return None
 
 
 def activation_constraints(mesh, mesh_spec, layout, micro_batch, seq_len, nnx_model, model):

@@ -10,6 +10,7 @@ the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxmem.errors import UserError, describe
+from jaxmem.errors import UserError, located
 from jaxmem.program import finetune, fp8
 from jaxmem.program.options import FineTune, StepOptions
 from jaxmem.program.tree import is_float
@@ -59,14 +60,20 @@ class AbstractState:
         return jax.tree.map(lambda t, f: t if f is None else f, trainable, frozen, is_leaf=lambda x: x is None)
 
 
-def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
+def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callable[[], Any] | None = None,
+                   build_context: Callable[[], Any] | None = None) -> AbstractState:
+    """The step's inputs abstractly. `call_context`: the context an NNX model's first call (its init
+    trace, :func:`first_called`) runs in: the mesh in context, as the step's trace. `build_context`:
+    the one its construction runs in (the target's devices as jax.devices(): EasyDeL builds its own
+    mesh from them)."""
     ft = opts.finetune
     finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
     split = opts.accum * (opts.microbatches or 1)   # --accum's microbatches, each split again by the pipeline's
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision)
+        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
+                                                            call_context, build_context)
     else:
         import flax.linen as nn
 
@@ -158,7 +165,7 @@ def _abstract_linen(wl: Workload, model, batch):
             hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer; a model "
                     f"that scans its layers lists it in nn.scan's variable_axes, as MaxText's decoder does: "
                     f"variable_axes={{'params': 0, {fp8.COLLECTION!r}: 0}})")
-        raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}{hint}") from None
+        raise UserError(f"initializing the model through loss(model, batch) failed: {located(e)}{hint}") from None
     names = nn.get_partition_spec(boxed)
     variables = nn.unbox(boxed)
     params = variables.get("params", {})
@@ -167,7 +174,8 @@ def _abstract_linen(wl: Workload, model, batch):
     return params, mutable, param_names
 
 
-def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
+def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
+                  call_context: Callable[[], Any] | None = None, build_context: Callable[[], Any] | None = None):
     from flax import nnx
     from jax.sharding import PartitionSpec as P
 
@@ -179,20 +187,22 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
-            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {describe(e)}") from None
+            raise UserError(f"adding qwix LoRA adapters to the NNX model failed: {located(e)}") from None
     elif precision == "fp8":
         try:
             model = fp8.wrap_nnx(make, wl.loss, batch, wl.fp8_exclude)
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
-            raise UserError(f"putting the NNX model's matmuls in FP8 (qwix) failed: {describe(e)}") from None
-    elif not isinstance(model, nnx.Module):
-        with nnx.use_eager_sharding(False):
-            try:
-                model = nnx.eval_shape(make)
-            except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
-                raise UserError(f"building the NNX model failed: {describe(e)}") from None
+            raise UserError(f"putting the NNX model's matmuls in FP8 (qwix) failed: {located(e)}") from None
+    else:
+        if not isinstance(model, nnx.Module):
+            with nnx.use_eager_sharding(False), (build_context or contextlib.nullcontext)():
+                try:
+                    model = nnx.eval_shape(make)
+                except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
+                    raise UserError(f"building the NNX model failed: {located(e)}") from None
+        model = first_called(model, wl.loss, batch, call_context)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
 
     def names_of(v):
@@ -204,3 +214,57 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32"):
     param_names = jax.tree.map(names_of, params, is_leaf=is_var)
     sds = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), t)  # noqa: E731
     return graphdef, sds(params), sds(rest), param_names
+
+
+def first_called(model, loss, batch, call_context: Callable[[], Any] | None = None):
+    """The NNX `model` with the state it creates on its first call (EasyDeL's models add a cached RoPE
+    table then): one abstract call through `loss(model, batch)` (an init trace, no arrays), kept
+    only when it added state. Its errors are the step's (the same call fails there)."""
+    from flax import nnx
+
+    from jaxmem import errors
+    from jaxmem.program import calls
+
+    graphdef, before_state = nnx.split(model)
+    made: dict[str, Any] = {}
+
+    def call(st, b):   # as the step calls it: merged from its state inside the trace
+        m = nnx.merge(graphdef, st, copy=True)
+        loss(m, b)
+        made["graphdef"], after = nnx.split(m)
+        return after
+
+    with nnx.use_eager_sharding(False), (call_context or contextlib.nullcontext)():
+        try:
+            after_state = jax.eval_shape(call, before_state, batch)
+        except UserError:
+            raise
+        except NameError as e:
+            if calls.unbound_axis(e) is None:
+                raise UserError(errors.trace_error(e, explicit=_explicit_context())) from None
+            return model   # a pmap-style collective axis: bound per device group in the step only
+        except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: explained as the step's trace
+            raise UserError(errors.trace_error(e, explicit=_explicit_context())) from None
+    paths = lambda t: {p for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]}  # noqa: E731
+    if paths(after_state) == paths(before_state):
+        return model
+    return nnx.merge(made["graphdef"], after_state)
+
+
+def _explicit_context() -> bool:
+    from jax.sharding import AxisType
+
+    return any(t == AxisType.Explicit for t in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ()) or ())
+
+
+def new_state_message(before, after) -> str | None:
+    """The leaves the model's call created (present after, not before: a state made on every call),
+    as one message naming them; None when the call created none."""
+    paths = lambda t: {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]}  # noqa: E731
+    new = sorted(paths(after) - paths(before))
+    if not new:
+        return None
+    return (f"the model creates state while it is called: {', '.join(new[:5])}"
+            f"{f' and {len(new) - 5} more' if len(new) > 5 else ''} appeared during the training step. "
+            "Create it in the model's __init__ (or keep it out of the module's state, e.g. a cache computed "
+            "in the call without assigning it to an attribute)")

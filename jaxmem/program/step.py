@@ -58,6 +58,7 @@ class BuiltStep:
     logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
+    constraints: dict | None = None   # filled when the step is traced: the model's own activation constraints
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -164,9 +165,12 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     if wl.is_custom_step:
         return _build_custom(p, mesh)
 
-    # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too
+    # explicit-sharding code names mesh axes in its calls (out_sharding=P(...)): its init needs the mesh too;
+    # an NNX model's first call (its init trace) runs under the mesh in context, as the step's trace
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if p.explicit else contextlib.nullcontext():
-        st = state.abstract_state(wl, opts, batch)
+        st = state.abstract_state(wl, opts, batch, call_context=None if p.explicit else functools.partial(
+            sharding.tracing, mesh, sharding.activation_rules(p.rules)),
+            build_context=functools.partial(sharding.target_devices, mesh))
     schedule, stage_leaves = p.schedule, frozenset[str]()
     if schedule is not None:   # which parameters are the stacked layers (sharded over the stage axis)?
         probe = loss_function(wl, st, opts, mesh, mesh_spec, explicit=p.explicit, log=calls_mod.CallLog(wl.remat_at))
@@ -176,7 +180,7 @@ def build(p: StepPlan, mesh) -> BuiltStep:
         except UserError:
             raise
         except Exception as e:  # noqa: BLE001 -- the model's trace: explained as compiled.lower explains it
-            raise UserError(errors.trace_error(e)) from None
+            raise UserError(errors.trace_error(e, explicit=p.explicit)) from None
         schedule = pipeline_stages.with_layers(schedule, layers)
     sh = sharding.shard_state(st, p.rules, mesh, mesh_spec,
                               stage=None if schedule is None else (schedule.axis, stage_leaves))
@@ -228,6 +232,9 @@ def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh
                 with act_ctx(model), calls_mod.nnx_calls(model, remat_at=wl.remat_at, policy=at_policy, log=log):
                     loss = user_loss(model, cast_batch(b))
                 _, _, new_mut = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]  # three parts for two filters
+                made = state.new_state_message(mut, new_mut)
+                if made is not None:   # a raw pytree mismatch otherwise
+                    raise UserError(made)
                 return jnp.asarray(loss, jnp.float32), new_mut
 
             return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)

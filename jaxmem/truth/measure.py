@@ -78,7 +78,7 @@ class Case(StepChoice):
     def n_devices(self) -> int:
         from jaxmem.program import layouts
 
-        return layouts.parse_mesh(self.mesh).size
+        return layouts.mesh_size(self.mesh)
 
 
 class MeasureError(RuntimeError):
@@ -197,7 +197,7 @@ def build_case(case: Case, devices):
     from jaxmem.program import layouts, step
 
     wl = load_case_workload(case)
-    mesh_spec = layouts.parse_mesh(case.mesh)
+    mesh_spec = layouts.parse_mesh(case.mesh, case.axis_roles)
     planned = step.plan(wl, case.step_options(), mesh_spec)
     return step.build(planned, layouts.build_mesh(devices, mesh_spec, planned.axis_types))
 
