@@ -10,6 +10,7 @@ the batch. Shardings are ``sharding.py``'s; the step function is ``step.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -75,7 +76,8 @@ def abstract_state(wl: Workload, opts: StepOptions, batch) -> AbstractState:
         kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
         if opts.precision == "fp8":
             model = fp8.wrap_linen(model, wl.fp8_exclude)
-        params, mutable, param_names = _abstract_linen(wl, model, micro(batch, split))
+        with fp8.scans_carry_state() if opts.precision == "fp8" else contextlib.nullcontext():
+            params, mutable, param_names = _abstract_linen(wl, model, micro(batch, split))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
     if ft.freeze or ft.lora_rank:
@@ -155,8 +157,9 @@ def _abstract_linen(wl: Workload, model, batch):
     except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
         hint = ""
         if fp8.COLLECTION in str(e):
-            hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer; a model "
-                    f"that scans its layers lists it in nn.scan's variable_axes, as MaxText's decoder does: "
+            hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer, and to "
+                    f"the variable_axes of every nn.scan made when the model is called; a scan made once at import "
+                    f"keeps its own: list it there, as MaxText's decoder does: "
                     f"variable_axes={{'params': 0, {fp8.COLLECTION!r}: 0}})")
         raise UserError(f"initializing the model through loss(model, batch) failed: {describe(e)}{hint}") from None
     names = nn.get_partition_spec(boxed)
