@@ -3,6 +3,7 @@ their scaling state in the breakdown, the step time at the card's FP8 rate, and 
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
@@ -101,7 +102,7 @@ def test_a_scan_listing_only_params_carries_one_scaling_state_per_layer():
 
 def test_a_scan_made_at_import_without_room_for_the_scaling_state_says_what_to_add(tmp_path):
     # a scan class built once at import keeps the model's own variable_axes: told what to add
-    src = open("tests/fixtures/fp8_scan_params_only.py").read()
+    src = pathlib.Path("tests/fixtures/fp8_scan_params_only.py").read_text()
     src = src.replace("class Model(nn.Module):", "Scanned = nn.scan(Layer, variable_axes={'params': 0}, "
                       "split_rngs={'params': True}, length=2)\n\n\nclass Model(nn.Module):")
     src = src.replace("nn.scan(Layer, variable_axes={\"params\": 0}, split_rngs={\"params\": True}, length=2)()",
