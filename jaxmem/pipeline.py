@@ -11,7 +11,7 @@ from jaxmem import report
 from jaxmem.compiler import cache, runtime, targets, versions
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.errors import UserError
-from jaxmem.program import layouts, sizes, splits, step, train_state
+from jaxmem.program import finetune, layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, command_line, offloads_activations  # noqa: F401  (public here too)
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
@@ -281,6 +281,7 @@ def _analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str, t_start: 
         frozen_param_count=state.frozen_count,
         trainable_bytes=state.trainable_params,
         frozen_bytes=state.frozen_params,
+        trainable=finetune.trainable_report(built.leaves, built.trainable_source),
         host=host,
         mesh_roles=roles,
         shardings=splits.shardings(built.leaves),

@@ -140,6 +140,11 @@ class Report:
     # Empty without a stage axis.
     pipeline: dict[str, Any] = dataclasses.field(default_factory=dict)
     stages: tuple[dict[str, Any], ...] = ()
+    # The trainer's trainable set (jaxmem/program/finetune.py, trainable_set): parameter leaves and
+    # parameters that get gradients and optimizer state, and what chose them: "every parameter",
+    # "nnx.LoRAParam" (the model's own qwix adapters, trained alone as tunix's PEFT trainer does),
+    # "--lora", "--freeze", "--train-all". Empty for a custom step's state.
+    trainable: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

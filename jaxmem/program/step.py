@@ -57,6 +57,7 @@ class BuiltStep:
     logical_names: tuple[str, ...] = ()   # the logical axis names the parameters carry, sorted
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
+    trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -189,7 +190,8 @@ def build(p: StepPlan, mesh) -> BuiltStep:
              if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
                      trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
-                     logical_names=tuple(sorted(names)), calls=log, schedule=schedule)
+                     logical_names=tuple(sorted(names)), calls=log, schedule=schedule,
+                     trainable_source=st.trainable_source)
 
 
 def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh, mesh_spec, *,
