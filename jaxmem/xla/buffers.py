@@ -143,7 +143,8 @@ def slice_paths(buffers: list[Buffer]) -> list[Buffer]:
     an op_name path of their own; a slice reused by unrelated buffers keeps them unnamed."""
     loops: dict[tuple[int, int, int], list[Buffer]] = {}
     for b in buffers:
-        if b.opcode == "while" and b.module_path and not b.is_parameter:
+        # a loop named for a module inside the model (a root-only path says no more than "the model")
+        if b.opcode == "while" and "/" in b.module_path and not b.is_parameter:
             loops.setdefault((b.allocation, b.offset, b.size), []).append(b)
     out = []
     for b in buffers:
