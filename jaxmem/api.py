@@ -30,6 +30,8 @@ ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
 GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batches": "batch",
         "optimizers": "optimizer", "meshes": "mesh", "gpus": "gpu", "loras": "lora_rank",
         "base_dtypes": "base_dtype", "rules_files": "rules", "microbatches": "microbatches"}
+# compare's fit-search keywords (the CLI's --find-batch, --find-seq, --find-devices, --granule, --margin)
+FIND = ("find_batch", "find_seq", "find_devices", "granule", "margin")
 # Forced CPU devices asked for at least: XLA reads their number once, when jax starts, so a
 # notebook's first analysis (often data=1) must not leave a later data=8 on the CPU without them.
 HOST_DEVICES = 8
@@ -75,7 +77,8 @@ def analyze(model, **options: Any) -> Report:
 
 
 def compare(model, *, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
-            yes: bool = False, **options: Any) -> Rows:
+            yes: bool = False, find_batch: bool = False, find_seq: str | None = None, find_devices: bool = False,
+            granule: int | None = None, margin: float | None = None, **options: Any) -> Rows:
     """Analyze a grid of choices side by side: ``jaxmem compare`` from Python.
 
     Args:
@@ -86,6 +89,10 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
             "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``, ``rules_files`` (--rules
             files), ``microbatches=[4, 8]`` (with a stage axis); every row is the combination on top of
             the other options, which are :func:`analyze`'s.
+        find_batch, find_seq, find_devices: make each row a fit search, as the CLI's ``--find-batch``,
+            ``--find-seq ARG`` (the workload argument searched, e.g. ``"seq_len"``) and ``--find-devices``
+            do; ``granule`` (the step of ``find_seq``) and ``margin`` (the share of usable memory kept
+            free) as theirs. The row's ``max_batch`` / ``search`` hold the answer.
         jobs: worker processes (default: all cores); ``1`` compiles the rows in this process.
         executor: ``"local"`` (worker processes) or ``"ray"`` (tasks on a Ray cluster).
         ray_address: the Ray cluster, with ``executor="ray"``.
@@ -107,7 +114,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
     """
     with _session() as cpu_devices:
         spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
-        base = _options(options, also=(*GRID, "jobs", "executor", "ray_address"))
+        base = _options(options, also=(*GRID, "jobs", "executor", "ray_address", *FIND))
+        find = _find(find_batch, find_seq, find_devices, granule, margin)
         n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
         executor = _cli_value("compare", "executor", "executor", executor)
         precheck.options(model, base, grid=spec)
@@ -117,7 +125,7 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         cpu_devices(max(_mesh_size(m) for m in meshes.split(";") if m.strip()))
         if not _is_path(model) or (n_jobs == 1 and executor == "local"):
             executor = "inline"   # a Workload does not pickle; one job needs no worker to start
-        cells = compare_mod.compare(_path_or(model), base, spec, n_jobs=n_jobs, executor=executor,
+        cells = compare_mod.compare(_path_or(model), base, spec, find=find, n_jobs=n_jobs, executor=executor,
                                     ray_address=ray_address, progress=False, yes=yes is True)
     return compare_mod.Rows(cells)
 
@@ -165,7 +173,7 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
             runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
         cpu_devices(2 * _mesh_size(base.mesh))  # a candidate may double the data-parallel devices
         return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False, runner=runner,
-                                 changes=tuple(kinds))
+                                 changes=tuple(kinds), model=None if _is_path(model) else model)
 
 
 # ------------------------------------------------------------------------------------ the options
@@ -246,6 +254,35 @@ def _cli_value(command: str, param: str | tuple[str, ...], key: str, value: Any)
         return p.process_value(click.Context(cmd), value)
     except click.BadParameter as e:
         raise UserError(f"{key}={value!r}: {e.message}") from None
+
+
+def _find(find_batch: Any, find_seq: Any, find_devices: Any, granule: Any, margin: Any):
+    """compare's fit search from its keywords, checked as the CLI checks its --find-* options (None: no search)."""
+    from jaxmem.plan import compare as compare_mod
+    from jaxmem.plan.search import DEFAULT_MARGIN
+
+    for key, value in (("find_batch", find_batch), ("find_devices", find_devices)):
+        if not isinstance(value, bool):
+            raise UserError(f"{key}={value!r}: expected True or False")
+    if find_seq is not None and (not isinstance(find_seq, str) or not find_seq.isidentifier()):
+        raise UserError(f"find_seq={find_seq!r}: expected the name of the workload argument to search, "
+                        "e.g. find_seq='seq_len'")
+    finds = [k for k, on in (("batch", find_batch), ("seq", find_seq), ("devices", find_devices)) if on]
+    if len(finds) > 1:
+        raise UserError("one search at a time: find_batch, find_seq or find_devices")
+    if granule is not None:
+        if not finds or finds[0] != "seq":
+            raise UserError("granule= is the step of find_seq; add find_seq='ARG' or drop granule=")
+        granule = _cli_value("compare", "granule", "granule", granule)
+    if margin is not None:
+        if not finds:
+            raise UserError("margin= applies to a fit search; add find_batch=True, find_seq='ARG' or "
+                            "find_devices=True, or drop margin=")
+        margin = _cli_value("compare", "margin", "margin", margin)
+    if not finds:
+        return None
+    return compare_mod.Find(finds[0], arg=find_seq, granule=granule,
+                            margin=DEFAULT_MARGIN if margin is None else margin)
 
 
 def _list(key: str, value: Any) -> list[str]:

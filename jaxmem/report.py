@@ -217,6 +217,11 @@ class Report:
     # context (jaxmem.program.sharding.model_constraints): their count in the step, how many places
     # make them, and the most used places (`at`: file:line in function) with their specs.
     activation_constraints: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The trainer's trainable set (jaxmem/program/finetune.py, trainable_set): parameter leaves and
+    # parameters that get gradients and optimizer state, and what chose them: "every parameter",
+    # "nnx.LoRAParam" (the model's own qwix adapters, trained alone as tunix's PEFT trainer does),
+    # "--lora", "--freeze", "--train-all". Empty for a custom step's state.
+    trainable: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

@@ -182,6 +182,59 @@ def test_advise_returns_its_ranked_plans(mlp):
     assert "FITS" in advice._repr_html_()
 
 
+def _loop_workload():
+    """A linen model written as outside code is: blocks called in a Python loop, layers with their own
+    dtype/param_dtype, no remat argument (a remat row must find the repeated block itself)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.Dense(64, dtype=jnp.bfloat16, param_dtype=jnp.float32)(x)
+            return x + nn.Dense(32, dtype=jnp.bfloat16, param_dtype=jnp.float32)(nn.gelu(h))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for _ in range(3):
+                x = Block()(x)
+            return x.astype(jnp.float32).mean()
+
+    return jaxmem.Workload(model=Net(), batch={"x": jax.ShapeDtypeStruct((8, 32), jnp.bfloat16)},
+                           loss=lambda m, b: m(b["x"]))
+
+
+def test_compare_of_a_function_checkpoints_its_repeated_block_as_a_files_rows_do():
+    rows = jaxmem.compare(_loop_workload, gpu="h100", remats=["none", "full"], jobs=1)
+    assert [c.status for c in rows] == ["ok", "ok"], [c.error for c in rows]
+    assert rows[0].report.options.get("remat_at") is None
+    assert rows[1].report.options["remat_at"] == "^Block$"   # found by tracing the function's step
+
+
+def test_advise_of_a_function_tries_remat_at_its_repeated_block():
+    advice = jaxmem.advise(_loop_workload, gpu="h100", all=True, changes=["remat"], jobs=1)
+    assert advice.candidates and all(c.options.remat_at == "^Block$" for c in advice.candidates)
+
+
+def test_a_fit_search_takes_a_workload_as_the_cli_takes_a_file():
+    (row,) = jaxmem.compare(_loop_workload(), gpu="h100", find_batch=True, jobs=1)
+    assert row.status == "ok" and row.max_batch is not None and row.max_batch >= 8
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"find_batch": True, "find_devices": True}, "one search at a time"),
+    ({"margin": 0.1}, "margin= applies to a fit search"),
+    ({"find_batch": True, "granule": 128}, "granule= is the step of find_seq"),
+    ({"find_seq": "seq len"}, "expected the name of the workload argument"),
+    ({"find_batch": "yes"}, "expected True or False"),
+])
+def test_fit_search_keywords_are_checked_before_any_compile(kw, message):
+    with pytest.raises(jaxmem.UserError, match=message):
+        jaxmem.compare(MLP, args=TINY, **kw)
+
+
 # One script for both start-up cases: jax initialised before `import jaxmem` (so without the deviceless
 # switch), and its CPU backend started with one device. CUDA_VISIBLE_DEVICES='' makes the CUDA plugin
 # refuse to load without the switch on a machine with a GPU too.

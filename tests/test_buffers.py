@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmem.compiler import versions
 from jaxmem.xla import categories, dump, hlo, opnames, wire
-from jaxmem.xla.buffers import Buffer, BufferAssignment
+from jaxmem.xla.buffers import Buffer, BufferAssignment, slice_paths
 
 # GpuTargetConfigProto of an H100 SXM 80GB (docs/how-it-works.md §3), in text format.
 H100 = """
@@ -566,3 +566,18 @@ def test_read_dump_module_hint(request, tmp_path_factory):
     assert dump.read_dump(c.dump_dir, "jit_step").peak_bytes == c.assignment.peak_bytes
     with pytest.raises(FileNotFoundError, match="nope"):
         dump.read_dump(c.dump_dir, "nope")
+
+
+def test_a_loops_unnamed_input_takes_the_path_of_the_loop_that_carries_it():
+    # XLA's zero-initialized stack of a scan's outputs (op_name "broadcast.90", no scope) shares its slice
+    # with the while loop and the dynamic-update-slices that write each layer into it
+    init = _buffer(id=1, instruction="loop_broadcast_fusion.5", op_name="broadcast.90", allocation=3, offset=64)
+    loop = _buffer(id=2, instruction="while.85", opcode="while", module_path="Net/blocks", allocation=3, offset=64,
+                   start=5, end=8)
+    dus = _buffer(id=3, instruction="dus", module_path="Net/blocks/up", allocation=3, offset=64)
+    later = _buffer(id=6, op_name="broadcast.92", allocation=3, offset=64, start=9, end=10)   # after the loop
+    elsewhere = _buffer(id=4, op_name="broadcast.91", allocation=3, offset=0)   # another slice: stays unnamed
+    param = _buffer(id=5, is_parameter=True, allocation=3, offset=64)
+    out = {b.id: b.module_path for b in slice_paths([init, loop, dus, elsewhere, param, later])}
+    assert out == {1: "Net/blocks", 2: "Net/blocks", 3: "Net/blocks/up", 4: "", 5: "", 6: ""}
+

@@ -41,6 +41,18 @@ def test_an_nnx_model_without_named_scopes_has_its_buffers_attributed_by_attribu
     assert any(m.module_path.startswith("Llama/blocks/3/attn") for m in deep), [m.module_path for m in deep]
 
 
+def test_nnx_scan_over_vmapped_blocks_is_attributed_to_the_blocks_as_linens_scan_is():
+    # blocks made by nnx.vmap, run by nnx.scan, no named scopes (Flax's docs' way): the scan body gets
+    # copies of the layer; they and the loop's stacked activations are named for the module scanned
+    r = _run("tests/fixtures/nnx_scan_vmap.py", mesh="data=2")
+    rows = {m.module_path: m.bytes for m in r.modules}
+    assert {"Net/blocks", "Net/blocks/attn", "Net/blocks/up", "Net/blocks/down"} <= set(rows), rows
+    live = {k: v for k, v in rows.items() if not k.startswith("[")}
+    outside = sum(v for k, v in live.items() if k.startswith("(")) / sum(live.values())
+    assert outside < 0.10, rows
+    assert all(b.module_path.startswith("Net") for b in r.top_buffers[:3]), r.top_buffers[:3]
+
+
 def test_remat_at_the_block_of_an_nnx_model_without_a_hook_cuts_its_activations(nnx_plain):
     r = _run(NNX, remat="full", remat_at="Block")
     assert _acts(r) <= 0.6 * _acts(nnx_plain), (_acts(r), _acts(nnx_plain))

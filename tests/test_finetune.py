@@ -332,3 +332,48 @@ def test_a_tied_embedding_stays_unquantized_under_qlora_its_lookup_and_attend_bo
     assert dtypes["params:embed/embedding/value"] == "float32"
     assert any("qvalue" in p and d != "float32" for p, d in dtypes.items())   # the dense weights are quantized
     assert not any(p.startswith("params:embed") and "lora" in p for p in dtypes)   # and the table takes no adapter
+
+
+# ---------------------------------------------------------------- the model's own trainable set
+
+USER_LORA = FIX / "nnx_user_lora.py"   # qwix LoRA rank 4 on up/down of 2 blocks (D 32, F 64), applied by the user
+USER_ADAPTERS = 2 * (4 * (32 + 64) + 4 * (64 + 32))   # per block: up A 32x4, B 4x64; down A 64x4, B 4x32
+
+
+def test_a_model_carrying_nnx_lora_params_trains_only_its_adapters_as_tunix_does():
+    r = analyze(USER_LORA)
+    assert r.trainable == {"leaves": 8, "parameters": USER_ADAPTERS, "source": "nnx.LoRAParam"}
+    assert r.trainable_param_count == USER_ADAPTERS and r.frozen_param_count == r.param_count - USER_ADAPTERS
+    # AdamW's state is the adapters' (m and v in fp32) and the step count: nothing of the base
+    assert r.breakdown["optimizer_state"] == 2 * 4 * USER_ADAPTERS + ADAMW_COUNT
+
+
+def test_train_all_and_freeze_override_the_models_own_trainable_set():
+    every = analyze(USER_LORA, train_all=True)
+    assert every.trainable["source"] == "--train-all" and every.trainable["parameters"] == every.param_count
+    assert every.breakdown["optimizer_state"] == 2 * 4 * every.param_count + ADAMW_COUNT
+    frozen = analyze(USER_LORA, freeze="^(embed|head)/")
+    assert frozen.trainable["source"] == "--freeze"
+    assert frozen.trainable["parameters"] == frozen.param_count - (64 * 32) - (32 * 64 + 64)   # embed, head
+
+
+def test_a_model_without_marked_leaves_trains_every_parameter_and_says_so():
+    r = analyze(MLP)
+    assert r.trainable == {"leaves": 6, "parameters": r.param_count, "source": "every parameter"}
+    lora = analyze(MLP, lora_rank=2)
+    assert lora.trainable["source"] == "--lora" and lora.trainable["parameters"] == lora.trainable_param_count
+
+
+def test_train_all_with_lora_or_freeze_is_exit_2():
+    for extra in (["--lora", "4"], ["--freeze", "head"]):
+        res = CliRunner().invoke(main, ["analyze", str(MLP), "--gpu", "h100", "--train-all", *extra])
+        assert res.exit_code == 2 and "--train-all" in res.output, res.output
+
+
+def test_lora_on_nnx_blocks_stacked_by_vmap_and_run_by_scan():
+    # adapters made inside nnx.scan come out stacked like the blocks' weights (was: IndexError in the scan)
+    r = analyze(FIX / "nnx_scan_vmap.py", lora_rank=4)
+    per_block = 4 * (32 * 4 + 4 * 32) + (32 * 4 + 4 * 128) + (128 * 4 + 4 * 32)   # q k v out, up, down
+    assert r.trainable == {"leaves": 14, "parameters": 2 * per_block + (32 * 4 + 4 * 64), "source": "--lora"}
+    q = analyze(FIX / "nnx_scan_vmap.py", lora_rank=4, base_dtype="nf4", precision="bf16")
+    assert q.trainable == r.trainable and q.breakdown["params"] < r.breakdown["params"]

@@ -3,6 +3,7 @@ their scaling state in the breakdown, the step time at the card's FP8 rate, and 
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
@@ -92,7 +93,21 @@ def test_fp8_with_lora_is_exit_2():
     assert r.exit_code == 2 and "--lora" in r.output
 
 
-def test_a_scan_without_room_for_the_scaling_state_says_what_to_add():
-    r = CliRunner().invoke(cli.main, ["analyze", "tests/fixtures/fp8_scan_params_only.py", "--gpu", "h100",
-                                      "--precision", "fp8"])
+def test_a_scan_listing_only_params_carries_one_scaling_state_per_layer():
+    # nn.scan(variable_axes={"params": 0}) as most scan code writes it: jaxmem routes the FP8 collection
+    # through the scan itself, stacked on the layer axis like the weights
+    r = jaxmem.analyze("tests/fixtures/fp8_scan_params_only.py", gpu="h100", precision="fp8", cache=False)
+    assert r.breakdown["fp8_state"] == 2 * META_BYTES   # 2 scanned Dense layers, one state each
+
+
+def test_a_scan_made_at_import_without_room_for_the_scaling_state_says_what_to_add(tmp_path):
+    # a scan class built once at import keeps the model's own variable_axes: told what to add
+    src = pathlib.Path("tests/fixtures/fp8_scan_params_only.py").read_text()
+    src = src.replace("class Model(nn.Module):", "Scanned = nn.scan(Layer, variable_axes={'params': 0}, "
+                      "split_rngs={'params': True}, length=2)\n\n\nclass Model(nn.Module):")
+    src = src.replace("nn.scan(Layer, variable_axes={\"params\": 0}, split_rngs={\"params\": True}, length=2)()",
+                      "Scanned()")
+    f = tmp_path / "import_scan.py"
+    f.write_text(src)
+    r = CliRunner().invoke(cli.main, ["analyze", str(f), "--gpu", "h100", "--precision", "fp8"])
     assert r.exit_code == 2 and "variable_axes" in r.output and "_overwrite_with_gradient" in r.output

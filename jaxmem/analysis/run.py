@@ -56,12 +56,17 @@ def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workloa
             raise limit from None
 
 
-def remat_block(path: str, opts: AnalyzeOptions) -> str | None:
+def remat_block(model, opts: AnalyzeOptions) -> str | None:
     """For `compare --remats` and advise's remat changes on a model without a remat hook: a
     --remat-at regex naming the model's repeated block (jaxmem.program.calls.CallLog.repeated_block),
     found by tracing its step once (no compile). None when the model places its own checkpoints,
-    names them itself (Workload.remat_at), or has no repeated block."""
-    wl = load_workload(path, remat="none", **dict(opts.model_args))
+    names them itself (Workload.remat_at), or has no repeated block. `model`: a model file's path, or
+    what the Python API takes besides (a Workload, a function returning one)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        wl = load_workload(path, remat="none", **dict(opts.model_args))
+    else:
+        wl, path = workload_of(model, model_args=dict(opts.model_args))
     if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
         return None
     mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)

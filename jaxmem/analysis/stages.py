@@ -25,7 +25,7 @@ from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import early_stop, runtime, steptime, targets, versions
 from jaxmem.compiler.artifacts import Artifacts
 from jaxmem.errors import UserError
-from jaxmem.program import layouts, sizes, splits, step, train_state
+from jaxmem.program import finetune, layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, offloads_activations
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload
@@ -282,6 +282,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         host=m.host,
         mesh_roles=m.roles,
         activation_constraints=built.constraints or {},
+        trainable=finetune.trainable_report(built.leaves, built.trainable_source),
         shardings=splits.shardings(built.leaves),
         sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
         logical_names=built.logical_names,

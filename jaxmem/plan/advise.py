@@ -440,11 +440,12 @@ CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora"
 
 def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,
            combinations: int = 8, progress: bool = True, runner: Runner | None = None,
-           original_report=None, changes: tuple[str, ...] = CHANGES) -> Advice:
+           original_report=None, changes: tuple[str, ...] = CHANGES, model=None) -> Advice:
     """Compile the changes that could make the step fit; rank the ones that do.
 
     `always`: search even when the original fits (`--all`). `changes`: the kinds of change to try
-    (a subset of CHANGES). `combinations`: how many predicted
+    (a subset of CHANGES). `model`: the Workload or function the API was given (`path` is then its
+    label; `runner` compiles it), for what is traced outside the runner. `combinations`: how many predicted
     combinations to compile per round (two rounds at most, the second only when fewer than three
     candidates fit).
     """
@@ -484,7 +485,8 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
 
     ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
     # a model without a remat hook is checkpointed at its repeated block (--remat-at)
-    block = pipeline.remat_block(path, base) if ax.get("remat") and base.remat_at is None else None
+    block = pipeline.remat_block(path if model is None else model, base) \
+        if ax.get("remat") and base.remat_at is None else None
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = []

@@ -28,8 +28,10 @@ import contextlib
 import contextvars
 import dataclasses
 import re
+import sys
 
 import jax
+import numpy as np
 
 from jaxmem.errors import UserError, clip
 from jaxmem.program import patterns
@@ -176,13 +178,34 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
 
     pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
     paths: dict[int, tuple[str, ...]] = {}
+    held: list = []   # the modules registered, kept alive: no id is reused by another module during the trace
 
     def register(root, prefix: tuple[str, ...]) -> None:
         for path, node in nnx.iter_graph(root):
             if isinstance(node, nnx.Module):
                 paths[id(node)] = prefix + tuple(str(p) for p in path)
+                held.append(node)
 
     register(model, ())
+    at = {paths[id(m)]: m for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+
+    def shapes(m) -> list[tuple[int, ...]]:
+        return [tuple(np.shape(x)) for x in jax.tree.leaves(nnx.state(m))]
+
+    def copied_from(self) -> tuple[str, ...] | None:
+        """The path of the module an NNX transform copied `self` from: nnx.scan's body calls a copy of one
+        layer of blocks nnx.vmap stacked, with the stacked axis taken off. The one module of its class
+        under the caller's path whose variables have the copy's shapes (with the leading axis or
+        without); None when that is not one module."""
+        stack = _STACK.get()
+        parent = stack[-1][0] if stack else ()
+        found = [p for p, m in at.items()
+                 if type(m) is type(self) and len(p) > len(parent) and p[:len(parent)] == parent]
+        if len(found) > 1:
+            mine = shapes(self)
+            found = [p for p in found if len(theirs := shapes(at[p])) == len(mine)
+                     and all(t == s or t[1:] == s for t, s in zip(theirs, mine, strict=True))]
+        return found[0] if len(found) == 1 else None
     root_name = type(model).__name__
     classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
     # every class's own __call__ resolved before any is wrapped: a subclass never wraps a wrapper
@@ -193,6 +216,10 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
     def call(self, orig, a, k):
         path = paths.get(id(self))
         cls_name = type(self).__name__
+        if path is None:
+            path = copied_from(self)
+            if path is not None:   # named as its original is, and its submodules as theirs
+                register(self, path)
         if path is None:
             # a copy an NNX transform made (nnx.scan's body, nnx.vmap): no path known, its class still
             if not _INSIDE.get() and matches(pattern, cls_name, ""):
@@ -243,6 +270,19 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
 
         return nnx.remat(body, policy=policy, prevent_cse=True)(self, *dyn)
 
+    lax_scan = jax.lax.scan
+
+    def scan(*a, **k):
+        """nnx.scan's jax.lax.scan, in the named scope of the module it scans (as linen's nn.scan runs in
+        its module's): the loop's own buffers (the layers' stacked activations) get its path."""
+        path = _scanned_module(paths, nnx) if scopes else None
+        stack = _STACK.get()
+        parent = stack[-1][0] if stack else ()
+        if path is None or path[:len(parent)] != parent or len(path) == len(parent):
+            return lax_scan(*a, **k)
+        with jax.named_scope("/".join(path[len(parent):])):
+            return lax_scan(*a, **k)
+
     for cls, orig in originals.items():
         if orig is None:
             continue
@@ -251,9 +291,11 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
             return call(self, __orig, a, k)
 
         cls.__call__ = wrapped  # type: ignore[method-assign]  # for this trace only: restored below
+    jax.lax.scan = scan
     try:
         yield
     finally:
+        jax.lax.scan = lax_scan
         for cls, orig in originals.items():
             if orig is None:
                 continue
@@ -262,6 +304,23 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
             else:
                 del cls.__call__
 
+
+
+def _scanned_module(paths: dict[int, tuple[str, ...]], nnx) -> tuple[str, ...] | None:
+    """The path of the module an nnx.scan that is calling jax.lax.scan now scans (None when the call is
+    not nnx.scan's, or what it scans has no known path). NNX hands jax.lax.scan the modules' state
+    only; the modules themselves are the arguments of the transform's call, which Flax makes through
+    its graph-context wrapper (graphlib.update_context): read from that frame, the nearest one."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "update_context_manager_wrapper":
+            args = frame.f_locals.get("args", ())
+            found = [paths[id(a)] for a in args if isinstance(a, nnx.Module) and id(a) in paths]
+            return found[0] if len(found) == 1 else None
+        frame = frame.f_back
+    return None
 
 
 _UNBOUND = re.compile(r"unbound axis name: (\w+)")

@@ -39,11 +39,14 @@ ADAPTER = re.compile(r"_lora_[ab](/value)?$")
 def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", donate: bool = True) -> None:
     """Refuse impossible combinations before anything is traced."""
     if custom_step and ft.active:
-        raise UserError("--freeze/--lora/--base-dtype/--offload apply to steps jaxmem builds; this workload gives its "
-                        "own `step`: freeze, adapt or offload inside it")
+        raise UserError("--freeze/--train-all/--lora/--base-dtype/--offload apply to steps jaxmem builds; this "
+                        "workload gives its own `step`: freeze, adapt or offload inside it")
     for flag, rx in (("--freeze", ft.freeze), ("--lora-targets", ft.lora_targets)):
         if rx is not None:
             patterns.compile_pattern(rx, flag)   # linear-time matching (RE2); exit 2 naming the flag otherwise
+    if ft.train_all and (ft.freeze or ft.lora_rank):
+        raise UserError(f"--train-all trains every parameter; {'--freeze' if ft.freeze else '--lora'} chooses which "
+                        "train: give one of them")
     if ft.lora_rank < 0:
         raise UserError(f"--lora {ft.lora_rank}: the rank must be positive (0 turns LoRA off)")
     if ft.lora_alpha is not None and not (isinstance(ft.lora_alpha, (int, float)) and math.isfinite(ft.lora_alpha)
@@ -248,19 +251,41 @@ def wrap_nnx(make_model, ft: FineTune, loss, batch):
         model = make_model()
         args, kwargs = first_call(model, loss, batch, "--lora")
         if "rngs" not in kwargs:
-            return qwix.apply_lora_to_model(model, provider(ft), *args, rngs=nnx.Rngs(0), **kwargs)
+            return qwix.apply_lora_to_model(model, provider(ft), *args, rngs=_shape_rngs(), **kwargs)
         # The model's call takes its own rngs= (the loss passes them, as Gemma's train step does), and qwix
         # takes the adapters' RNGs as that same keyword and calls the model without it: qwix sets the
         # adapters up without its first call, which is made here with the loss's own arguments (with what
         # qwix sets for its own first call, and unsets after it, set around this one).
-        model = qwix.apply_lora_to_model(model, provider(ft), rngs=nnx.Rngs(0), skip_nnx_init=True)
-        model.set_attributes(disable_quant_stats_update=True, qwix_rngs=nnx.Rngs(0))
+        model = qwix.apply_lora_to_model(model, provider(ft), rngs=_shape_rngs(), skip_nnx_init=True)
+        model.set_attributes(disable_quant_stats_update=True, qwix_rngs=_shape_rngs())
         model(*args, **kwargs)
         model.set_attributes(disable_quant_stats_update=False, qwix_rngs=None)
         return model
 
     with nnx.use_eager_sharding(False):
         return nnx.eval_shape(build)
+
+
+def _shape_rngs():
+    """The RNGs qwix initializes adapters from, holding no state.
+
+    qwix sets one ``nnx.Rngs`` on every module for its first call; an ``nnx.Rngs`` carries its key and
+    counter as state, so a block stacked by ``nnx.vmap`` and run by ``nnx.scan`` would hand the scan
+    a 0-d leaf to slice (``IndexError: tuple index out of range``). jaxmem builds the model under
+    ``nnx.eval_shape``, where only shapes matter: these RNGs give a constant key and hold nothing, so
+    each layer's adapters are created inside the scan and come out stacked like the layer's weights."""
+    from flax import nnx
+
+    class ShapeRngs(nnx.Rngs):
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                raise AttributeError(name)
+            return lambda: jax.random.key(0)
+
+        def __getitem__(self, name):
+            return lambda: jax.random.key(0)
+
+    return ShapeRngs()
 
 
 def first_call(model, loss, batch, flag: str) -> tuple[tuple, dict]:
@@ -294,6 +319,42 @@ def first_call(model, loss, batch, flag: str) -> tuple[tuple, dict]:
 
 
 # ---------------------------------------------------------------- trainable / frozen
+
+# What decided the trainable set (the report's `trainable.source`)
+OWN_LORA = "nnx.LoRAParam"      # the model's own adapters: what tunix's PeftTrainer differentiates
+EVERY = "every parameter"
+
+
+def trainable_set(params, ft: FineTune, own=None) -> tuple[Any, Any, str]:
+    """(trainable, frozen, source): the parameters the step trains, those it keeps frozen (trees of
+    `params`' structure, None where the other holds the leaf; frozen is {} when nothing is) and what
+    chose them.
+
+    --lora and --freeze choose as the user wrote them. Otherwise a model that marks its own trainable
+    leaves (`own`: a bool tree of `params`' structure, True at nnx.LoRAParam leaves, the adapters a user
+    put on with qwix.apply_lora_to_model) trains those only, as tunix's PeftTrainer does
+    (nnx.DiffState(0, nnx.LoRAParam)): the base gets no gradient and no optimizer state. --train-all
+    trains every parameter regardless."""
+    if ft.freeze or ft.lora_rank:
+        trainable, frozen = split(params, ft)
+        return trainable, frozen, " ".join(f for f, on in (("--lora", ft.lora_rank), ("--freeze", ft.freeze)) if on)
+    if ft.train_all:
+        return params, {}, "--train-all"
+    if own is not None and any(jax.tree.leaves(own)):
+        trains = jax.tree.map(lambda m, x: bool(m) and is_float(x.dtype), own, params)
+        trainable = jax.tree.map(lambda m, x: x if m else None, trains, params)
+        frozen = jax.tree.map(lambda m, x: None if m else x, trains, params)
+        return trainable, frozen, OWN_LORA
+    return params, {}, EVERY
+
+
+def trainable_report(leaves, source: str | None) -> dict[str, Any]:
+    """The report's `trainable`: how many parameter leaves and parameters train (get gradients and
+    optimizer state), and what chose them; {} for a custom step's state (jaxmem cannot tell)."""
+    if not source:
+        return {}
+    train = [leaf for leaf in leaves if leaf.category == "params" and leaf.trainable and "float" in leaf.dtype]
+    return {"leaves": len(train), "parameters": sum(leaf.size for leaf in train), "source": source}
 
 
 def split(params, ft: FineTune):

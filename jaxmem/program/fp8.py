@@ -20,6 +20,8 @@ the cotangents of those variables; jaxmem's step does not write them back (Flax'
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 from typing import Any
 
@@ -136,3 +138,34 @@ def is_meta(path: str) -> bool:
     named after qwix's op ids (`dot_general0_input_scale`, `einsum1_kernel_amax_history`, ...)."""
     parts = [p for p in path.split("/") if p not in ("value", "raw_value")]
     return bool(parts) and _META_NAME.fullmatch(parts[-1]) is not None
+
+
+@contextlib.contextmanager
+def scans_carry_state():
+    """Linen scans made while this is active carry the FP8 scaling collection, one per layer.
+
+    Most scan code lists only ``params`` in ``nn.scan``'s ``variable_axes``; a collection the scan
+    does not list is not visible inside it, so the scaling state the injected FP8 ops create would
+    have nowhere to live. jaxmem put those ops there, so it also adds ``{COLLECTION: 0}`` to every
+    scan that does not already route the collection (as MaxText's decoder lists it itself): each
+    layer keeps its own scales and histories, stacked on the scan axis like its weights.
+    ``nn.scan`` hands ``flax.core.lift.scan`` to its module class when it is called, which scan code
+    does in the enclosing ``__call__``; a scan made once at import keeps the model's own axes.
+    """
+    from flax.core import lift
+    from flax.core.scope import in_filter
+
+    orig = lift.scan
+
+    @functools.wraps(orig)
+    def scan(fn, variable_axes=None, variable_broadcast=False, variable_carry=False, *args, **kwargs):
+        axes = dict(variable_axes or {})
+        if not any(in_filter(f, COLLECTION) for f in (*axes, variable_broadcast, variable_carry)):
+            axes[COLLECTION] = 0
+        return orig(fn, axes, variable_broadcast, variable_carry, *args, **kwargs)
+
+    lift.scan = scan
+    try:
+        yield
+    finally:
+        lift.scan = orig

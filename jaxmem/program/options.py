@@ -142,9 +142,13 @@ class StepChoice:
     offload: str | None = _opt(None, Flag(
         "--offload", "Keep the optimizer state in pinned host memory between steps (JAX memory kinds).",
         kind="choice", choices=OFFLOADS))
+    train_all: bool = _opt(False, Flag(
+        "--train-all", "Train every parameter, also of a model that carries its own trainable set (nnx.LoRAParam "
+        "adapters, which are otherwise the only leaves trained, as tunix's PEFT trainer does).", kind="switch"))
 
     def finetune(self) -> FineTune:
-        return FineTune(self.freeze, self.lora_rank, self.lora_targets, self.lora_alpha, self.base_dtype, self.offload)
+        return FineTune(self.freeze, self.lora_rank, self.lora_targets, self.lora_alpha, self.base_dtype, self.offload,
+                        self.train_all)
 
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
@@ -189,10 +193,11 @@ class FineTune:
     lora_alpha: float | None = None
     base_dtype: str | None = None
     offload: str | None = None
+    train_all: bool = False        # --train-all: every parameter trains, whatever the model marks
 
     @property
     def active(self) -> bool:
-        return bool(self.freeze or self.lora_rank or self.base_dtype or self.offload)
+        return bool(self.freeze or self.lora_rank or self.base_dtype or self.offload or self.train_all)
 
     @property
     def offload_optimizer(self) -> bool:

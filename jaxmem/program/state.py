@@ -52,6 +52,7 @@ class AbstractState:
     tx: optax.GradientTransformation
     micro_size: int | None      # leading dim of one microbatch
     opt_memory: str = "device"  # where the optimizer state lives between steps: "device" | "pinned_host"
+    trainable_source: str = finetune.EVERY   # what chose the trainable leaves (finetune.trainable_set)
 
     def params(self, trainable, frozen):
         """The full params tree from its two parts (inside the step: traced values)."""
@@ -72,30 +73,30 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
     split = opts.accum * (opts.microbatches or 1)   # --accum's microbatches, each split again by the pipeline's
     if is_nnx(wl):
         kind = "nnx"
-        model, params, mutable, param_names = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
-                                                            call_context, build_context)
+        model, params, mutable, param_names, own = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
+                                                                 call_context, build_context)
     else:
         import flax.linen as nn
 
+        own = None
         if not isinstance(wl.model, nn.Module):
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
         kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
         if opts.precision == "fp8":
             model = fp8.wrap_linen(model, wl.fp8_exclude)
-        params, mutable, param_names = _abstract_linen(wl, model, micro(batch, split))
+        with fp8.scans_carry_state() if opts.precision == "fp8" else contextlib.nullcontext():
+            params, mutable, param_names = _abstract_linen(wl, model, micro(batch, split))
     if opts.precision == "bf16-pure":
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) if is_float(x.dtype) else x, params)
-    if ft.freeze or ft.lora_rank:
-        trainable, frozen = finetune.split(params, ft)
+    trainable, frozen, source = finetune.trainable_set(params, ft, own)
+    if ft.lora_rank:
         frozen = finetune.store_base(frozen, ft, opts.precision)
-    else:
-        trainable, frozen = params, {}
     opt_state = jax.eval_shape(tx.init, trainable)   # over the trainable tree only
     rng = {"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
     leaves = jax.tree.leaves(batch)
     micro_size = leaves[0].shape[0] // split if leaves and leaves[0].shape else None
     return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size,
-                         "pinned_host" if ft.offload_optimizer else "device")
+                         "pinned_host" if ft.offload_optimizer else "device", source)
 
 
 def override_batch(batch, batch_size: int | None):
@@ -162,8 +163,9 @@ def _abstract_linen(wl: Workload, model, batch):
     except Exception as e:  # noqa: BLE001 -- the user's model can raise anything: quoted whole
         hint = ""
         if fp8.COLLECTION in str(e):
-            hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer; a model "
-                    f"that scans its layers lists it in nn.scan's variable_axes, as MaxText's decoder does: "
+            hint = (f" (--precision fp8 adds the {fp8.COLLECTION!r} collection to every dense/einsum layer, and to "
+                    f"the variable_axes of every nn.scan made when the model is called; a scan made once at import "
+                    f"keeps its own: list it there, as MaxText's decoder does: "
                     f"variable_axes={{'params': 0, {fp8.COLLECTION!r}: 0}})")
         raise UserError(f"initializing the model through loss(model, batch) failed: {located(e)}{hint}") from None
     names = nn.get_partition_spec(boxed)
@@ -213,7 +215,9 @@ def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
     is_var = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
     param_names = jax.tree.map(names_of, params, is_leaf=is_var)
     sds = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), t)  # noqa: E731
-    return graphdef, sds(params), sds(rest), param_names
+    # the adapters a user's qwix.apply_lora_to_model put on (jaxmem's own --lora makes the same type)
+    own = jax.tree.map(lambda v: jax.tree.map(lambda _: isinstance(v, nnx.LoRAParam), v), params, is_leaf=is_var)
+    return graphdef, sds(params), sds(rest), param_names, own
 
 
 def first_called(model, loss, batch, call_context: Callable[[], Any] | None = None):

@@ -31,7 +31,7 @@ from jax.sharding import PartitionSpec as P
 from jaxmem import errors
 from jaxmem.errors import UserError
 from jaxmem.program import calls as calls_mod
-from jaxmem.program import finetune, layouts, pipeline_stages, sharding, sizes, state, tree, user_specs
+from jaxmem.program import finetune, fp8, layouts, pipeline_stages, sharding, sizes, state, tree, user_specs
 from jaxmem.program import rules as rules_mod
 from jaxmem.program import workload as workload_mod
 from jaxmem.program.options import PRECISIONS, StepOptions
@@ -59,6 +59,7 @@ class BuiltStep:
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
     constraints: dict | None = None   # filled when the step is traced: the model's own activation constraints
+    trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -194,7 +195,8 @@ def build(p: StepPlan, mesh) -> BuiltStep:
              if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
                      trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
-                     logical_names=tuple(sorted(names)), calls=log, schedule=schedule)
+                     logical_names=tuple(sorted(names)), calls=log, schedule=schedule,
+                     trainable_source=st.trainable_source)
 
 
 def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh, mesh_spec, *,
@@ -240,6 +242,8 @@ def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh
             return calls_mod.with_collective_axis(once, b, mut, mesh_spec.data_size, mesh_spec.batch_axes, log)
     else:
         collections = list(st.mutable)
+        # the FP8 scaling state rides through the model's scans as it did at init (fp8.scans_carry_state)
+        fp8_scans = fp8.scans_carry_state if opts.precision == "fp8" else contextlib.nullcontext
 
         def loss_fn(trainable, frozen, mut, b, key):
             params = cast_compute(st.params(trainable, frozen))
@@ -248,7 +252,7 @@ def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh
                 bound = st.model.bind({"params": params, **mut},
                                       rngs={c: jax.random.fold_in(key, i) for i, c in enumerate(wl.rng_collections)},
                                       mutable=collections)
-                with act_ctx(None), calls_mod.linen_calls(wl.remat_at, at_policy, log):
+                with act_ctx(None), calls_mod.linen_calls(wl.remat_at, at_policy, log), fp8_scans():
                     loss = user_loss(bound, cast_batch(b))
                 _, new_vars = bound.unbind()
                 new_mut = {c: new_vars[c] for c in collections if c in new_vars}

@@ -16,7 +16,7 @@ GPU compile this dump is the only way to get them (``memory_analysis()``'s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -134,3 +134,23 @@ class BufferAssignment:
             out[categorize(b, param_categories, assignment=self)] += b.size
         return out
 
+
+def slice_paths(buffers: list[Buffer]) -> list[Buffer]:
+    """A loop's inputs that XLA made without a scope (the zero-initialized stack of a scan's outputs:
+    ``broadcast.90``, no op_name) take the module path of the while loop they are carried by: a loop's
+    state shares its operands' memory, and the loop is named for the module scanned (nn.scan's, or
+    nnx.scan's through jaxmem's scope). Only values made before that loop, in the same slice, without
+    an op_name path of their own; a slice reused by unrelated buffers keeps them unnamed."""
+    loops: dict[tuple[int, int, int], list[Buffer]] = {}
+    for b in buffers:
+        # a loop named for a module inside the model (a root-only path says no more than "the model")
+        if b.opcode == "while" and "/" in b.module_path and not b.is_parameter:
+            loops.setdefault((b.allocation, b.offset, b.size), []).append(b)
+    out = []
+    for b in buffers:
+        if not b.module_path and not b.is_parameter and "/" not in b.op_name and b.opcode != "parameter":
+            carriers = [w for w in loops.get((b.allocation, b.offset, b.size), ()) if b.start < w.start]
+            if carriers:
+                b = replace(b, module_path=min(carriers, key=lambda w: w.start).module_path)
+        out.append(b)
+    return out

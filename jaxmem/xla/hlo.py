@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxmem.xla import opnames, wire
 from jaxmem.xla import timeline as timeline_mod
-from jaxmem.xla.buffers import Buffer, BufferAssignment
+from jaxmem.xla.buffers import Buffer, BufferAssignment, slice_paths
 from jaxmem.xla.categories import is_float
 from jaxmem.xla.memory_stats import HOST_MEMORY_SPACE
 
@@ -170,7 +170,8 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
                                              [e[0] for e in every], [e[1] for e in every],
                                              [e[2] for e in every])[0].max())
     return BufferAssignment(
-        buffers=tuple(buffers), timeline=timeline, peak_bytes=int(timeline[peak_index]), peak_index=peak_index,
+        buffers=tuple(slice_paths(buffers)), timeline=timeline, peak_bytes=int(timeline[peak_index]),
+        peak_index=peak_index,
         module_name=module_name, owner=owner, traces=tuple(traces), owner_start=o_start, owner_end=o_end,
         backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes, xla_peak_bytes=xla_peak,
     )
