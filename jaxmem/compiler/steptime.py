@@ -1,49 +1,32 @@
-"""An estimated step time, from the compiled program itself.
+"""An estimated step time, from the compiled program itself: a per-kernel model at achieved rates.
 
 The rule (an estimate, and labelled one wherever it is shown):
 
-    compute       = sum over dots of FLOPs / the peak for their operand types
-                    + the other FLOPs / the card's fp32 CUDA-core rate
-    memory        = bytes accessed / the card's HBM bandwidth
-    communication = sum over collectives of their ring wire bytes / the link they cross
-    host          = bytes copied to / from pinned host memory (offloaded state) / PCIe bandwidth
-    estimate      = max(compute, memory) + communication + host
+* **The kernels.** :mod:`jaxmem.compiler.kernels` lists each kernel the optimized, scheduled per-device
+  program launches, with the HBM bytes it really moves (a slice of a loop-carried stack, the update of an
+  in-place ``dynamic-update-slice``; bitcasts and tuples nothing) and its dot / attention FLOPs; a loop body
+  runs once per trip (``known_trip_count``).
+* **Each kernel** takes ``max(math / achieved rate, bytes / achieved HBM bandwidth, launch floor)``:
+  GEMMs (cuBLAS custom calls, Triton GEMM fusions) at the Maximum Achievable Matmul FLOPS share of the peak
+  for their operand types (:data:`GEMM_FRACTION`, by architecture) times their wave quantization on the
+  card's SMs (:func:`wave_efficiency`), so small and skinny GEMMs fall far below peak or become
+  memory-bound; cuDNN flash attention at its measured forward / backward rate; every other kernel is
+  memory-bound at :data:`HBM_FRACTION` of the datasheet bandwidth; none below :data:`LAUNCH_FLOOR_S`.
+* **Collectives** take a latency plus their ring wire bytes ((n-1)/n of the buffer, twice for an
+  all-reduce) over NCCL's measured bus bandwidth on the link they cross (NVLink, NVLink SHARP for an
+  all-reduce inside an NVSwitch host, the group's NICs across hosts).
+* **Overlap as XLA scheduled it** (:func:`simulate`): kernels run on a compute stream and collectives on
+  a communication stream in the program's order; an async collective hides behind exactly the compute
+  between its ``*-start`` and ``*-done``, a synchronous one waits for both streams.
+* **The band** (``low_s`` / ``high_s``): the same simulation with every rate at the fast and the slow end
+  of its published range. ``compare`` and ``advise`` call rows whose bands overlap tied.
 
-* FLOPs and bytes accessed are XLA's own ``HloCostAnalysis`` of the optimized, per-device
-  program (``compiled.as_text()``). XLA counts a ``while`` body once, whatever its trip
-  count; here each loop body is costed on its own and multiplied by the trip count XLA
-  proved (``known_trip_count``), so the 32 layers of a scanned model count 32 times, and
-  recomputation from remat appears as more FLOPs. GEMMs and attention that XLA hands to
-  cuBLAS / cuDNN as custom calls are invisible to the analysis; their FLOPs are added from
-  their shapes (see :func:`_custom_call_flops`).
-* Each dot runs at the peak of what it is in the compiled program, not of a flag: every
-  ``dot`` (fused or not) and every cuBLAS / cuDNN GEMM or attention custom call is costed at
-  the rate of its operand types and XLA's precision config (:func:`dot_kind`): bf16 / fp16
-  operands at the bf16 dense tensor-core peak; fp32 at TF32, because JAX's default matmul
-  precision on GPU runs fp32 dots in TF32 (``jax.lax.Precision.DEFAULT``), or at the fp32
-  CUDA-core rate where the precision config says ``highest``; fp8 and int8 at theirs. So a
-  model that computes in bf16 by its own ``dtype=`` is costed as bf16 whatever ``--precision``
-  says. The remaining FLOPs (element-wise, reductions: XLA's count minus the dots') run on
-  CUDA cores, at the fp32 non-tensor rate (XLA's GPU emitters compute bf16 element-wise math
-  in fp32). ``compute_peaks`` lists each rate with its share of the FLOPs.
-* Communication follows NCCL's ring algorithms: an all-gather, reduce-scatter or all-to-all
-  over n devices moves (n-1)/n of the full buffer through each device's link, an all-reduce
-  twice that, a collective-permute the buffer once; at the NVLink (PCIe) bandwidth when the
-  group stays within a host; across hosts at the network bandwidth of the group's NICs (one
-  per GPU, rail by rail: k members per host use k NICs), at most the host's NVLink bandwidth.
-* ``max(compute, memory)``: a roofline for the whole program (kernels are either
-  compute- or bandwidth-bound; the larger total dominates). Communication is added, not
-  overlapped: XLA's latency-hiding scheduler overlaps async collectives with compute, but
-  how much it hides depends on flags and the schedule, which a deviceless compile does not
-  run. ``overlapped_s = max(compute, memory, communication)`` is reported beside it: the
-  time if every collective were hidden.
-
-What it leaves out: kernel efficiency below peak (real GEMMs reach 60-80% of it, attention
-and small kernels less), kernel launch and collective latencies, host-side work (input
-pipeline, Python dispatch), and NCCL protocol and topology effects (NVLS, tree algorithms,
-bandwidth sharing between concurrent collectives). It ranks alternatives of one model on one
-card; its absolute value is optimistic (see ``benchmarks/results/steptime.md`` for how far,
-against published step times).
+XLA's own GPU performance model (the analytical latency estimator its latency-hiding scheduler uses,
+``xla_gpu_enable_analytical_latency_estimator``) is not reachable from Python: jaxlib exposes the
+whole-module ``HloCostAnalysis`` (used here for FLOPs) but no per-instruction cost or the estimator's
+latencies, and a deviceless compile prints no schedule timings. Every constant below names its
+public measurement; none is fitted to the published step times that judge the estimate
+(``python benchmarks/steptime_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -58,14 +41,15 @@ from typing import Any
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
-RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs, each dot at the card's "
-        "peak dense rate for its operand types (bf16/fp16, tf32 for fp32 at default precision, fp32 at highest, "
-        "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, "
-        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the "
-        "group's NICs per host) bandwidth, host = copies to/from pinned host memory at PCIe bandwidth; none "
-        "overlapped with compute; loops counted by their trip counts")
-LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
-              "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
+RULE = ("estimate = the step's kernels in XLA's schedule order, each max(its FLOPs at its class's achieved rate, "
+        "its own HBM bytes at achieved bandwidth, a launch floor): GEMMs at the measured cuBLAS share of peak "
+        "(MAMF) times wave quantization, cuDNN attention at its measured rate, other kernels at ~88% of HBM "
+        "bandwidth; collectives at NCCL's measured bus bandwidth for the link (NVLink, NVLS, network) plus a "
+        "latency, hidden only behind the compute XLA scheduled between their start and done; host copies at "
+        "PCIe bandwidth; loops x trip count. Band: every rate at the ends of its published range")
+LEAVES_OUT = ("host-side work (input pipeline, Python dispatch), GPU clocks below boost under power limits, "
+              "bandwidth shared by concurrent collectives and compute, stragglers across hosts, shapes far from "
+              "the measured ones (rates are per kernel class, not per shape beyond wave quantization)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -827,3 +811,29 @@ def simulate(module: hlo_text.Module, ks: list, colls: list[Collective], perf, r
     for c in colls:
         busy["collective"] += collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop
     return {"step_s": step, "busy": dict(busy)}
+
+
+def band(st: dict | None) -> tuple[float, float, float] | None:
+    """(estimate, low, high) of a report's step_time (low = high = estimate for a report saved before
+    the band), or None without an estimate."""
+    if not st or not st.get("available"):
+        return None
+    e = st["estimate_s"]
+    return e, st.get("low_s", e), st.get("high_s", e)
+
+
+def tied_with(bands: list[tuple[float, float, float] | None]) -> list[int | None]:
+    """For rows ranked by their estimates (fastest first): for each row, the index of the first row
+    above it whose band overlaps its own (the two are tied: their order is within the model's own
+    spread), or None. Rows without an estimate tie with nothing."""
+    out: list[int | None] = []
+    for i, b in enumerate(bands):
+        hit = None
+        if b is not None:
+            for j in range(i):
+                o = bands[j]
+                if o is not None and o[1] <= b[2] and b[1] <= o[2]:
+                    hit = j
+                    break
+        out.append(hit)
+    return out
