@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import published as P  # noqa: E402
+import published as pub  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "steptime-accuracy.md"
 # the shipped models at their tiny (test) presets: the step as given against --remat full
@@ -39,19 +39,19 @@ REMAT_MODELS = (("models/llama.py", ["--arg", "preset=tiny"]), ("models/llama_nn
 
 
 def _analyze(argv: list[str], flags: list[str] | None = None) -> dict:
-    return P.run_jaxmem(argv, flags or [])
+    return pub.run_jaxmem(argv, flags or [])
 
 
 def accuracy_rows(only: str | None) -> list[dict]:
     rows = []
-    for r in P.RECIPES:
+    for r in pub.RECIPES:
         if r.step_s is None or (only and only not in r.key):
             continue
-        flags, _ = P.applicable_flags(r.xla_flags)
-        argv = P.analyze_argv(r, r.attention)
+        flags, _ = pub.applicable_flags(r.xla_flags)
+        argv = pub.analyze_argv(r, r.attention)
         run = _analyze(argv, flags)
         st = run.get("step_time", {}) if "error" not in run else {}
-        row = {"key": r.key, "title": r.title, "published_s": r.step_s, "command": P.command_line(argv, flags),
+        row = {"key": r.key, "title": r.title, "published_s": r.step_s, "command": pub.command_line(argv, flags),
                "seconds": run.get("seconds")}
         if st.get("available"):
             row.update(estimate_s=st["estimate_s"], low_s=st.get("low_s"), high_s=st.get("high_s"),
@@ -88,8 +88,8 @@ def _ms(x) -> str:
 
 def render(rows: list[dict], remat: list[dict] | None, header: str) -> str:
     lines = ["# Step-time estimate vs published step times", "", header, "",
-             "| # | configuration | published | estimate (band) | ratio | GEMM | attention | memory-bound | "
-             "collectives (busy) | exposed communication |",
+             ("| # | configuration | published | estimate (band) | ratio | GEMM | attention | memory-bound | "
+             "collectives (busy) | exposed communication |"),
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, r in enumerate(rows, 1):
         if "ratio" not in r:
@@ -98,17 +98,19 @@ def render(rows: list[dict], remat: list[dict] | None, header: str) -> str:
         c = r["classes"]
         flag = "" if 0.75 <= r["ratio"] <= 1.33 else " (outside 0.75-1.33)"
         lines.append(f"| {i} | {r['title']} | {r['published_s']:g} s | {_ms(r['estimate_s'])} ({_ms(r['low_s'])}-"
-                     f"{_ms(r['high_s'])}) | {r['ratio']:.2f}{flag} | {_ms(c.get('gemm'))} | {_ms(c.get('attention'))} | "
+                     f"{_ms(r['high_s'])}) | {r['ratio']:.2f}{flag} | {_ms(c.get('gemm'))} | "
+                     f"{_ms(c.get('attention'))} | "
                      f"{_ms(c.get('memory'))} | {_ms(c.get('collective'))} | {_ms(r['exposed_communication_s'])} |")
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     if ratios:
         inside = sum(0.75 <= x <= 1.33 for x in ratios)
-        lines += ["", f"Ratios (estimate / published): {min(ratios):.2f}-{max(ratios):.2f}, median "
+        in_band = sum(r["low_s"] <= r["published_s"] <= r["high_s"] for r in rows if "ratio" in r)
+        lines += ["", (f"Ratios (estimate / published): {min(ratios):.2f}-{max(ratios):.2f}, median "
                       f"{statistics.median(ratios):.2f}; {inside} of {len(ratios)} within 0.75-1.33. "
-                      f"Published inside the band: {sum(r['low_s'] <= r['published_s'] <= r['high_s'] for r in rows if 'ratio' in r)} "
-                      f"of {len(ratios)}.",
-                  "Leave-one-out error: none to print: no constant is fitted to these rows (each rate is a public "
-                  "microbenchmark, vendor or nccl-tests figure; see docs/how-it-works.md, step time)."]
+                      f"Published inside the band: {in_band} "
+                      f"of {len(ratios)}."),
+                  ("Leave-one-out error: none to print: no constant is fitted to these rows (each rate is a public "
+                  "microbenchmark, vendor or nccl-tests figure; see docs/how-it-works.md, step time).")]
     if remat:
         lines += ["", "## The step as given vs --remat full (shipped models, H100)", "",
                   "| model | as given | --remat full | as given / full |", "|---|---:|---:|---:|"]
@@ -131,7 +133,8 @@ def main() -> None:
     rows = accuracy_rows(args.only)
     remat = remat_rows() if args.remat_check else None
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    header = (f"`python benchmarks/steptime_accuracy.py{' --remat-check' if remat else ''}` ({time.strftime('%Y-%m-%d')}; "
+    flag = " --remat-check" if remat else ""
+    header = (f"`python benchmarks/steptime_accuracy.py{flag}` ({time.strftime('%Y-%m-%d')}; "
               f"jax {jax.__version__}; jaxmem at {rev.stdout.strip() or '?'}; {time.time() - t0:.0f} s, "
               f"JAXMEM_CACHE={os.environ.get('JAXMEM_CACHE', 'default')}). Compile-only: each row is the recipe's "
               "`jaxmem analyze` command; the published step times and their sources are in published.md. Columns "
