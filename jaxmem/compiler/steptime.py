@@ -506,7 +506,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
     compute_s = busy.get("gemm", 0.0) + busy.get("attention", 0.0)
     memory_s = busy.get("memory", 0.0)
     comm_s = busy.get("collective", 0.0)
-    _, rows = communication(colls, perf, dph)
+    rows = communication_rows(colls, perf, rates(gpu, perf), dph)
     bytes_moved = kernels_mod.bytes_per_step(ks)
     classes = []
     for klass in ("gemm", "attention", "memory", "collective"):
@@ -731,6 +731,24 @@ def collective_time(c: Collective, perf, r: Rates, devices_per_host: int, nvls: 
     else:
         busbw, latency = bw * r.nvlink_fraction, r.latency_intra_s
     return latency + wire / busbw, link
+
+
+def communication_rows(colls: list[Collective], perf, r: Rates, devices_per_host: int) -> list[dict]:
+    """One row per (kind, mesh axes, link) with its count, bytes, wire bytes and busy time per step, at
+    NCCL's measured bus bandwidths (:func:`collective_time`), longest first."""
+    rows: dict[tuple, dict] = {}
+    for c in colls:
+        t, link = collective_time(c, perf, r, devices_per_host, r.nvls)
+        key = (c.kind, c.axes, link)
+        row = rows.setdefault(key, {"kind": c.kind, "axes": list(c.axes), "link": link, "count": 0, "bytes": 0,
+                                    "wire_bytes": 0.0, "time_s": 0.0})
+        row["count"] += c.count_in_loop
+        row["bytes"] += c.bytes_per_step
+        row["wire_bytes"] += _wire_factor(c) * c.bytes_per_step
+        row["time_s"] += t * c.count_in_loop
+    for row in rows.values():
+        row["wire_bytes"] = int(row["wire_bytes"])
+    return sorted(rows.values(), key=lambda r: -r["time_s"])
 
 
 _START_DONE = {"all-gather-done", "all-reduce-done", "reduce-scatter-done", "collective-permute-done", "async-done",
