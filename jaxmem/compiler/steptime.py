@@ -268,12 +268,12 @@ def pipeline_time(step_time: dict, module: hlo_text.Module | str, *, iterations:
         return {}
     mod = module if isinstance(module, hlo_text.Module) else hlo_text.parse_module(module)
     share = loop_dot_share(mod, iterations)
-    busy = max(step_time["compute_s"], step_time["memory_s"])
+    busy = step_time["compute_s"] + step_time["memory_s"]   # the kernels, one after another
     return {"iterations": iterations, "bubble_share": bubble, "stage_loop_dot_share": share,
             "bubble_s": bubble * share * busy,
             "rule": "bubble = (N-1)/(M*R+N-1) of the stage loop's time; the stage loop's time = its share of the "
-                    "step's dot FLOPs x max(compute, memory); the estimate already counts the bubble's iterations, "
-                    "which the SPMD program computes and discards"}
+                    "step's dot FLOPs x the kernels' busy time (compute + memory); the estimate already counts the "
+                    "bubble's iterations, which the SPMD program computes and discards"}
 
 
 def dot_flops(module: hlo_text.Module) -> tuple[tuple[str, int, float], ...]:
