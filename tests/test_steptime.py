@@ -353,8 +353,11 @@ def test_a_collective_inside_an_nvlink_domain_that_spans_hosts_runs_at_the_nvlin
     h100, spans = (steptime.estimate(ALL_REDUCE_16, gpu=g, **kw) for g in ("h100", gpu))
     perf = targets.PERFORMANCE[gpu]
     assert [r["link"] for r in h100["collectives"]] == ["network"]
-    assert [r["link"] for r in spans["collectives"]] == [perf.intra_host_link]
-    assert spans["communication_s"] == pytest.approx(4 * 2**20 * 2 * 15 / 16 / perf.intra_host_bandwidth, rel=1e-12)
+    assert [r["link"] for r in spans["collectives"]] == [perf.intra_host_link + " (NVLS)"]   # NVLink SHARP
+    r = steptime.rates(gpu, perf)
+    assert spans["communication_s"] == pytest.approx(
+        r.latency_intra_s + 4 * 2**20 * 2 * 15 / 16 / (perf.intra_host_bandwidth * r.nvls_fraction), rel=1e-12)
+    assert spans["communication_s"] < h100["communication_s"]
 
 
 TO_HOST = """HloModule m
