@@ -32,8 +32,7 @@ OUT = ROOT / "benchmarks" / "results" / "steptime-accuracy.md"
 # the shipped models at their tiny (test) presets, and two real ones: (model, analyze options)
 REMAT_MODELS = tuple((f"models/{m}.py", {"args": {"preset": "tiny"}})
                      for m in ("llama", "llama_nnx", "gpt2", "mlp", "mlp_nnx", "vit", "moe", "resnet")) + (
-    ("models/gpt2.py", {}),                                             # GPT-2 124M on one H100
-    ("models/llama.py", {"mesh": "data=8", "precision": "bf16"}))     # README command 1's Llama 3 8B
+    ("models/gpt2.py", {}),)                                            # GPT-2 124M on one H100
 
 
 def _analyze(argv: list[str], flags: list[str] | None = None) -> dict:
@@ -75,7 +74,11 @@ def remat_rows() -> list[dict]:
     for model, opts in REMAT_MODELS:
         steps = {}
         for remat in ("none", "full"):
-            st = jaxmem.analyze(model, gpu="h100", remat=remat, explain=False, **opts).step_time
+            try:
+                st = jaxmem.analyze(model, gpu="h100", remat=remat, explain=False, **opts).step_time
+            except jaxmem.UserError as e:   # a model without a remat argument (NNX): no --remat full to compare
+                print(f"{model}: {e}", flush=True)
+                st = {}
             steps[remat] = st.get("estimate_s") if st.get("available") else None
         ratio = steps["none"] / steps["full"] if steps["none"] and steps["full"] else None
         args = " ".join(f"--{k} {v}" if k != "args" else " ".join(f"--arg {a}={b}" for a, b in v.items())
