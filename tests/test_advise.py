@@ -175,3 +175,22 @@ def test_round_two_compiles_a_combination_that_differs_from_a_probe_only_in_offl
     assert any(o.precision == "bf16" and o.offload == "optimizer" for o in compiled)
     # and nothing is compiled twice
     assert len(compiled) == len(set(compiled)) == 4   # the original, two probes, the combination
+
+
+def test_a_row_is_labelled_with_the_mesh_its_command_compiles():
+    """A context-parallel change combined with more devices runs the combined mesh: the label says so
+    (it once named the context probe's mesh and the devices' mesh, neither of which the command ran)."""
+    base = AnalyzeOptions(mesh="fsdp=4", layout="fsdp", precision="bf16", remat="none")
+    changes = (("context", "fsdp=2,context=2"), ("devices", "fsdp=8"))
+    opts = advise_mod._apply(base, changes)
+    label = advise_mod.Candidate(changes, opts).label
+    assert opts.mesh == "fsdp=4,context=2"
+    assert label.count(f"(mesh {opts.mesh})") == 2 and "fsdp=2,context=2" not in label and "mesh fsdp=8)" not in label
+    assert f"--mesh {opts.mesh}" in command_line("m.py", opts)
+
+
+def test_rows_whose_step_time_bands_overlap_are_tied():
+    from jaxmem.compiler.steptime import tied_with
+
+    bands = [(1.0, 0.95, 1.05), (1.04, 1.0, 1.1), (1.5, 1.4, 1.6), None, (1.55, 1.45, 1.65)]
+    assert tied_with(bands) == [None, 0, None, None, 2]

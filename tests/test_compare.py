@@ -181,3 +181,18 @@ def test_out_through_a_symlink_replaces_the_link_not_its_target(tmp_path, saved_
     (tmp_path / "link.json").symlink_to(important)
     compare.save(compare.from_json(saved_rows), str(tmp_path / "link.json"))
     assert important.read_text() == "keep me" and json.loads((tmp_path / "link.json").read_text()) == saved_rows
+
+
+def test_rows_are_time_ranked_by_estimate_and_overlapping_bands_marked_tied():
+    from types import SimpleNamespace
+
+    from jaxmem.present.render import _step_estimate, _time_ranks
+
+    def rep(e, lo, hi):
+        return SimpleNamespace(step_time={"available": True, "estimate_s": e, "low_s": lo, "high_s": hi})
+
+    slow, fast, near = rep(2.0, 1.9, 2.1), rep(1.0, 0.9, 1.1), rep(1.05, 1.0, 1.2)
+    none = SimpleNamespace(step_time={"available": False})
+    ranks = _time_ranks([slow, fast, near, none, None])
+    assert ranks == {id(fast): "1", id(near): "=1", id(slow): "3"}
+    assert _step_estimate(fast) == "1.00 s (900.0 ms-1.10 s)"

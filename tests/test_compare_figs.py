@@ -69,3 +69,20 @@ def test_compare_writes_html_and_png_and_the_notebook_shows_the_bars(tmp_path, r
     res = CliRunner().invoke(cli.main, ["compare", "models/llama.py", "--arg", "preset=tiny", "--remats", "none",
                                         "--png", str(tmp_path)])
     assert res.exit_code == 2 and "--png" in res.output and "is a directory" in res.output
+
+
+def test_each_row_shows_its_step_time_and_band_beside_its_memory_bar(report):
+    st = report.step_time
+    slower = dataclasses.replace(report, step_time={**st, "estimate_s": 2 * st["estimate_s"], "low_s": 2 * st["low_s"],
+                                                    "high_s": 2 * st["high_s"]})
+    cells = [Cell({"remat": "none"}, report), Cell({"remat": "full"}, slower)]
+    svg = compare_figs.bars_svg(cells)
+    bands = [(float(x), float(w)) for x, w in re.findall(r'class="step-band" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"',
+                                                         svg)]
+    marks = [float(x) for x in re.findall(r'class="step" x1="([\d.]+)"', svg)]
+    assert len(bands) == len(marks) == 2
+    for (x, w), m in zip(bands, marks, strict=True):
+        assert x <= m <= x + w                                               # the estimate inside its band
+    origin = 1160 - 170   # one time scale for all rows: the slower row's mark twice as far from the origin
+    assert marks[1] - origin == pytest.approx(2 * (marks[0] - origin), rel=1e-2)
+    assert "step time (estimate, band)" in svg

@@ -1,49 +1,32 @@
-"""An estimated step time, from the compiled program itself.
+"""An estimated step time, from the compiled program itself: a per-kernel model at achieved rates.
 
 The rule (an estimate, and labelled one wherever it is shown):
 
-    compute       = sum over dots of FLOPs / the peak for their operand types
-                    + the other FLOPs / the card's fp32 CUDA-core rate
-    memory        = bytes accessed / the card's HBM bandwidth
-    communication = sum over collectives of their ring wire bytes / the link they cross
-    host          = bytes copied to / from pinned host memory (offloaded state) / PCIe bandwidth
-    estimate      = max(compute, memory) + communication + host
+* **The kernels.** :mod:`jaxmem.compiler.kernels` lists each kernel the optimized, scheduled per-device
+  program launches, with the HBM bytes it really moves (a slice of a loop-carried stack, the update of an
+  in-place ``dynamic-update-slice``; bitcasts and tuples nothing) and its dot / attention FLOPs; a loop body
+  runs once per trip (``known_trip_count``).
+* **Each kernel** takes ``max(math / achieved rate, bytes / achieved HBM bandwidth, launch floor)``:
+  GEMMs (cuBLAS custom calls, Triton GEMM fusions) at the Maximum Achievable Matmul FLOPS share of the peak
+  for their operand types (:data:`GEMM_FRACTION`, by architecture) times their wave quantization on the
+  card's SMs (:func:`wave_efficiency`), so small and skinny GEMMs fall far below peak or become
+  memory-bound; cuDNN flash attention at its measured forward / backward rate; every other kernel is
+  memory-bound at :data:`HBM_FRACTION` of the datasheet bandwidth; none below :data:`LAUNCH_FLOOR_S`.
+* **Collectives** take a latency plus their ring wire bytes ((n-1)/n of the buffer, twice for an
+  all-reduce) over NCCL's measured bus bandwidth on the link they cross (NVLink, NVLink SHARP for an
+  all-reduce inside an NVSwitch host, the group's NICs across hosts).
+* **Overlap as XLA scheduled it** (:func:`simulate`): kernels run on a compute stream and collectives on
+  a communication stream in the program's order; an async collective hides behind exactly the compute
+  between its ``*-start`` and ``*-done``, a synchronous one waits for both streams.
+* **The band** (``low_s`` / ``high_s``): the same simulation with every rate at the fast and the slow end
+  of its published range. ``compare`` and ``advise`` call rows whose bands overlap tied.
 
-* FLOPs and bytes accessed are XLA's own ``HloCostAnalysis`` of the optimized, per-device
-  program (``compiled.as_text()``). XLA counts a ``while`` body once, whatever its trip
-  count; here each loop body is costed on its own and multiplied by the trip count XLA
-  proved (``known_trip_count``), so the 32 layers of a scanned model count 32 times, and
-  recomputation from remat appears as more FLOPs. GEMMs and attention that XLA hands to
-  cuBLAS / cuDNN as custom calls are invisible to the analysis; their FLOPs are added from
-  their shapes (see :func:`_custom_call_flops`).
-* Each dot runs at the peak of what it is in the compiled program, not of a flag: every
-  ``dot`` (fused or not) and every cuBLAS / cuDNN GEMM or attention custom call is costed at
-  the rate of its operand types and XLA's precision config (:func:`dot_kind`): bf16 / fp16
-  operands at the bf16 dense tensor-core peak; fp32 at TF32, because JAX's default matmul
-  precision on GPU runs fp32 dots in TF32 (``jax.lax.Precision.DEFAULT``), or at the fp32
-  CUDA-core rate where the precision config says ``highest``; fp8 and int8 at theirs. So a
-  model that computes in bf16 by its own ``dtype=`` is costed as bf16 whatever ``--precision``
-  says. The remaining FLOPs (element-wise, reductions: XLA's count minus the dots') run on
-  CUDA cores, at the fp32 non-tensor rate (XLA's GPU emitters compute bf16 element-wise math
-  in fp32). ``compute_peaks`` lists each rate with its share of the FLOPs.
-* Communication follows NCCL's ring algorithms: an all-gather, reduce-scatter or all-to-all
-  over n devices moves (n-1)/n of the full buffer through each device's link, an all-reduce
-  twice that, a collective-permute the buffer once; at the NVLink (PCIe) bandwidth when the
-  group stays within a host; across hosts at the network bandwidth of the group's NICs (one
-  per GPU, rail by rail: k members per host use k NICs), at most the host's NVLink bandwidth.
-* ``max(compute, memory)``: a roofline for the whole program (kernels are either
-  compute- or bandwidth-bound; the larger total dominates). Communication is added, not
-  overlapped: XLA's latency-hiding scheduler overlaps async collectives with compute, but
-  how much it hides depends on flags and the schedule, which a deviceless compile does not
-  run. ``overlapped_s = max(compute, memory, communication)`` is reported beside it: the
-  time if every collective were hidden.
-
-What it leaves out: kernel efficiency below peak (real GEMMs reach 60-80% of it, attention
-and small kernels less), kernel launch and collective latencies, host-side work (input
-pipeline, Python dispatch), and NCCL protocol and topology effects (NVLS, tree algorithms,
-bandwidth sharing between concurrent collectives). It ranks alternatives of one model on one
-card; its absolute value is optimistic (see ``benchmarks/results/steptime.md`` for how far,
-against published step times).
+XLA's own GPU performance model (the analytical latency estimator its latency-hiding scheduler uses,
+``xla_gpu_enable_analytical_latency_estimator``) is not reachable from Python: jaxlib exposes the
+whole-module ``HloCostAnalysis`` (used here for FLOPs) but no per-instruction cost or the estimator's
+latencies, and a deviceless compile prints no schedule timings. Every constant below names its
+public measurement; none is fitted to the published step times that judge the estimate
+(``python benchmarks/steptime_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -59,14 +42,15 @@ from jaxmem.report import ReportWarning
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
-RULE = ("estimate = max(compute, memory) + communication + host: compute = XLA's FLOPs, each dot at the card's "
-        "peak dense rate for its operand types (bf16/fp16, tf32 for fp32 at default precision, fp32 at highest, "
-        "fp8, int8), the rest at the fp32 CUDA-core rate, memory = XLA's bytes accessed at peak HBM bandwidth, "
-        "communication = ring-algorithm wire bytes at NVLink/PCIe (within a host) or network (across hosts: the "
-        "group's NICs per host) bandwidth, host = copies to/from pinned host memory at PCIe bandwidth; none "
-        "overlapped with compute; loops counted by their trip counts")
-LEAVES_OUT = ("kernel efficiency below peak, launch and collective latencies, host-side work, "
-              "NCCL protocol/topology effects (NVLS, trees, concurrent collectives)")
+RULE = ("estimate = the step's kernels in XLA's schedule order, each max(its FLOPs at its class's achieved rate, "
+        "its own HBM bytes at achieved bandwidth, a launch floor): GEMMs at the measured cuBLAS share of peak "
+        "(MAMF) times wave quantization, cuDNN attention at its measured rate, other kernels at ~88% of HBM "
+        "bandwidth; collectives at NCCL's measured bus bandwidth for the link (NVLink, NVLS, network) plus a "
+        "latency, hidden only behind the compute XLA scheduled between their start and done; host copies at "
+        "PCIe bandwidth; loops x trip count. Band: every rate at the ends of its published range")
+LEAVES_OUT = ("host-side work (input pipeline, Python dispatch), GPU clocks below boost under power limits, "
+              "bandwidth shared by concurrent collectives and compute, stragglers across hosts, shapes far from "
+              "the measured ones (rates are per kernel class, not per shape beyond wave quantization)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,12 +269,12 @@ def pipeline_time(step_time: dict, module: hlo_text.Module | str, *, iterations:
         return {}
     mod = module if isinstance(module, hlo_text.Module) else hlo_text.parse_module(module)
     share = loop_dot_share(mod, iterations)
-    busy = max(step_time["compute_s"], step_time["memory_s"])
+    busy = step_time["compute_s"] + step_time["memory_s"]   # the kernels, one after another
     return {"iterations": iterations, "bubble_share": bubble, "stage_loop_dot_share": share,
             "bubble_s": bubble * share * busy,
             "rule": "bubble = (N-1)/(M*R+N-1) of the stage loop's time; the stage loop's time = its share of the "
-                    "step's dot FLOPs x max(compute, memory); the estimate already counts the bubble's iterations, "
-                    "which the SPMD program computes and discards"}
+                    "step's dot FLOPs x the kernels' busy time (compute + memory); the estimate already counts the "
+                    "bubble's iterations, which the SPMD program computes and discards"}
 
 
 def dot_flops(module: hlo_text.Module) -> tuple[tuple[str, int, float], ...]:
@@ -494,6 +478,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
     `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate. The compute
     precision is read from the program's dots, not from the options that built it.
     """
+    from jaxmem.compiler import kernels as kernels_mod
     from jaxmem.compiler import targets
 
     perf = targets.performance(gpu)
@@ -507,47 +492,370 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         cost = program_cost(module)
         colls = collectives(module, mesh_axes)
         host_bytes = host_transfer_bytes(module)
+        ks = kernels_mod.kernels(module)
     except Exception as e:  # noqa: BLE001 -- an unreadable program gets no number rather than a wrong one, or a crash
         return {"label": "estimate", "available": False,
                 "reason": f"could not cost the compiled program ({type(e).__name__}: {str(e)[:200]})"}
     n_devices = math.prod(s for _, s in mesh_axes) or 1
     per_host = max(n_devices // max(hosts, 1), 1)
+    dph = max(per_host, perf.nvlink_domain or 0)
     peaks = compute_peaks(cost, perf)
-    compute_s = sum(r["time_s"] for r in peaks)
-    memory_s = cost.bytes_accessed / perf.hbm_bandwidth
-    comm_s, rows = communication(colls, perf, max(per_host, perf.nvlink_domain or 0))
     host_s = host_bytes / perf.host_bandwidth if host_bytes else 0.0
+    ends = {end: simulate(module, ks, colls, perf, rates(gpu, perf, end), dph) for end in ("fast", "central", "slow")}
+    sim = ends["central"]
+    busy = sim["busy"]
+    compute_s = busy.get("gemm", 0.0) + busy.get("attention", 0.0)
+    memory_s = busy.get("memory", 0.0)
+    comm_s = busy.get("collective", 0.0)
+    rows = communication_rows(colls, perf, rates(gpu, perf), dph)
+    bytes_moved = kernels_mod.bytes_per_step(ks)
+    classes = []
+    for klass in ("gemm", "attention", "memory", "collective"):
+        mine = [k for k in ks if k.klass == klass]
+        if klass == "collective":
+            n = sum(c.count_in_loop for c in colls)
+            if n:
+                classes.append({"class": klass, "launches": n, "time_s": comm_s,
+                                "bytes": sum(c.bytes_per_step for c in colls), "flops": 0.0})
+            continue
+        if mine:
+            classes.append({"class": klass, "launches": sum(k.runs for k in mine), "time_s": busy.get(klass, 0.0),
+                            "bytes": sum(k.bytes * k.runs for k in mine),
+                            "flops": sum(k.flops * k.runs for k in mine)})
     return {
         "label": "estimate",
         "available": True,
-        "estimate_s": max(compute_s, memory_s) + comm_s + host_s,
-        "overlapped_s": max(compute_s, memory_s, comm_s, host_s),
+        "estimate_s": sim["step_s"] + host_s,
+        "low_s": ends["fast"]["step_s"] + host_s,
+        "high_s": ends["slow"]["step_s"] + host_s,
+        # every collective hidden: the kernels alone
+        "overlapped_s": max(compute_s + memory_s, comm_s, host_s),
         "compute_s": compute_s,
         "memory_s": memory_s,
         "communication_s": comm_s,
+        "exposed_communication_s": max(sim["step_s"] - compute_s - memory_s, 0.0),
         "host_transfer_s": host_s,
         "host_transfer_bytes": host_bytes,
         "bound": "compute" if compute_s >= memory_s else "memory",
         "flops": cost.flops,
         "xla_flops_loops_once": cost.xla_flops,
         "custom_call_flops": cost.custom_call_flops,
-        "bytes_accessed": cost.bytes_accessed,
+        "bytes_accessed": bytes_moved,
+        # XLA's HloCostAnalysis count (every operand whole: a loop's stacked buffers per trip)
+        "xla_bytes_accessed": cost.bytes_accessed,
         "collective_bytes": sum(c.bytes_per_step for c in colls),
         "collectives": rows,
+        "kernel_classes": classes,
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
-        # the rate all FLOPs together run at (flops / compute_s), and the rates it is made of
-        "peak_flops": cost.flops / compute_s if compute_s else perf.bf16_flops,
+        # the rate all FLOPs together run at (flops / their peak time), and the peak rates it is made of
+        "peak_flops": cost.flops / sum(r["time_s"] for r in peaks) if peaks else perf.bf16_flops,
         "peak_flops_kind": peaks_text(peaks) or "no FLOPs",
         "compute_peaks": peaks,
         "hbm_bandwidth": perf.hbm_bandwidth,
         "intra_host_bandwidth": perf.intra_host_bandwidth,
         "inter_host_bandwidth": perf.inter_host_bandwidth,
         "host_bandwidth": perf.host_bandwidth,
+        "rate_sources": dict(RATE_SOURCES),
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }
+
+
+# -- achieved rates: what kernels of each class reach, from public measurements ---------------------
+#
+# Each constant is (low, central, high) with its source; the estimate uses the central value, the
+# band (low_s / high_s) the two ends. None is fitted to the published step times that judge the
+# estimate (benchmarks/steptime_accuracy.py).
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    low: float
+    central: float
+    high: float
+    source: str
+
+
+# cuBLAS(Lt) GEMMs: the Maximum Achievable Matmul FLOPS (MAMF) of a brute-force shape search, as a
+# share of the datasheet peak, by architecture (compute capability major).
+GEMM_FRACTION: dict[int, Rate] = {
+    8: Rate(0.822, 0.859, 0.859, "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul "
+                                 "FLOPS table (mamf-finder.py, BF16): A100 SXM 267.9 of 312 TFLOPS (85.9%), A100 "
+                                 "PCIe 256.4 (82.2%)"),
+    9: Rate(0.801, 0.801, 0.830, "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16): H100 SXM "
+                                 "792.1 of 989 TFLOPS (80.1%, CUDA 12.1), GH200 821.0 (83.0%, CUDA 12.5)"),
+    # no MAMF row for Blackwell in that table: Hopper's, said so in the note
+    10: Rate(0.801, 0.801, 0.830, "no published MAMF for Blackwell: Hopper's (stas00/ml-engineering MAMF table, "
+                                  "H100 SXM 80.1%, GH200 83.0%), assumed"),
+}
+# cuDNN fused (flash) attention on H100 SXM5, BF16, head dim 128, sequence 2k-16k: FlashAttention-3
+# (Shah et al. 2024, arXiv:2407.08608), figures "Attention forward/backward speed, head dim 128 (H100 80GB
+# SXM5)", cuDNN bars: forward 595-617 TFLOPS, backward 465-518 TFLOPS (FLOPs counted as here: causal
+# masks halve them). As a share of the 989 TFLOPS peak, and applied to other cards' bf16 peak.
+ATTENTION_FWD_FRACTION = Rate(595 / 989.4, 605 / 989.4, 617 / 989.4,
+                              "FlashAttention-3 (arXiv:2407.08608) forward, head dim 128, H100 SXM5: cuDNN "
+                              "595-617 TFLOPS at 2k-16k tokens")
+ATTENTION_BWD_FRACTION = Rate(465 / 989.4, 505 / 989.4, 518 / 989.4,
+                              "FlashAttention-3 (arXiv:2407.08608) backward, head dim 128, H100 SXM5: cuDNN "
+                              "465-518 TFLOPS at 2k-16k tokens")
+# memory-bound kernels: a STREAM-like copy / triad reaches ~85-92% of the datasheet HBM bandwidth
+HBM_FRACTION = Rate(0.85, 0.88, 0.92, "NVIDIA/cccl PR #9881, cub::DeviceTransform babelstream benchmarks: 87-88% "
+                                      "of peak memory bandwidth at 2^24-2^28 elements; STREAM-like GPU copies "
+                                      "generally 85-92%")
+# the shortest a kernel takes: launch and tail. A kernel of 2.9 us ran back to back at 3.4-3.8 us per
+# kernel (NVIDIA developer blog "Getting Started with CUDA Graphs", 2019: with and without graphs)
+LAUNCH_FLOOR_S = Rate(2.0e-6, 3.0e-6, 3.8e-6, "NVIDIA developer blog 'Getting Started with CUDA Graphs' "
+                                             "(2019): 3.4-3.8 us per short kernel launched back to back")
+# NCCL's bus bandwidth as a share of the one-way link rate: NVLink 4 reaches ~370 of 450 GB/s
+# (protocol overhead ~20%: ring all-gather / reduce-scatter, NCCL_ALGO=RING all-reduce); NVLink SHARP
+# (NVLS) all-reduce on 8 H100 ~480 GB/s bus bandwidth. InfiniBand NDR 400 Gb/s: 46-48 GB/s per NIC.
+NVLINK_FRACTION = Rate(0.78, 0.82, 0.84, "NVIDIA/nccl-tests issue #212 (NCCL maintainer): 450 GB/s line rate, "
+                                         "~370 GB/s effective NVLink bus bandwidth with NCCL's protocol overhead")
+NVLS_ALLREDUCE_FRACTION = Rate(0.98, 1.05, 1.067, "NVIDIA/nccl-tests issues #212 and #290: NVLS all-reduce peak "
+                                                  "bus bandwidth ~476-480 GB/s on 8 H100 (of 450 GB/s one way)")
+NETWORK_FRACTION = Rate(0.92, 0.94, 0.96, "NVIDIA/nccl-tests issue #290 (NVIDIA): 46-48 GB/s per NDR 400 Gb/s NIC")
+# a collective's fixed cost (ring set-up, synchronisation): small-message rows of nccl-tests, e.g. a
+# 2 MiB all-reduce between two H100 hosts takes 93-113 us at 18-22 GB/s (NVIDIA/nccl-tests issue #232)
+COLLECTIVE_LATENCY_S = {"intra": Rate(8e-6, 12e-6, 20e-6, "nccl-tests small-message latency within an NVLink host"),
+                        "network": Rate(20e-6, 30e-6, 50e-6, "NVIDIA/nccl-tests issue #232: 2 MiB all-reduce "
+                                                             "across two hosts 93-113 us")}
+# wave quantization: a GEMM's output is cut into tiles, one per SM at a time; the last wave runs partly
+# empty (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
+# quantization). cuBLAS's large-GEMM tiles on Hopper/Ampere: 128 x 256 (the guide's example size).
+GEMM_TILE = (128, 256)
+
+RATE_SOURCES = {
+    "gemm": "GEMM_FRACTION (by architecture) x wave quantization (NVIDIA Deep Learning Performance Guide)",
+    "attention": ATTENTION_FWD_FRACTION.source + "; " + ATTENTION_BWD_FRACTION.source,
+    "memory": HBM_FRACTION.source,
+    "launch": LAUNCH_FLOOR_S.source,
+    "nvlink": NVLINK_FRACTION.source,
+    "nvls": NVLS_ALLREDUCE_FRACTION.source,
+    "network": NETWORK_FRACTION.source,
+    "latency": COLLECTIVE_LATENCY_S["network"].source,
+}
+# NVLink SHARP needs an NVSwitch with multicast (Hopper and later, 4+ GPUs): these catalogue cards
+_NVLS_CARDS = frozenset({"h100", "h200", "b200", "gh200", "gb200"})
+
+
+def _pick(r: Rate, end: str) -> float:
+    return {"low": r.low, "central": r.central, "high": r.high}[end]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """The achieved rates of one card at one end of the band ("fast": every rate at its high end,
+    "central", "slow": every rate at its low end)."""
+
+    gemm_fraction: float
+    attn_fwd: float         # FLOP/s
+    attn_bwd: float
+    hbm: float              # bytes/s
+    launch_s: float
+    nvlink_fraction: float
+    nvls_fraction: float
+    network_fraction: float
+    latency_intra_s: float
+    latency_network_s: float
+    sm_count: int
+    nvls: bool
+
+
+def rates(gpu: str, perf, end: str = "central") -> Rates:
+    """The achieved rates of catalogue card `gpu` (`end`: fast, central or slow)."""
+    from jaxmem.compiler import targets
+
+    spec = targets.CATALOGUE.get(gpu)
+    major = spec.compute_capability[0] if spec is not None else 9
+    fast = {"fast": "high", "central": "central", "slow": "low"}[end]
+    slow = {"fast": "low", "central": "central", "slow": "high"}[end]   # for times: fast = the short end
+    gemm = GEMM_FRACTION.get(major, GEMM_FRACTION[9])
+    return Rates(
+        gemm_fraction=_pick(gemm, fast),
+        attn_fwd=_pick(ATTENTION_FWD_FRACTION, fast) * perf.bf16_flops,
+        attn_bwd=_pick(ATTENTION_BWD_FRACTION, fast) * perf.bf16_flops,
+        hbm=_pick(HBM_FRACTION, fast) * perf.hbm_bandwidth,
+        launch_s=_pick(LAUNCH_FLOOR_S, slow),
+        nvlink_fraction=_pick(NVLINK_FRACTION, fast),
+        nvls_fraction=_pick(NVLS_ALLREDUCE_FRACTION, fast),
+        network_fraction=_pick(NETWORK_FRACTION, fast),
+        latency_intra_s=_pick(COLLECTIVE_LATENCY_S["intra"], slow),
+        latency_network_s=_pick(COLLECTIVE_LATENCY_S["network"], slow),
+        sm_count=spec.core_count if spec is not None else 132,
+        nvls=gpu in _NVLS_CARDS,
+    )
+
+
+def wave_efficiency(dims: tuple[int, int, int, int] | None, sm_count: int) -> float:
+    """The share of SM time a GEMM's tiles fill: tiles / (waves x SMs) (1.0 when its shape is unknown)."""
+    if not dims:
+        return 1.0
+    batch, m, n, _ = dims
+    tm, tn = GEMM_TILE
+    tiles = max(batch, 1) * -(-max(m, 1) // tm) * -(-max(n, 1) // tn)
+    waves = -(-tiles // sm_count)
+    return tiles / (waves * sm_count)
+
+
+def kernel_time(k, perf, r: Rates) -> float:
+    """Seconds one run of kernel `k` (kernels.Kernel, not a collective) takes: the longer of its math at
+    its class's achieved rate and its bytes at the achieved HBM bandwidth, never below the launch floor."""
+    memory = k.bytes / r.hbm
+    if k.klass == "gemm":
+        kind, passes = k.dot_kind or ("bf16", 1)
+        field, _ = _PEAKS[kind]
+        peak = getattr(perf, field) or perf.bf16_flops
+        rate = peak * r.gemm_fraction * wave_efficiency(k.gemm_dims, r.sm_count)
+        if kind in ("fp32", "other"):
+            rate = peak   # CUDA-core math: the datasheet rate (no MAMF measured for it)
+        math_s = k.flops * passes / rate
+    elif k.klass == "attention":
+        math_s = k.flops / (r.attn_bwd if k.backward else r.attn_fwd)
+    else:
+        math_s = 0.0
+    return max(math_s, memory, r.launch_s)
+
+
+def collective_time(c: Collective, perf, r: Rates, devices_per_host: int, nvls: bool) -> tuple[float, str]:
+    """Seconds one execution of collective `c` takes, and the link it crosses: latency + ring wire
+    bytes over NCCL's bus bandwidth on that link (NVLS for an all-reduce inside an NVSwitch host)."""
+    if c.group_size <= 1:
+        return 0.0, "none"
+    link, bw = _link(c, devices_per_host, perf)
+    wire = _wire_factor(c) * c.bytes
+    if link == "network":
+        busbw = bw * r.network_fraction
+        latency = r.latency_network_s
+    elif nvls and c.kind == "all-reduce" and c.group_size >= 4:
+        busbw, latency, link = bw * r.nvls_fraction, r.latency_intra_s, link + " (NVLS)"
+    else:
+        busbw, latency = bw * r.nvlink_fraction, r.latency_intra_s
+    return latency + wire / busbw, link
+
+
+def communication_rows(colls: list[Collective], perf, r: Rates, devices_per_host: int) -> list[dict]:
+    """One row per (kind, mesh axes, link) with its count, bytes, wire bytes and busy time per step, at
+    NCCL's measured bus bandwidths (:func:`collective_time`), longest first."""
+    rows: dict[tuple, dict] = {}
+    for c in colls:
+        t, link = collective_time(c, perf, r, devices_per_host, r.nvls)
+        key = (c.kind, c.axes, link)
+        row = rows.setdefault(key, {"kind": c.kind, "axes": list(c.axes), "link": link, "count": 0, "bytes": 0,
+                                    "wire_bytes": 0.0, "time_s": 0.0})
+        row["count"] += c.count_in_loop
+        row["bytes"] += c.bytes_per_step
+        row["wire_bytes"] += _wire_factor(c) * c.bytes_per_step
+        row["time_s"] += t * c.count_in_loop
+    for row in rows.values():
+        row["wire_bytes"] = int(row["wire_bytes"])
+    return sorted(rows.values(), key=lambda r: -r["time_s"])
+
+
+_START_DONE = {"all-gather-done", "all-reduce-done", "reduce-scatter-done", "collective-permute-done", "async-done",
+               "fusion-done", "copy-done", "send-done", "recv-done"}
+
+
+def simulate(module: hlo_text.Module, ks: list, colls: list[Collective], perf, r: Rates,
+             devices_per_host: int) -> dict[str, Any]:
+    """The step's time with overlap as XLA scheduled it.
+
+    Each computation runs its instructions in the printed (scheduled) order on two streams: kernels on
+    the compute stream, collectives on the communication stream. An async collective starts when its
+    ``*-start`` is reached (and the communication stream is free) and is waited for at its ``*-done``:
+    it hides behind exactly the compute XLA placed between the two. A synchronous collective waits for
+    both streams. A ``while`` runs its body trip-count times; a conditional its longest branch.
+    """
+    by_kernel = {(k.computation, k.name): k for k in ks}
+    coll_by = {(c.computation, c.name): c for c in colls}
+    times: dict[tuple[str, str], float] = {}
+    memo: dict[str, float] = {}
+
+    def kt(k) -> float:
+        key = (k.computation, k.name)
+        if key not in times:
+            times[key] = kernel_time(k, perf, r)
+        return times[key]
+
+    def run(cname: str) -> float:
+        if cname in memo:
+            return memo[cname]
+        comp = module.computations.get(cname)
+        if comp is None:
+            return 0.0
+        tc = tm = 0.0
+        ends: dict[str, float] = {}
+        for ins in comp.instructions:
+            key = (cname, ins.name)
+            if key in coll_by:
+                c = coll_by[key]
+                t, _ = collective_time(c, perf, r, devices_per_host, r.nvls)
+                if ins.opcode.endswith("-start") or ins.opcode == "async-start":
+                    start = max(tc, tm)
+                    tm = start + t
+                    ends[ins.name] = tm
+                else:
+                    tc = tm = max(tc, tm) + t
+                continue
+            if ins.opcode in _START_DONE:
+                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                if ops and ops[0] in ends:
+                    tc = max(tc, ends.pop(ops[0]))
+                continue
+            if ins.opcode == "while":
+                called = dict(ins.called)
+                trips = module.trip_counts.get(ins.name) or 1
+                body, cond = called.get("body"), called.get("condition")
+                # a collective started before the loop may run on behind it (XLA schedules some so)
+                tc = tc + trips * (run(body) if body else 0.0) + (trips + 1) * (run(cond) if cond else 0.0)
+                continue
+            if ins.opcode in ("conditional", "call"):
+                branches = [c for a, c in ins.called if c in module.computations and a != "to_apply"] \
+                    if ins.opcode == "conditional" else [c for _, c in ins.called if c in module.computations]
+                if branches:
+                    tc += max(run(b) for b in branches)
+                continue
+            k = by_kernel.get(key)
+            if k is not None and k.klass != "collective":
+                tc += kt(k)
+        out = max(tc, tm, *ends.values()) if ends else max(tc, tm)
+        memo[cname] = out
+        return out
+
+    step = run(module.entry)
+    busy: dict[str, float] = defaultdict(float)     # class -> seconds its kernels run per step
+    for k in ks:
+        if k.klass != "collective":
+            busy[k.klass] += kt(k) * k.runs
+    for c in colls:
+        busy["collective"] += collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop
+    return {"step_s": step, "busy": dict(busy)}
+
+
+def band(st: dict | None) -> tuple[float, float, float] | None:
+    """(estimate, low, high) of a report's step_time (low = high = estimate for a report saved before
+    the band), or None without an estimate."""
+    if not st or not st.get("available"):
+        return None
+    e = st["estimate_s"]
+    return e, st.get("low_s", e), st.get("high_s", e)
+
+
+def tied_with(bands: list[tuple[float, float, float] | None]) -> list[int | None]:
+    """For rows ranked by their estimates (fastest first): for each row, the index of the first row
+    above it whose band overlaps its own (the two are tied: their order is within the model's own
+    spread), or None. Rows without an estimate tie with nothing."""
+    out: list[int | None] = []
+    for i, b in enumerate(bands):
+        hit = None
+        if b is not None:
+            for j in range(i):
+                o = bands[j]
+                if o is not None and o[1] <= b[2] and b[1] <= o[2]:
+                    hit = j
+                    break
+        out.append(hit)
+    return out
 
 
 def check_precision(precision: str, step_time: dict) -> list[ReportWarning]:

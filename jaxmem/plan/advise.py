@@ -85,7 +85,10 @@ class Candidate:
     def label(self) -> str:
         if not self.changes:
             return "as given"
-        return ", ".join(_describe(k, v) for k, v in self.changes)
+        # a mesh is named as the command compiles it (a context change combined with more devices runs
+        # the devices' mesh, not the context probe's)
+        mesh = getattr(self.options, "mesh", None)
+        return ", ".join(_describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v) for k, v in self.changes)
 
     @property
     def fits(self) -> bool:
@@ -212,8 +215,8 @@ class Advice:
                 "candidates": [row(c) for c in self.candidates],
                 "fitting": len(self.fitting), "closest": row(closest) if closest is not None else None,
                 "compiles": self.compiles, "cached": self.cached, "seconds": round(self.seconds, 1),
-                "step_time_rule": "estimates: max(compute, memory) + communication at the card's published peak "
-                                  "rates (see each candidate's step_time.rule)"}
+                "step_time_rule": "estimates: the per-kernel model at measured rates, with a band (low_s-high_s); "
+                                  "rows whose bands overlap are tied (see each candidate's step_time.rule)"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -46,10 +46,26 @@ def _scale(cells) -> int:
     return max(tops, default=1) or 1
 
 
-def bars_svg(cells, width: int = 980) -> str:
-    """The rows' stacked bars against their usable memory, as one SVG."""
+def step_band(report) -> tuple[float, float, float] | None:
+    """(estimate, low, high) seconds of a row's estimated step time, or None."""
+    from jaxmem.compiler.steptime import band
+
+    return band(report.step_time if report is not None else None)
+
+
+def _step_scale(cells) -> float:
+    return max((b[2] for c in cells if (b := step_band(c.report)) is not None), default=0.0)
+
+
+def bars_svg(cells, width: int = 1160) -> str:
+    """The rows' stacked bars against their usable memory, and beside each its estimated step time with
+    its band (the rows are chosen by time), as one SVG."""
+    from jaxmem.units import fmt_seconds
+
     cells = list(cells)
-    row_h, pad_l, pad_r, top = 34, 300, 150, 34
+    row_h, pad_l, pad_r, top = 34, 300, 330, 34
+    step_x, step_w = width - 170, 120   # the step-time strip, right of the verdicts
+    tmax = _step_scale(cells)
     height = top + row_h * len(cells) + 30
     plot_w = width - pad_l - pad_r
     scale = _scale(cells)
@@ -81,12 +97,26 @@ def bars_svg(cells, width: int = 980) -> str:
             ux = pad_l + plot_w * usable / scale
             out.append(f'<line class="usable" x1="{ux:.1f}" x2="{ux:.1f}" y1="{y}" y2="{y + row_h - 2}" '
                        f'stroke="#cf222e" stroke-width="2.5"><title>usable {e(fmt_bytes(usable))}</title></line>')
+        b = step_band(r)
+        if b is not None and tmax > 0:
+            est, lo, hi = b
+            x0, x1, xe = (step_x + step_w * v / tmax for v in (lo, hi, est))
+            out.append(f'<rect class="step-band" x="{x0:.1f}" y="{y + 8}" width="{max(x1 - x0, 1):.1f}" '
+                       f'height="{row_h - 18}" fill="#d0d7de"><title>step time band {e(fmt_seconds(lo))}-'
+                       f'{e(fmt_seconds(hi))}</title></rect>'
+                       f'<line class="step" x1="{xe:.1f}" x2="{xe:.1f}" y1="{y + 4}" y2="{y + row_h - 6}" '
+                       f'stroke="#0969da" stroke-width="2.5"><title>step time (estimate) {e(fmt_seconds(est))}'
+                       f'</title></line>'
+                       f'<text x="{step_x + step_w + 4}" y="{y + 18}" font-size="11">{e(fmt_seconds(est))}</text>')
         verdict = "" if r.fits is None else (" fits" if r.fits else " does not fit")
         out.append(f'<text x="{pad_l + plot_w + 8}" y="{y + 18}" font-size="12" '
                    f'fill="{"#1a7f37" if r.fits else "#cf222e" if r.fits is False else "#1f2328"}">'
                    f'{e(fmt_bytes(r.per_device_peak_bytes))}{verdict}</text>')
+    if tmax > 0:
+        out.append(f'<text x="{step_x}" y="18" font-size="12">step time (estimate, band)</text>')
     out.append(f'<text x="{pad_l}" y="{height - 8}" font-size="11" fill="#57606a">per-device bytes at the peak; '
-               f'the red line on each bar: the memory JAX may use on that row\'s card</text></svg>')
+               f'the red line on each bar: the memory JAX may use on that row\'s card; right: the estimated step '
+               f'time (blue) and its band (grey), one scale for all rows</text></svg>')
     return "".join(out)
 
 
@@ -212,9 +242,25 @@ def write_png(cells, path, *, dpi: int = 110) -> Path:
     cells = list(cells)
     rows = searched(cells)
     with matplotlib.rc_context({"text.parse_math": False}):   # labels are the user's text: a `$` stays a `$`
-        fig = Figure(figsize=(11, 1.2 + 0.45 * len(cells) + (3.6 if rows else 0)), dpi=dpi, layout="constrained")
-        axes = fig.subplots(2, 1, height_ratios=[0.45 * len(cells) + 0.6, 3.4]) if rows else [fig.subplots(1, 1)]
+        fig = Figure(figsize=(13, 1.2 + 0.45 * len(cells) + (3.6 if rows else 0)), dpi=dpi, layout="constrained")
+        mosaic = [["bars", "step"], ["curves", "curves"]] if rows else [["bars", "step"]]
+        named = fig.subplot_mosaic(mosaic, width_ratios=[3.2, 1],
+                                   height_ratios=[0.45 * len(cells) + 0.6, 3.4] if rows else None)
+        axes = [named["bars"], named["curves"]] if rows else [named["bars"]]
         ax = axes[0]
+        sx = named["step"]
+        tmax = _step_scale(cells)
+        for i, c in enumerate(cells):
+            b = step_band(c.report)
+            if b is None:
+                continue
+            est, lo, hi = b
+            sx.barh([i], [hi - lo], left=lo, color="#d0d7de", height=0.5)
+            sx.plot([est, est], [i - 0.35, i + 0.35], color="#0969da", linewidth=2.2)
+        sx.set_ylim(len(cells) - 0.5, -0.5)
+        sx.set_yticks([])
+        sx.set_xlim(0, tmax * 1.05 if tmax else 1)
+        sx.set_xlabel("step time, estimate (s): blue; band: grey")
         scale = _scale(cells) / 2**30
         labelled: set[str] = set()
         for i, c in enumerate(cells):

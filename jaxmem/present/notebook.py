@@ -88,8 +88,10 @@ def _verdict_cell(r) -> str:
 
 
 def _step(r) -> str:
-    st = (r.step_time or {}) if r is not None else {}
-    return fmt_seconds(st.get("estimate_s")) if st.get("available") else "-"
+    """The estimated step time with its band, `412 ms (398-431 ms)`."""
+    from jaxmem.present.render import _step_estimate
+
+    return _step_estimate(r)
 
 
 def rows_html(cells) -> str:

@@ -100,9 +100,29 @@ def runtime_lines(r) -> list[str]:
     return lines
 
 
-def _step_estimate(r: Report) -> str:
-    st = r.step_time or {}
-    return fmt_seconds(st["estimate_s"]) if st.get("available") else "-"
+def _step_estimate(r: Report | None) -> str:
+    """`412 ms (398-431 ms)`: the estimate and its band (the spread of the rates it rests on)."""
+    from jaxmem.compiler.steptime import band
+
+    b = band((r.step_time or {}) if r is not None else None)
+    if b is None:
+        return "-"
+    e, lo, hi = b
+    return fmt_seconds(e) if lo == hi else f"{fmt_seconds(e)} ({fmt_seconds(lo)}-{fmt_seconds(hi)})"
+
+
+def _time_ranks(reports: list) -> dict[int, str]:
+    """id(report) -> its rank by estimated step time, fastest first: `1`, `2`, `=2` (tied with row
+    2: the bands overlap), for the reports with an estimate."""
+    from jaxmem.compiler.steptime import band, tied_with
+
+    have = sorted((r for r in reports if r is not None and band(r.step_time) is not None),
+                  key=lambda r: r.step_time["estimate_s"])
+    ties = tied_with([band(r.step_time) for r in have])
+    out: dict[int, str] = {}
+    for i, r in enumerate(have):
+        out[id(r)] = str(i + 1) if ties[i] is None else f"={ties[i] + 1}"
+    return out
 
 
 def _peaks(st: dict) -> str:
@@ -122,15 +142,20 @@ def step_time_lines(st: dict) -> list[str]:
         return [f"step time: no estimate ({st.get('reason', 'unavailable')})"]
     comm = ", ".join(f"{c['kind']} {fmt_seconds(c['time_s'])} over {'+'.join(c['axes']) or '-'} ({c['link']})"
                      for c in st["collectives"] if c["time_s"] > 0)
-    return [f"step time (estimate): {fmt_seconds(st['estimate_s'])} = max(compute {fmt_seconds(st['compute_s'])}, "
-            f"memory {fmt_seconds(st['memory_s'])}) + communication {fmt_seconds(st['communication_s'])}"
-            + (f" [{comm}]" if comm else "")
+    if "kernel_classes" not in st:   # a report saved before the per-kernel model
+        return [f"step time (estimate): {fmt_seconds(st['estimate_s'])} = max(compute {fmt_seconds(st['compute_s'])}, "
+                f"memory {fmt_seconds(st['memory_s'])}) + communication {fmt_seconds(st['communication_s'])}"
+                + (f" [{comm}]" if comm else "") + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped"]
+    classes = ", ".join(f"{c['class']} {fmt_seconds(c['time_s'])} ({c['launches']:,} launches)"
+                        for c in st["kernel_classes"])
+    return [f"step time (estimate): {fmt_seconds(st['estimate_s'])}, band {fmt_seconds(st['low_s'])}-"
+            f"{fmt_seconds(st['high_s'])}: kernels busy {classes}; communication exposed "
+            f"{fmt_seconds(st['exposed_communication_s'])}" + (f" [{comm}]" if comm else "")
             + (f" + host transfers {fmt_seconds(st['host_transfer_s'])} ({si(st['host_transfer_bytes'], 'B')} "
-               "over PCIe)" if st.get("host_transfer_s") else "")
-            + f"; {fmt_seconds(st['overlapped_s'])} if all overlapped",
-            (f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} accessed per device per step "
-             f"(XLA's cost analysis, loops x trip count) at peak {_peaks(st)} "
-             f"and {st['hbm_bandwidth'] / 1e9:,.0f} GB/s; leaves out {st['leaves_out']}")]
+               "over PCIe)" if st.get("host_transfer_s") else ""),
+            (f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} moved per device per step (each "
+             f"kernel's own reads and writes, loops x trip count); each kernel class at its measured rate "
+             f"(peaks: {_peaks(st)}); leaves out {st['leaves_out']}")]
 
 
 def finetune_lines(r: Report) -> list[str]:
@@ -331,13 +356,14 @@ def render_comparison(cells, console: Console | None = None) -> None:
         table.add_column(a)
     find = next((c.search for c in cells if getattr(c, "search", None) is not None), None)
     found_col = () if find is None else (_FOUND_COLUMN.get(find.kind, f"max {find.arg}"),)
-    for col in ("peak", "state", "acts+temps", "fits", "headroom", "step (est.)") + found_col:
+    for col in ("peak", "state", "acts+temps", "fits", "headroom", "step (est., band)", "time rank") + found_col:
         table.add_column(col, justify="right")
     ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
+    time_rank = _time_ranks([c.report for c in cells])
     for c in ranked:
         values = [str(c.choice.get(a, "-")) for a in axes]
         if c.report is None:
-            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", "-", *(("-",) if find else ()))
+            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", "-", "-", *(("-",) if find else ()))
             continue
         b = c.report.breakdown
         state = b["params"] + b["optimizer_state"] + b["gradients"]
@@ -345,7 +371,7 @@ def render_comparison(cells, console: Console | None = None) -> None:
             verdict_of(c.report) or "", "-")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
                       fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
-                      _step_estimate(c.report), *((_found(c),) if find else ()))
+                      _step_estimate(c.report), time_rank.get(id(c.report), "-"), *((_found(c),) if find else ()))
     console.print(table)
     if find is not None:
         console.print("[dim]a searched row's peak is the analysis at its answer (at the first value tried when "
@@ -362,8 +388,9 @@ def render_comparison(cells, console: Console | None = None) -> None:
     for t in dict.fromkeys(c.report.target for c in done):
         console.print(f"[dim]{t.description}, {t.devices} devices; usable {fmt_bytes(t.usable_bytes)} "
                       f"({t.usable_note})[/dim]")
-        console.print("[dim]step (est.): an estimated step time, max(compute, memory) + communication at the card's "
-                      "peak rates (jaxmem analyze prints its parts and rule)[/dim]")
+        console.print("[dim]step (est., band): an estimated step time and its band (the spread of the measured "
+                      "rates it rests on); time rank: fastest first, =k where the band overlaps row k's (tied: "
+                      "their order is not known); jaxmem analyze prints the parts and rule[/dim]")
 
 
 def render_advice(a, console: Console | None = None) -> None:
@@ -386,15 +413,19 @@ def render_advice(a, console: Console | None = None) -> None:
                       title_justify="left")
         just: JustifyMethod
         for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
-                          ("step (est.)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
+                          ("step (est., band)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
             table.add_column(col, justify=just)
+        from jaxmem.compiler.steptime import band, tied_with
+
+        ties = tied_with([band(c.report.step_time if c.report is not None else None) for c in fitting])
         for i, c in enumerate(fitting, 1):
             rel, gs = a.relative(c), c.gpu_seconds
             tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
                      else "")
-            table.add_row(str(i), escape(c.label), fmt_bytes(c.peak), fmt_bytes(c.headroom) + tight,
-                          _step_estimate(c.report),
-                          "-" if rel is None else f"x{rel:.2f}", "-" if gs is None else fmt_seconds(gs))
+            tie = "" if ties[i - 1] is None else f" [yellow]tied with #{ties[i - 1] + 1}[/yellow]"
+            table.add_row(str(i), escape(c.label) + tie, fmt_bytes(c.peak), fmt_bytes(c.headroom) + tight,
+                          _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
+                          "-" if gs is None else fmt_seconds(gs))
         console.print(table)
         for i, c in enumerate(fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
@@ -420,5 +451,5 @@ def render_advice(a, console: Console | None = None) -> None:
         console.print(f"[dim]not compiled ({c.status}): {escape(c.label)}: {escape(c.error or '')}[/dim]")
     console.print(f"[dim]{a.compiles} compiles ({a.cached} from the cache) in {a.seconds:.0f} s; "
                   f"{len(a.candidates) - len(fitting) - len(failed)} compiled changes do not fit (--json lists all). "
-                  "Step times are estimates: max(compute, memory) + communication at the card's published peak "
-                  "rates (jaxmem analyze prints the parts).[/dim]")
+                  "Step times are estimates with a band (the spread of the measured rates they rest on); rows whose "
+                  "bands overlap are tied: their order is not known (jaxmem analyze prints the parts).[/dim]")

@@ -1,0 +1,310 @@
+"""The kernels a compiled step launches, each with the HBM bytes it really moves and its FLOPs.
+
+XLA's ``HloCostAnalysis`` charges an instruction every byte of its operands and result. Inside a
+scanned model that is wrong by the trip count: each iteration's ``dynamic-update-slice`` into a
+stacked ``(layers, ...)`` residual buffer, and each ``dynamic-slice`` reading one layer's weights
+out of the stacked parameters, would move the whole stack, so the bytes grow with the square of the
+layer count. XLA's GPU emitters do not: an in-place update writes its update, a slice reads its
+slice (XLA's own GPU cost model, ``GpuHloCostAnalysis``, counts fusion operands by how much of them
+is read for the same reason). Here, per kernel of the optimized, scheduled program:
+
+* a fusion (or a ``fusion-start``: XLA's async dynamic-slice fusions) reads each operand once,
+  except an operand it only slices (``dynamic-slice`` / ``slice`` / ``gather`` of it inside the
+  fusion: the slices' bytes) and the buffer a root ``dynamic-update-slice`` or ``scatter`` updates
+  in place (aliased: not read; the update is written, not the buffer); it writes its results, the
+  in-place ones as their updates;
+* a bare ``dynamic-update-slice`` reads and writes its update; a bare ``dynamic-slice`` / ``slice``
+  reads and writes its result; a ``copy`` (XLA already elided the ones it could) reads and writes
+  its result;
+* bitcasts, tuples, ``get-tuple-element``, parameters, constants, control flow (``while``,
+  ``conditional``, ``call``) and async ``*-done`` halves launch nothing and move nothing;
+* collectives are costed on their links (:mod:`jaxmem.compiler.steptime`), copies to and from
+  pinned host memory over PCIe (``steptime.host_transfer_bytes``), not here;
+* a kernel in a loop body runs once per trip (``Module.multiplicity``).
+
+The kernel classes the step-time model rates differently: ``gemm`` (cuBLAS / cuBLASLt custom calls,
+Triton GEMM fusions, any fusion holding a dot), ``attention`` (cuDNN fused attention), ``memory``
+(every other fusion and unfused op: element-wise, reductions, copies, slices), ``collective``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import defaultdict
+from functools import cached_property
+
+from jaxmem.xla import hlo_text
+
+# launch nothing, move nothing (their bytes are other instructions' buffers)
+_FREE = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional", "call",
+    "after-all", "partition-id", "replica-id", "opt-barrier", "optimization-barrier", "add-dependency",
+    "domain", "fusion-done", "async-done", "copy-done", "all-gather-done", "all-reduce-done",
+    "collective-permute-done", "reduce-scatter-done", "send-done", "recv-done", "get-dimension-size",
+    "iota",   # XLA folds iotas into their users' fusions; a bare one is cheap
+})
+COLLECTIVE_OPS = frozenset({
+    "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "reduce-scatter-start",
+    "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
+    "send", "recv",
+})
+_HOST = frozenset({"copy-start"})   # host offload copies: steptime.host_transfer_bytes
+_SLICERS = frozenset({"dynamic-slice", "slice", "gather"})
+_PASS = frozenset({"bitcast", "reshape", "get-tuple-element"})   # views of a parameter, not reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One launch site of the step: an instruction of a computation that runs `runs` times a step."""
+
+    name: str
+    computation: str
+    opcode: str
+    klass: str              # gemm | attention | memory | collective
+    runs: int               # executions per step (the enclosing loops' trip counts)
+    bytes: float            # HBM bytes one execution moves (read + written)
+    flops: float = 0.0      # dot / attention FLOPs of one execution (0 for memory-bound kernels)
+    dot_kind: tuple[str, int] | None = None     # (kind, passes): steptime.dot_kind of its dots
+    gemm_dims: tuple[int, int, int, int] | None = None   # (batch, m, n, k) of its largest dot
+    backward: bool = False  # attention: the backward kernel
+
+
+def _operand_names(ins: hlo_text.Instruction) -> list[str]:
+    return re.findall(r"%([\w.\-]+)", ins.operands)
+
+
+def _param_index(ins: hlo_text.Instruction) -> int | None:
+    m = re.match(r"\s*(\d+)", ins.operands)
+    return int(m.group(1)) if m else None
+
+
+def _array_bytes(shape) -> int:
+    """Bytes of a shape, leaving out cuBLAS / cuDNN workspace (the trailing s8/u8 array of a custom
+    call's result tuple is scratch, not HBM traffic worth a read and a write)."""
+    if isinstance(shape, tuple):
+        parts = list(shape)
+        if len(parts) > 1 and isinstance(parts[-1], hlo_text.Array) and parts[-1].dtype in ("s8", "u8"):
+            parts = parts[:-1]
+        return sum(hlo_text.shape_bytes(p) for p in parts)
+    return hlo_text.shape_bytes(shape)
+
+
+class _Fused:
+    """Facts about one fused computation: its root(s), its parameters' users."""
+
+    def __init__(self, comp: hlo_text.Computation):
+        self.comp = comp
+        by_name = {i.name: i for i in comp.instructions}
+        self.by_name = by_name
+        root_name = None
+        for line in comp.lines:
+            m = re.match(r"^\s*ROOT\s+%?([\w.\-]+)\s+=", line)
+            if m:
+                root_name = m.group(1)
+        self.root = by_name.get(root_name) if root_name else (comp.instructions[-1] if comp.instructions else None)
+        self.users: dict[str, list[hlo_text.Instruction]] = defaultdict(list)
+        for i in comp.instructions:
+            for n in _operand_names(i):
+                self.users[n].append(i)
+        self.params = {idx: i for i in comp.instructions if i.opcode == "parameter"
+                       and (idx := _param_index(i)) is not None}
+
+    def source_param(self, name: str) -> int | None:
+        """The parameter index `name` is a view of (through bitcasts / reshapes), or None."""
+        seen = 0
+        while name in self.by_name and seen < 64:
+            ins = self.by_name[name]
+            if ins.opcode == "parameter":
+                return _param_index(ins)
+            if ins.opcode not in _PASS:
+                return None
+            ops = _operand_names(ins)
+            if not ops:
+                return None
+            name, seen = ops[0], seen + 1
+        return None
+
+    @cached_property
+    def roots(self) -> list[hlo_text.Instruction]:
+        if self.root is None:
+            return []
+        if self.root.opcode == "tuple":
+            return [self.by_name[n] for n in _operand_names(self.root) if n in self.by_name]
+        return [self.root]
+
+    def in_place(self) -> tuple[dict[int, int], int]:
+        """({aliased parameter index: bytes written into it}, bytes of the other results)."""
+        aliased: dict[int, int] = {}
+        other = 0
+        for r in self.roots:
+            node = r
+            while node.opcode in _PASS and _operand_names(node) and _operand_names(node)[0] in self.by_name:
+                node = self.by_name[_operand_names(node)[0]]
+            ops = _operand_names(node)
+            if node.opcode in ("dynamic-update-slice", "scatter") and ops:
+                p = self.source_param(ops[0])
+                upd = self.by_name.get(ops[1] if node.opcode == "dynamic-update-slice" else ops[-1])
+                if p is not None and upd is not None:
+                    aliased[p] = aliased.get(p, 0) + hlo_text.shape_bytes(upd.shape)
+                    continue
+            other += hlo_text.shape_bytes(r.shape) if isinstance(r.shape, hlo_text.Array) else _array_bytes(r.shape)
+        return aliased, other
+
+    def read_bytes(self, index: int, full: int) -> int:
+        """Bytes of parameter `index` the fusion reads: its slices' if every use slices it, else all."""
+        p = self.params.get(index)
+        if p is None:
+            return full
+        sliced, frontier = 0, [p.name]
+        while frontier:
+            name = frontier.pop()
+            for u in self.users.get(name, ()):
+                if u.opcode in _PASS:
+                    frontier.append(u.name)
+                elif u.opcode in _SLICERS and _operand_names(u)[:1] == [name]:
+                    sliced += hlo_text.shape_bytes(u.shape)
+                elif u.opcode in ("dynamic-update-slice", "scatter") and _operand_names(u)[:1] == [name]:
+                    pass    # the buffer updated in place: not read
+                else:
+                    return full
+        return min(sliced, full)
+
+
+def _reachable(module: hlo_text.Module, root: str) -> list[str]:
+    return module.reachable(root)
+
+
+def control_computations(module: hlo_text.Module) -> set[str]:
+    """Computations whose instructions are launched as kernels: the entry, loop bodies and conditions,
+    conditional branches and called computations (not fusion bodies or reducers)."""
+    out, stack = set(), [module.entry]
+    while stack:
+        name = stack.pop()
+        if name in out or name not in module.computations:
+            continue
+        out.add(name)
+        for ins in module.computations[name].instructions:
+            if ins.opcode in ("while", "conditional", "call"):
+                stack.extend(c for a, c in ins.called if a != "to_apply" or ins.opcode == "call")
+    return out
+
+
+def kernels(module: hlo_text.Module) -> list[Kernel]:
+    """Every kernel launch site of the step with its class, bytes and FLOPs (see the module docstring)."""
+    from jaxmem.compiler import steptime
+
+    mult = module.multiplicity
+    by_name = module.by_name
+    fused_cache: dict[str, _Fused] = {}
+    dots_in: dict[str, list] = defaultdict(list)   # computation -> [(dot instruction, flops, kind)]
+    for ins, flops, kind in steptime._dots(module):
+        dots_in[ins.computation].append((ins, flops, kind))
+
+    def fused(name: str) -> _Fused:
+        if name not in fused_cache:
+            fused_cache[name] = _Fused(module.computations[name])
+        return fused_cache[name]
+
+    def operand_bytes(ins) -> list[int]:
+        return [_array_bytes(by_name[n].shape) if n in by_name else 0 for n in _operand_names(ins)]
+
+    out: list[Kernel] = []
+    for cname in control_computations(module):
+        runs = mult.get(cname, 0)
+        if not runs:
+            continue
+        for ins in module.computations[cname].instructions:
+            op = ins.opcode
+            if op in _FREE or op in _HOST:
+                continue
+            if op in COLLECTIVE_OPS or (op == "async-start" and any(
+                    c in ins.attrs for c in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                                             "collective-permute"))):
+                out.append(Kernel(ins.name, cname, op, "collective", runs, 0.0))
+                continue
+            if op in ("fusion", "fusion-start", "async-start"):
+                callee = dict(ins.called).get("calls")
+                if callee is None or callee not in module.computations:
+                    out.append(Kernel(ins.name, cname, op, "memory", runs, float(sum(operand_bytes(ins)))))
+                    continue
+                f = fused(callee)
+                aliased, written = f.in_place()
+                read = 0
+                for i, b in enumerate(operand_bytes(ins)):
+                    read += 0 if i in aliased else f.read_bytes(i, b)
+                moved = read + written + sum(aliased.values())
+                dots = [d for c in _reachable(module, callee) for d in dots_in.get(c, ())]
+                if dots:
+                    flops = sum(fl for _, fl, _ in dots)
+                    big = max(dots, key=lambda d: d[1])
+                    out.append(Kernel(ins.name, cname, op, "gemm", runs, float(moved), flops, big[2],
+                                      _gemm_dims(module, big[0])))
+                else:
+                    out.append(Kernel(ins.name, cname, op, "memory", runs, float(moved)))
+                continue
+            if op == "custom-call":
+                target = (ins.attr("custom_call_target") or "").strip('"')
+                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
+                if target.startswith("__cudnn$fmha"):
+                    out.append(Kernel(ins.name, cname, op, "attention", runs, moved,
+                                      steptime._custom_call_flops(module, ins), ("bf16", 1), None,
+                                      "Backward" in target))
+                elif target.startswith("__cublas"):
+                    own = dots_in.get(cname, ())
+                    kind = next((k for d, _, k in own if d.name == ins.name), ("bf16", 1))
+                    out.append(Kernel(ins.name, cname, op, "gemm", runs, moved,
+                                      steptime._custom_call_flops(module, ins), kind, _gemm_dims(module, ins)))
+                elif target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
+                                "MoveToDevice", "AllocateBuffer", "annotate_device_placement"):
+                    continue
+                else:
+                    out.append(Kernel(ins.name, cname, op, "memory", runs, moved))
+                continue
+            if op == "dynamic-update-slice":
+                ops = _operand_names(ins)
+                upd = by_name.get(ops[1]) if len(ops) > 1 else None
+                moved = 2.0 * (hlo_text.shape_bytes(upd.shape) if upd is not None else 0)
+            elif op in ("dynamic-slice", "slice", "copy"):
+                moved = 2.0 * _array_bytes(ins.shape)
+            elif op == "dot":
+                own = [d for d in dots_in.get(cname, ()) if d[0].name == ins.name]
+                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
+                if own:
+                    out.append(Kernel(ins.name, cname, op, "gemm", runs, moved, own[0][1], own[0][2],
+                                      _gemm_dims(module, ins)))
+                    continue
+            else:
+                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
+            out.append(Kernel(ins.name, cname, op, "memory", runs, moved))
+    return out
+
+
+def _gemm_dims(module: hlo_text.Module, ins: hlo_text.Instruction) -> tuple[int, int, int, int] | None:
+    """(batch, m, n, k) of a dot or cuBLAS GEMM from its operand shapes and dimension numbers."""
+    from jaxmem.compiler import steptime
+
+    arrays = [a for a in steptime._operand_shapes(module, ins) if isinstance(a, hlo_text.Array)]
+    if len(arrays) < 2:
+        return None
+    if ins.opcode == "dot":
+        dn = {f"{s}_{w}_dimensions": steptime._dims_attr(ins, f"{s}_{w}_dims")
+              for s in ("lhs", "rhs") for w in ("contracting", "batch")}
+    else:
+        dn = ins.backend_config.get("gemm_backend_config", {}).get("dot_dimension_numbers")
+        if dn is None:
+            return None
+    lhs, rhs = arrays[0], arrays[1]
+    lc, rc = steptime._dims(dn, "lhs_contracting_dimensions"), steptime._dims(dn, "rhs_contracting_dimensions")
+    lb, rb = steptime._dims(dn, "lhs_batch_dimensions"), steptime._dims(dn, "rhs_batch_dimensions")
+    batch = math.prod(lhs.dims[i] for i in lb if i < len(lhs.dims))
+    k = math.prod(lhs.dims[i] for i in lc if i < len(lhs.dims))
+    m = math.prod(d for i, d in enumerate(lhs.dims) if i not in lc and i not in lb)
+    n = math.prod(d for i, d in enumerate(rhs.dims) if i not in rc and i not in rb)
+    return batch, m, n, k
+
+
+def bytes_per_step(ks: list[Kernel]) -> float:
+    """HBM bytes the non-collective kernels move per step."""
+    return sum(k.bytes * k.runs for k in ks if k.klass != "collective")
