@@ -167,6 +167,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     def go():
         precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list, "from": from_path})
         from jaxmem.plan import compare as compare_mod
+        from jaxmem.plan import saved_rows
 
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
@@ -181,7 +182,7 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                                     f"--find-devices, or drop {option}")
         if from_path:
             cli_params.only_rendering_beside_from(click.get_current_context())
-            cells = compare_mod.load(from_path, on_note=lambda line: click.echo(line, err=True))
+            cells = saved_rows.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")

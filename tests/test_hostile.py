@@ -250,9 +250,10 @@ def _bounded_range(limit: int):
 ])
 def test_the_default_microbatches_come_from_the_batchs_divisors_not_a_walk_up_to_it(monkeypatch, stages, batch,
                                                                                      data, expect):
-    from jaxmem.program import pipeline_stages
+    from jaxmem.program import divisors, pipeline_stages
 
-    monkeypatch.setattr(pipeline_stages, "range", _bounded_range(10_000), raising=False)
+    for module in (pipeline_stages, divisors):   # the search and the factoring it rests on
+        monkeypatch.setattr(module, "range", _bounded_range(10_000), raising=False)
     assert pipeline_stages.default_microbatches(stages, batch, data) == expect
 
 
