@@ -234,7 +234,7 @@ def kernels(module: hlo_text.Module) -> list[Kernel]:
                 read = 0
                 for i, b in enumerate(operand_bytes(ins)):
                     read += 0 if i in aliased else f.read_bytes(i, b)
-                moved = read + written + sum(aliased.values())
+                moved = float(read + written + sum(aliased.values()))
                 dots = [d for c in _reachable(module, callee) for d in dots_in.get(c, ())]
                 if dots:
                     flops = sum(fl for _, fl, _ in dots)

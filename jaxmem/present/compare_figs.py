@@ -244,7 +244,7 @@ def write_png(cells, path, *, dpi: int = 110) -> Path:
     with matplotlib.rc_context({"text.parse_math": False}):   # labels are the user's text: a `$` stays a `$`
         fig = Figure(figsize=(13, 1.2 + 0.45 * len(cells) + (3.6 if rows else 0)), dpi=dpi, layout="constrained")
         mosaic = [["bars", "step"], ["curves", "curves"]] if rows else [["bars", "step"]]
-        named = fig.subplot_mosaic(mosaic, width_ratios=[3.2, 1],
+        named = fig.subplot_mosaic(mosaic, width_ratios=[3.2, 1],  # type: ignore[arg-type]
                                    height_ratios=[0.45 * len(cells) + 0.6, 3.4] if rows else None)
         axes = [named["bars"], named["curves"]] if rows else [named["bars"]]
         ax = axes[0]

@@ -120,8 +120,8 @@ def _time_ranks(reports: list) -> dict[int, str]:
                   key=lambda r: r.step_time["estimate_s"])
     ties = tied_with([band(r.step_time) for r in have])
     out: dict[int, str] = {}
-    for i, r in enumerate(have):
-        out[id(r)] = str(i + 1) if ties[i] is None else f"={ties[i] + 1}"
+    for r, tie in zip(have, ties, strict=True):
+        out[id(r)] = str(len(out) + 1) if tie is None else f"={tie + 1}"
     return out
 
 
@@ -422,7 +422,8 @@ def render_advice(a, console: Console | None = None) -> None:
             rel, gs = a.relative(c), c.gpu_seconds
             tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
                      else "")
-            tie = "" if ties[i - 1] is None else f" [yellow]tied with #{ties[i - 1] + 1}[/yellow]"
+            above = ties[i - 1]
+            tie = "" if above is None else f" [yellow]tied with #{above + 1}[/yellow]"
             table.add_row(str(i), escape(c.label) + tie, fmt_bytes(c.peak), fmt_bytes(c.headroom) + tight,
                           _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
                           "-" if gs is None else fmt_seconds(gs))
