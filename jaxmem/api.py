@@ -115,10 +115,10 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
     with _session() as cpu_devices:
         spec = {GRID[k]: _grid_text(k, options.pop(k)) for k in list(options) if k in GRID}
         base = _options(options, also=(*GRID, "jobs", "executor", "ray_address", *FIND))
+        precheck.options(model, base, grid=spec)   # typos first: before anything imports jax
         find = _find(find_batch, find_seq, find_devices, granule, margin)
         n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
         executor = _cli_value("compare", "executor", "executor", executor)
-        precheck.options(model, base, grid=spec)
         from jaxmem.plan import compare as compare_mod
 
         meshes = spec.get("mesh") or base.mesh

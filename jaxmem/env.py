@@ -102,11 +102,11 @@ def jax_options() -> dict[str, tuple[str, tuple[str, ...]]]:
     name -> (kind: bool | int | enum, the enum's values), read from jax's own config source
     without importing jax (an import with a bad value is the ValueError this check prevents)."""
     import ast
-    import importlib.util
+    import importlib.machinery
     import re
 
-    try:
-        spec = importlib.util.find_spec("jax")
+    try:   # the path finder alone: locating jax's files runs no import hook (nothing of jax is loaded)
+        spec = importlib.machinery.PathFinder.find_spec("jax")
         where = list(spec.submodule_search_locations or ()) if spec else []
         text = (Path(where[0]) / "_src" / "config.py").read_text() if where else ""
     except (ImportError, OSError, ValueError):

@@ -47,7 +47,7 @@ def test_exit_code_3_when_it_does_not_fit():
     (["analyze", FIX / "nope.py"], "model file not found"),
     (["analyze", FIX / "broken_syntax.py"], "SyntaxError"),
     (["analyze", FIX / "no_workload.py"], "defines no `workload()`"),
-    (["analyze", MLP, "--gpu", "v100"], "unknown GPU 'v100' (did you mean h100?). Known: a100-80g"),
+    (["analyze", MLP, "--gpu", "v100"], "unknown GPU 'v100' (did you mean h100?). Known: a100-40g, a100-80g"),
     (["analyze", MLP, "--mesh", "data=8", "--batch", "12"], "not divisible"),
     (["analyze", MLP, "--mesh", "data=8", "--hosts", "3"], "does not divide"),
     (["analyze", MLP, "--mesh", "data=8", "--layout", "tp"], "needs a model axis"),
