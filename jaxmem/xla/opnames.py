@@ -43,6 +43,11 @@ def _unwrap(part: str) -> str:
         part = m.group(2)
 
 
+# A method's qualified name in the name stack (jax names a jitted or traced call for its function: flax's
+# `RngStream.__call__` on its key fold-in): no module of the user's.
+_METHOD = re.compile(r"[A-Za-z_]\w*\.__\w+__")
+
+
 def module_path(op_name: str) -> str:
     """The user's scope path in a JAX ``op_name``: the final primitive name, transform
     wrappers, called-function names (``jit(...)``), loop / remat scaffolding and einsum
@@ -90,8 +95,8 @@ def module_path(op_name: str) -> str:
     out: list[str] = []
     for part in names[starts[-1] if starts else 0:]:
         part = _unwrap(part)
-        if not part or part in _SCAFFOLD or "->" in part or "<locals>" in part:
-            continue   # "<locals>": a Python function's qualified name (jaxmem's own step), not a scope
+        if not part or part in _SCAFFOLD or "->" in part or "<locals>" in part or _METHOD.fullmatch(part):
+            continue   # a Python function's qualified name (jaxmem's own step, flax's RngStream.__call__), not a scope
         if out and (part == out[-1] or part.startswith(out[-1] + ".")):
             continue   # a lifted transform names its module again, or its function (block/block.body)
         out.append(part)
