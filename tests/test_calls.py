@@ -75,7 +75,7 @@ def test_a_remat_at_that_finds_no_module_is_exit_2_naming_the_modules_it_could()
     assert res.exit_code == 2, res.output
     assert "--remat-at 'Nope' finds no module" in res.output and "Layer (layers)" in res.output
     res = CliRunner().invoke(cli.main, ["analyze", SCAN, "--gpu", "h100", "--remat-at", "(", "--no-cache"])
-    assert res.exit_code == 2 and "is not a regular expression" in res.output, res.output
+    assert res.exit_code == 2 and "is not a valid regular expression" in res.output, res.output
 
 
 def test_remat_without_a_hook_or_remat_at_is_refused_pointing_to_remat_at():

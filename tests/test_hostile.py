@@ -291,20 +291,29 @@ def test_the_api_grid_is_checked_before_any_compile(kw, culprit):
         jaxmem.compare(MLP, gpu="h100", mesh="stage=2", jobs=1, **kw)
 
 
-def test_a_grid_of_hundreds_of_rows_says_how_long_it_would_take_and_waits_for_yes():
+def _no_rows_run(monkeypatch):
+    """Were the grid started, its first row fails the test at once (rather than compiling for hours)."""
+    from jaxmem.plan import compare, sweep
+
+    monkeypatch.setattr(sweep, "run_jobs", lambda *a, **k: pytest.fail("the grid started"))
+    monkeypatch.setattr(compare, "_remat_at_block", lambda *a, **k: pytest.fail("the grid started"))
+
+
+def test_a_grid_of_hundreds_of_rows_says_how_long_it_would_take_and_waits_for_yes(monkeypatch):
+    _no_rows_run(monkeypatch)
     batches = ",".join(str(8 * i) for i in range(1, 51))
-    # a model file that is not there: were the grid started, every row would fail at once (not run for hours)
-    r = invoke("compare", NOSUCH, "--gpu", "h100", "--batches", batches, "--layouts", "dp,fsdp,tp,fsdp_tp",
+    r = invoke("compare", MLP, "--gpu", "h100", "--batches", batches, "--layouts", "dp,fsdp,tp,fsdp_tp",
                "--precisions", "fp32,bf16")
     assert r.exit_code == 2, r.output
     assert "400 rows" in r.output and "--yes" in r.output and ("minutes" in r.output or "hours" in r.output)
 
 
-def test_the_api_asks_for_yes_true_on_a_large_grid():
+def test_the_api_asks_for_yes_true_on_a_large_grid(monkeypatch):
     import jaxmem
 
+    _no_rows_run(monkeypatch)
     with pytest.raises(jaxmem.UserError, match=r"400 rows.*yes=True"):
-        jaxmem.compare(NOSUCH, gpu="h100", batches=list(range(1, 201)), precisions=["fp32", "bf16"], jobs=1)
+        jaxmem.compare(MLP, gpu="h100", batches=list(range(1, 201)), precisions=["fp32", "bf16"], jobs=1)
 
 
 def test_a_huge_grid_is_refused_before_its_rows_are_made(monkeypatch):

@@ -211,7 +211,7 @@ def kernels(module: hlo_text.Module) -> list[Kernel]:
         return [_array_bytes(by_name[n].shape) if n in by_name else 0 for n in _operand_names(ins)]
 
     out: list[Kernel] = []
-    for cname in control_computations(module):
+    for cname in sorted(control_computations(module)):   # a fixed order: the sums are the same in every process
         runs = mult.get(cname, 0)
         if not runs:
             continue
