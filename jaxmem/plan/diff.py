@@ -166,7 +166,7 @@ def _first_bad_number(d) -> tuple[str, float | int] | None:
                 break
     if not found:
         return None
-    paths: list[tuple[object, str]] = [(d, "")]
+    paths: list[tuple[Any, str]] = [(d, "")]
     while paths:
         x, at = paths.pop()
         items = ((clip(str(k), 60), v) for k, v in x.items()) if isinstance(x, dict) else \

@@ -29,6 +29,7 @@ import contextvars
 import dataclasses
 import re
 import sys
+import types
 
 import jax
 import numpy as np
@@ -311,7 +312,7 @@ def _scanned_module(paths: dict[int, tuple[str, ...]], nnx) -> tuple[str, ...] |
     not nnx.scan's, or what it scans has no known path). NNX hands jax.lax.scan the modules' state
     only; the modules themselves are the arguments of the transform's call, which Flax makes through
     its graph-context wrapper (graphlib.update_context): read from that frame, the nearest one."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return None
