@@ -35,6 +35,7 @@ import re
 from collections import defaultdict
 from functools import cached_property
 
+from jaxmem.compiler import dots as dots_mod
 from jaxmem.xla import hlo_text
 
 # launch nothing, move nothing (their bytes are other instructions' buffers)
@@ -193,13 +194,11 @@ def control_computations(module: hlo_text.Module) -> set[str]:
 
 def kernels(module: hlo_text.Module) -> list[Kernel]:
     """Every kernel launch site of the step with its class, bytes and FLOPs (see the module docstring)."""
-    from jaxmem.compiler import steptime
-
     mult = module.multiplicity
     by_name = module.by_name
     fused_cache: dict[str, _Fused] = {}
     dots_in: dict[str, list] = defaultdict(list)   # computation -> [(dot instruction, flops, kind)]
-    for ins, flops, kind in steptime._dots(module):
+    for ins, flops, kind in dots_mod._dots(module):
         dots_in[ins.computation].append((ins, flops, kind))
 
     def fused(name: str) -> _Fused:
@@ -249,13 +248,13 @@ def kernels(module: hlo_text.Module) -> list[Kernel]:
                 moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
                 if target.startswith("__cudnn$fmha"):
                     out.append(Kernel(ins.name, cname, op, "attention", runs, moved,
-                                      steptime._custom_call_flops(module, ins), ("bf16", 1), None,
+                                      dots_mod._custom_call_flops(module, ins), ("bf16", 1), None,
                                       "Backward" in target))
                 elif target.startswith("__cublas"):
                     own = dots_in.get(cname, ())
                     kind = next((k for d, _, k in own if d.name == ins.name), ("bf16", 1))
                     out.append(Kernel(ins.name, cname, op, "gemm", runs, moved,
-                                      steptime._custom_call_flops(module, ins), kind, _gemm_dims(module, ins)))
+                                      dots_mod._custom_call_flops(module, ins), kind, _gemm_dims(module, ins)))
                 elif target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
                                 "MoveToDevice", "AllocateBuffer", "annotate_device_placement"):
                     continue
@@ -283,21 +282,19 @@ def kernels(module: hlo_text.Module) -> list[Kernel]:
 
 def _gemm_dims(module: hlo_text.Module, ins: hlo_text.Instruction) -> tuple[int, int, int, int] | None:
     """(batch, m, n, k) of a dot or cuBLAS GEMM from its operand shapes and dimension numbers."""
-    from jaxmem.compiler import steptime
-
-    arrays = [a for a in steptime._operand_shapes(module, ins) if isinstance(a, hlo_text.Array)]
+    arrays = [a for a in dots_mod._operand_shapes(module, ins) if isinstance(a, hlo_text.Array)]
     if len(arrays) < 2:
         return None
     if ins.opcode == "dot":
-        dn = {f"{s}_{w}_dimensions": steptime._dims_attr(ins, f"{s}_{w}_dims")
+        dn = {f"{s}_{w}_dimensions": dots_mod._dims_attr(ins, f"{s}_{w}_dims")
               for s in ("lhs", "rhs") for w in ("contracting", "batch")}
     else:
         dn = ins.backend_config.get("gemm_backend_config", {}).get("dot_dimension_numbers")
         if dn is None:
             return None
     lhs, rhs = arrays[0], arrays[1]
-    lc, rc = steptime._dims(dn, "lhs_contracting_dimensions"), steptime._dims(dn, "rhs_contracting_dimensions")
-    lb, rb = steptime._dims(dn, "lhs_batch_dimensions"), steptime._dims(dn, "rhs_batch_dimensions")
+    lc, rc = dots_mod._dims(dn, "lhs_contracting_dimensions"), dots_mod._dims(dn, "rhs_contracting_dimensions")
+    lb, rb = dots_mod._dims(dn, "lhs_batch_dimensions"), dots_mod._dims(dn, "rhs_batch_dimensions")
     batch = math.prod(lhs.dims[i] for i in lb if i < len(lhs.dims))
     k = math.prod(lhs.dims[i] for i in lc if i < len(lhs.dims))
     m = math.prod(d for i, d in enumerate(lhs.dims) if i not in lc and i not in lb)
