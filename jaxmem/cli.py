@@ -18,9 +18,8 @@ from jaxmem.program.options import is_cpu_target
 
 
 def _prepare(kw: dict, *, cpu_default: bool = False) -> None:
-    """Before jax starts: the options' typos (jaxmem.precheck); a CPU mesh needs forced host devices --
-    only when the target may be the CPU (--gpu cpu, or verify's default without a GPU): a deviceless GPU
-    mesh needs none, and 10,000 forced host devices alone took a minute to start."""
+    """Before jax starts: the options' typos (jaxmem.precheck); forced host devices only for a CPU target
+    (--gpu cpu, verify's default without a GPU): 10,000 of them alone took a minute to start."""
     from jaxmem.compiler import targets
     from jaxmem.program import layouts, sizes
     precheck.step(kw["model_file"], kw)
