@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -289,7 +290,7 @@ def model_constraints(jaxpr) -> dict[str, Any]:
             continue
         sharding = eqn.params.get("sharding")
         spec = getattr(sharding, "spec", sharding)
-        key = (at, str(spec))
+        key = (at, re.sub(r"^PartitionSpec\(", "P(", str(spec)))   # jax 0.9 prints PartitionSpec(...), later P(...)
         sites[key] = sites.get(key, 0) + 1
         count += 1
     ranked = sorted(sites.items(), key=lambda kv: -kv[1])
