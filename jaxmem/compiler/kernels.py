@@ -192,91 +192,110 @@ def control_computations(module: hlo_text.Module) -> set[str]:
     return out
 
 
+_NO_KERNEL_CALLS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
+                    "MoveToDevice", "AllocateBuffer", "annotate_device_placement")
+
+
+class _Reader:
+    """One module's instructions read as kernels: its dots by computation and its fusions' bodies, read once."""
+
+    def __init__(self, module: hlo_text.Module):
+        self.module = module
+        self.by_name = module.by_name
+        self.fused_cache: dict[str, _Fused] = {}
+        self.dots_in: dict[str, list] = defaultdict(list)   # computation -> [(dot instruction, flops, kind)]
+        for ins, flops, kind in dots_mod._dots(module):
+            self.dots_in[ins.computation].append((ins, flops, kind))
+
+    def fused(self, name: str) -> _Fused:
+        if name not in self.fused_cache:
+            self.fused_cache[name] = _Fused(self.module.computations[name])
+        return self.fused_cache[name]
+
+    def operand_bytes(self, ins) -> list[int]:
+        return [_array_bytes(self.by_name[n].shape) if n in self.by_name else 0 for n in _operand_names(ins)]
+
+    def kernel(self, ins, cname: str, runs: int) -> Kernel | None:
+        """The kernel one instruction of a control computation launches (None: no kernel)."""
+        op = ins.opcode
+        if op in _FREE or op in _HOST:
+            return None
+        if op in COLLECTIVE_OPS or (op == "async-start" and any(
+                c in ins.attrs for c in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                                         "collective-permute"))):
+            return Kernel(ins.name, cname, op, "collective", runs, 0.0)
+        if op in ("fusion", "fusion-start", "async-start"):
+            return self.fusion(ins, cname, runs)
+        if op == "custom-call":
+            return self.custom_call(ins, cname, runs)
+        return self.plain(ins, cname, runs)
+
+    def fusion(self, ins, cname: str, runs: int) -> Kernel:
+        """A fusion: the bytes it reads and writes (in-place updates, sliced reads); a GEMM if it calls dots."""
+        module, op = self.module, ins.opcode
+        callee = dict(ins.called).get("calls")
+        if callee is None or callee not in module.computations:
+            return Kernel(ins.name, cname, op, "memory", runs, float(sum(self.operand_bytes(ins))))
+        f = self.fused(callee)
+        aliased, written = f.in_place()
+        read = 0
+        for i, b in enumerate(self.operand_bytes(ins)):
+            read += 0 if i in aliased else f.read_bytes(i, b)
+        moved = float(read + written + sum(aliased.values()))
+        dots = [d for c in _reachable(module, callee) for d in self.dots_in.get(c, ())]
+        if not dots:
+            return Kernel(ins.name, cname, op, "memory", runs, float(moved))
+        flops = sum(fl for _, fl, _ in dots)
+        big = max(dots, key=lambda d: d[1])
+        return Kernel(ins.name, cname, op, "gemm", runs, float(moved), flops, big[2], _gemm_dims(module, big[0]))
+
+    def custom_call(self, ins, cname: str, runs: int) -> Kernel | None:
+        """cuDNN attention, a cuBLAS GEMM, a marker that launches nothing, or another library kernel."""
+        module, op = self.module, ins.opcode
+        target = (ins.attr("custom_call_target") or "").strip('"')
+        moved = float(sum(self.operand_bytes(ins)) + _array_bytes(ins.shape))
+        if target.startswith("__cudnn$fmha"):
+            return Kernel(ins.name, cname, op, "attention", runs, moved,
+                          dots_mod._custom_call_flops(module, ins), ("bf16", 1), None, "Backward" in target)
+        if target.startswith("__cublas"):
+            own = self.dots_in.get(cname, ())
+            kind = next((k for d, _, k in own if d.name == ins.name), ("bf16", 1))
+            return Kernel(ins.name, cname, op, "gemm", runs, moved,
+                          dots_mod._custom_call_flops(module, ins), kind, _gemm_dims(module, ins))
+        if target in _NO_KERNEL_CALLS:
+            return None
+        return Kernel(ins.name, cname, op, "memory", runs, moved)
+
+    def plain(self, ins, cname: str, runs: int) -> Kernel:
+        """An unfused instruction: slices and in-place updates move what they touch; a dot is a GEMM."""
+        op = ins.opcode
+        if op == "dynamic-update-slice":
+            ops = _operand_names(ins)
+            upd = self.by_name.get(ops[1]) if len(ops) > 1 else None
+            moved = 2.0 * (hlo_text.shape_bytes(upd.shape) if upd is not None else 0)
+        elif op in ("dynamic-slice", "slice", "copy"):
+            moved = 2.0 * _array_bytes(ins.shape)
+        else:
+            moved = float(sum(self.operand_bytes(ins)) + _array_bytes(ins.shape))
+            own = [d for d in self.dots_in.get(cname, ()) if d[0].name == ins.name] if op == "dot" else []
+            if own:
+                return Kernel(ins.name, cname, op, "gemm", runs, moved, own[0][1], own[0][2],
+                              _gemm_dims(self.module, ins))
+        return Kernel(ins.name, cname, op, "memory", runs, moved)
+
+
 def kernels(module: hlo_text.Module) -> list[Kernel]:
     """Every kernel launch site of the step with its class, bytes and FLOPs (see the module docstring)."""
-    mult = module.multiplicity
-    by_name = module.by_name
-    fused_cache: dict[str, _Fused] = {}
-    dots_in: dict[str, list] = defaultdict(list)   # computation -> [(dot instruction, flops, kind)]
-    for ins, flops, kind in dots_mod._dots(module):
-        dots_in[ins.computation].append((ins, flops, kind))
-
-    def fused(name: str) -> _Fused:
-        if name not in fused_cache:
-            fused_cache[name] = _Fused(module.computations[name])
-        return fused_cache[name]
-
-    def operand_bytes(ins) -> list[int]:
-        return [_array_bytes(by_name[n].shape) if n in by_name else 0 for n in _operand_names(ins)]
-
+    reader = _Reader(module)
     out: list[Kernel] = []
     for cname in sorted(control_computations(module)):   # a fixed order: the sums are the same in every process
-        runs = mult.get(cname, 0)
+        runs = module.multiplicity.get(cname, 0)
         if not runs:
             continue
         for ins in module.computations[cname].instructions:
-            op = ins.opcode
-            if op in _FREE or op in _HOST:
-                continue
-            if op in COLLECTIVE_OPS or (op == "async-start" and any(
-                    c in ins.attrs for c in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-                                             "collective-permute"))):
-                out.append(Kernel(ins.name, cname, op, "collective", runs, 0.0))
-                continue
-            if op in ("fusion", "fusion-start", "async-start"):
-                callee = dict(ins.called).get("calls")
-                if callee is None or callee not in module.computations:
-                    out.append(Kernel(ins.name, cname, op, "memory", runs, float(sum(operand_bytes(ins)))))
-                    continue
-                f = fused(callee)
-                aliased, written = f.in_place()
-                read = 0
-                for i, b in enumerate(operand_bytes(ins)):
-                    read += 0 if i in aliased else f.read_bytes(i, b)
-                moved = float(read + written + sum(aliased.values()))
-                dots = [d for c in _reachable(module, callee) for d in dots_in.get(c, ())]
-                if dots:
-                    flops = sum(fl for _, fl, _ in dots)
-                    big = max(dots, key=lambda d: d[1])
-                    out.append(Kernel(ins.name, cname, op, "gemm", runs, float(moved), flops, big[2],
-                                      _gemm_dims(module, big[0])))
-                else:
-                    out.append(Kernel(ins.name, cname, op, "memory", runs, float(moved)))
-                continue
-            if op == "custom-call":
-                target = (ins.attr("custom_call_target") or "").strip('"')
-                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
-                if target.startswith("__cudnn$fmha"):
-                    out.append(Kernel(ins.name, cname, op, "attention", runs, moved,
-                                      dots_mod._custom_call_flops(module, ins), ("bf16", 1), None,
-                                      "Backward" in target))
-                elif target.startswith("__cublas"):
-                    own = dots_in.get(cname, ())
-                    kind = next((k for d, _, k in own if d.name == ins.name), ("bf16", 1))
-                    out.append(Kernel(ins.name, cname, op, "gemm", runs, moved,
-                                      dots_mod._custom_call_flops(module, ins), kind, _gemm_dims(module, ins)))
-                elif target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                                "MoveToDevice", "AllocateBuffer", "annotate_device_placement"):
-                    continue
-                else:
-                    out.append(Kernel(ins.name, cname, op, "memory", runs, moved))
-                continue
-            if op == "dynamic-update-slice":
-                ops = _operand_names(ins)
-                upd = by_name.get(ops[1]) if len(ops) > 1 else None
-                moved = 2.0 * (hlo_text.shape_bytes(upd.shape) if upd is not None else 0)
-            elif op in ("dynamic-slice", "slice", "copy"):
-                moved = 2.0 * _array_bytes(ins.shape)
-            elif op == "dot":
-                own = [d for d in dots_in.get(cname, ()) if d[0].name == ins.name]
-                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
-                if own:
-                    out.append(Kernel(ins.name, cname, op, "gemm", runs, moved, own[0][1], own[0][2],
-                                      _gemm_dims(module, ins)))
-                    continue
-            else:
-                moved = float(sum(operand_bytes(ins)) + _array_bytes(ins.shape))
-            out.append(Kernel(ins.name, cname, op, "memory", runs, moved))
+            k = reader.kernel(ins, cname, runs)
+            if k is not None:
+                out.append(k)
     return out
 
 

@@ -458,25 +458,10 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     if base.on_cpu:
         raise UserError(NEEDS_GPU)
     t0 = time.perf_counter()
-    run = runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress))
+    compiler = _Compiler(runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress)))
     base = dataclasses.replace(base, explain=False)
-    compiles = cached = 0
-
-    def compile_all(items: list[tuple[tuple, AnalyzeOptions]], round_: int, predicted=None) -> list[Candidate]:
-        nonlocal compiles, cached
-        if not items:
-            return []
-        outs = run([(_key(ch), opts) for ch, opts in items])
-        result = []
-        for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
-            compiles += 1
-            cached += hit
-            result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
-                                    None if predicted is None else int(predicted.get(ch, 0))))
-        return result
-
     if original_report is None:
-        original = compile_all([((), base)], 0)[0]
+        original = compiler.compile_all([((), base)], 0)[0]
     else:
         original = Candidate((), base, original_report, None, "ok", 0)
     if original.report is None:
@@ -484,7 +469,8 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     if original.report.fits is None:
         raise UserError(NEEDS_GPU)
     if original.fits and not always:
-        return Advice(path, original, (), compiles, cached, time.perf_counter() - t0, searched=False)
+        return Advice(path, original, (), compiler.compiles, compiler.cached, time.perf_counter() - t0,
+                      searched=False)
 
     ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
     # a model without a remat hook is checkpointed at its repeated block (--remat-at)
@@ -492,46 +478,67 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         if ax.get("remat") and base.remat_at is None else None
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
-    probe_items = []
-    for single in singles:
-        opts = _apply(base, (single,), block)
-        if opts is not None:
-            probe_items.append(((single,), opts))
-    probes = compile_all(probe_items, 1)
-    done = {_opts_key(c.options) for c in [original, *probes]}
-
-    # round 2: combinations predicted to fit, fastest predicted first
-    model = _model(original, probes, ax.get("accum", []))
-    extra: list[Candidate] = []
-    if model is not None:
-        usable = original.report.target.usable_bytes
-        choices = [[None, *[(axis, v) for v in values]] for axis, values in ax.items() if values]
-        scored = []
-        for combo in itertools.product(*choices):
-            ch = tuple(c for c in combo if c is not None)
-            if len(ch) < 2 or not _divides(base, ch, _global_batch(original.report)):
-                continue
-            peak, t = model.predict(ch)
-            if peak <= usable * 1.05:  # a small margin: the compile decides
-                scored.append((t, peak, ch))
-        scored.sort(key=lambda x: (x[0], x[1]))
-        predicted = {ch: peak for _, peak, ch in scored}
-        queue = _interleave([ch for _, _, ch in scored])
-        for _ in range(2):
-            batch: list[tuple[tuple, AnalyzeOptions]] = []
-            while queue and len(batch) < combinations:
-                ch = queue.pop(0)
-                opts = _apply(base, ch, block)
-                if opts is None or _opts_key(opts) in done:
-                    continue
-                done.add(_opts_key(opts))
-                batch.append((ch, opts))
-            extra += compile_all(batch, 2, predicted)
-            if sum(c.fits for c in probes + extra) >= 3 or not queue:
-                break
-
+    probe_items = [((single,), opts) for single in singles if (opts := _apply(base, (single,), block)) is not None]
+    probes = compiler.compile_all(probe_items, 1)
+    predictor = _model(original, probes, ax.get("accum", []))
+    extra = [] if predictor is None else _round_two(compiler, predictor, original, probes, ax, base, block,
+                                                    combinations)
     ranked = _rank(probes + extra, _devices(original))
-    return Advice(path, original, tuple(ranked), compiles, cached, time.perf_counter() - t0, searched=True)
+    return Advice(path, original, tuple(ranked), compiler.compiles, compiler.cached, time.perf_counter() - t0,
+                  searched=True)
+
+
+class _Compiler:
+    """The search's compiles through one runner, counted (and those the cache answered)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.compiles = self.cached = 0
+
+    def compile_all(self, items: list[tuple[tuple, AnalyzeOptions]], round_: int, predicted=None) -> list[Candidate]:
+        if not items:
+            return []
+        outs = self.run([(_key(ch), opts) for ch, opts in items])
+        result = []
+        for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
+            self.compiles += 1
+            self.cached += hit
+            result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
+                                    None if predicted is None else int(predicted.get(ch, 0))))
+        return result
+
+
+def _round_two(compiler: _Compiler, predictor, original: Candidate, probes: list[Candidate], ax: dict,
+               base: AnalyzeOptions, block, combinations: int) -> list[Candidate]:
+    """Round 2: combinations predicted to fit, fastest first, `combinations` a batch (two while < 3 fit)."""
+    usable = original.report.target.usable_bytes
+    choices = [[None, *[(axis, v) for v in values]] for axis, values in ax.items() if values]
+    scored = []
+    for combo in itertools.product(*choices):
+        ch = tuple(c for c in combo if c is not None)
+        if len(ch) < 2 or not _divides(base, ch, _global_batch(original.report)):
+            continue
+        peak, t = predictor.predict(ch)
+        if peak <= usable * 1.05:  # a small margin: the compile decides
+            scored.append((t, peak, ch))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    predicted = {ch: peak for _, peak, ch in scored}
+    queue = _interleave([ch for _, _, ch in scored])
+    done = {_opts_key(c.options) for c in [original, *probes]}
+    extra: list[Candidate] = []
+    for _ in range(2):
+        batch: list[tuple[tuple, AnalyzeOptions]] = []
+        while queue and len(batch) < combinations:
+            ch = queue.pop(0)
+            opts = _apply(base, ch, block)
+            if opts is None or _opts_key(opts) in done:
+                continue
+            done.add(_opts_key(opts))
+            batch.append((ch, opts))
+        extra += compiler.compile_all(batch, 2, predicted)
+        if sum(c.fits for c in probes + extra) >= 3 or not queue:
+            break
+    return extra
 
 
 def _divides(base: AnalyzeOptions, changes, global_batch: int | None) -> bool:

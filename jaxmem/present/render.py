@@ -201,6 +201,16 @@ def pipeline_lines(r: Report) -> list[str]:
 
 def render(r: Report, console: Console | None = None) -> None:
     console = console or make_console()
+    _print_header(r, console)
+    _print_breakdown(r, console)
+    _print_verdict(r, console)
+    _print_warnings_and_peak(r, console)
+    _print_footer(r, console)
+
+
+def _print_header(r: Report, console: Console) -> None:
+    """The model, the target, the mesh and the options; what the model file asked for (configs, adapters,
+    pipeline stages, activation constraints, checkpoints)."""
     t = r.target
     mesh = ",".join(f"{n}={s}" for n, s in r.mesh)
     where = f"{t.description} ({t.gpu}{', deviceless compile' if t.deviceless else ''})"
@@ -232,6 +242,9 @@ def render(r: Report, console: Console | None = None) -> None:
         shown = ", ".join(placed[:6]) + (f", ... ({len(placed)} in all)" if len(placed) > 6 else "")
         console.print(escape(f"checkpoints (--remat-at {opts['remat_at']}, policy {opts['remat']}): {shown}"))
 
+
+def _print_breakdown(r: Report, console: Console) -> None:
+    """The per-device memory at the peak, part by part (with what each part is on a wide terminal)."""
     table = Table(title="per-device memory at the peak", title_justify="left", show_footer=True)
     table.add_column("part", footer="per-device peak")
     table.add_column("bytes", justify="right", footer=fmt_bytes(r.per_device_peak_bytes))
@@ -246,6 +259,11 @@ def render(r: Report, console: Console | None = None) -> None:
         table.add_row(key, shown, f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
     console.print(table)
 
+
+def _print_verdict(r: Report, console: Console) -> None:
+    """FITS / TIGHT / DOES NOT FIT against the usable memory (hints when it does not fit), the step time
+    and the runtime's memory outside XLA's buffers."""
+    t = r.target
     if t.usable_bytes is not None:
         v = verdict_of(r)
         verdict = (Text(" FITS ", style="bold black on green") if v == "fits"
@@ -271,6 +289,9 @@ def render(r: Report, console: Console | None = None) -> None:
     for line in runtime_lines(r):
         console.print(f"[dim]{escape(line)}[/dim]")
 
+
+def _print_warnings_and_peak(r: Report, console: Console) -> None:
+    """The warnings, then what is live at the peak: the largest buffers, the categories, the modules."""
     for w in r.warnings:
         cost = f" (costs {fmt_bytes(w.bytes)} per device)" if w.bytes else ""
         console.print(f"[yellow]warning[/yellow] {escape(f'[{w.kind}] {w.message}')}{cost}")
@@ -300,6 +321,9 @@ def render(r: Report, console: Console | None = None) -> None:
         if more:
             tm.add_row(f"[dim]... {more} more (all of them: --json or --html)[/dim]", fmt_bytes(more_bytes), "")
         console.print(tm)
+
+def _print_footer(r: Report, console: Console) -> None:
+    """How long lowering and compiling took, and the versions and XLA flags it ran with."""
     tim = r.timings
     from jaxmem.compiler import versions
 

@@ -178,125 +178,25 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
     from flax import nnx
 
     pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
-    paths: dict[int, tuple[str, ...]] = {}
-    held: list = []   # the modules registered, kept alive: no id is reused by another module during the trace
-
-    def register(root, prefix: tuple[str, ...]) -> None:
-        for path, node in nnx.iter_graph(root):
-            if isinstance(node, nnx.Module):
-                paths[id(node)] = prefix + tuple(str(p) for p in path)
-                held.append(node)
-
-    register(model, ())
-    at = {paths[id(m)]: m for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
-
-    def shapes(m) -> list[tuple[int, ...]]:
-        return [tuple(np.shape(x)) for x in jax.tree.leaves(nnx.state(m))]
-
-    def copied_from(self) -> tuple[str, ...] | None:
-        """The path of the module an NNX transform copied `self` from: nnx.scan's body calls a copy of one
-        layer of blocks nnx.vmap stacked, with the stacked axis taken off. The one module of its class
-        under the caller's path whose variables have the copy's shapes (with the leading axis or
-        without); None when that is not one module."""
-        stack = _STACK.get()
-        parent = stack[-1][0] if stack else ()
-        found = [p for p, m in at.items()
-                 if type(m) is type(self) and len(p) > len(parent) and p[:len(parent)] == parent]
-        if len(found) > 1:
-            mine = shapes(self)
-            found = [p for p in found if len(theirs := shapes(at[p])) == len(mine)
-                     and all(t == s or t[1:] == s for t, s in zip(theirs, mine, strict=True))]
-        return found[0] if len(found) == 1 else None
-    root_name = type(model).__name__
+    calls = _NnxCalls(nnx, model, pattern, policy, log, scopes)
     classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
     # every class's own __call__ resolved before any is wrapped: a subclass never wraps a wrapper
     originals = {cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None)
                  for cls in classes}
     had_own = {cls: "__call__" in cls.__dict__ for cls in classes}
-
-    def call(self, orig, a, k):
-        path = paths.get(id(self))
-        cls_name = type(self).__name__
-        if path is None:
-            path = copied_from(self)
-            if path is not None:   # named as its original is, and its submodules as theirs
-                register(self, path)
-        if path is None:
-            # a copy an NNX transform made (nnx.scan's body, nnx.vmap): no path known, its class still
-            if not _INSIDE.get() and matches(pattern, cls_name, ""):
-                log.saw(cls_name, cls_name)
-                log.placed.add(cls_name)
-                return _remat(self, orig, a, k, None)
-            return orig(self, *a, **k)
-        path_s = "/".join(path)
-        log.saw(cls_name, path_s)
-        stack = _STACK.get()
-        n = _scope_count()
-        scope: contextlib.AbstractContextManager = contextlib.nullcontext()
-        if scopes:
-            name: str | None
-            if not stack:
-                name = root_name
-            else:
-                parent, parent_n = stack[-1]
-                named_by_model = n is not None and parent_n is not None and n > parent_n
-                rel = path[len(parent):] if path[:len(parent)] == parent else path
-                name = None if named_by_model or not rel else "/".join(rel)
-            if name is not None:
-                scope = jax.named_scope(name)
-                n = None if n is None else n + 1
-        token = _STACK.set((*stack, (path, n)))
-        try:
-            with scope:
-                if not _INSIDE.get() and matches(pattern, cls_name, path_s):
-                    log.placed.add(path_s or root_name)
-                    return _remat(self, orig, a, k, path)
-                return orig(self, *a, **k)
-        finally:
-            _STACK.reset(token)
-
-    def _remat(self, orig, a, k, path):
-        keep = lambda x: isinstance(x, (nnx.Module, nnx.Variable))  # noqa: E731  (graph nodes stay as given)
-        dyn, rebuild = _split_static(a, k, keep)
-
-        def body(mdl, *values):
-            if path is not None:
-                register(mdl, path)   # nnx.remat hands the call a copy of the module: same paths
-            a2, k2 = rebuild(values)
-            token = _INSIDE.set(True)
-            try:
-                return orig(mdl, *a2, **k2)
-            finally:
-                _INSIDE.reset(token)
-
-        return nnx.remat(body, policy=policy, prevent_cse=True)(self, *dyn)
-
-    lax_scan = jax.lax.scan
-
-    def scan(*a, **k):
-        """nnx.scan's jax.lax.scan, in the named scope of the module it scans (as linen's nn.scan runs in
-        its module's): the loop's own buffers (the layers' stacked activations) get its path."""
-        path = _scanned_module(paths, nnx) if scopes else None
-        stack = _STACK.get()
-        parent = stack[-1][0] if stack else ()
-        if path is None or path[:len(parent)] != parent or len(path) == len(parent):
-            return lax_scan(*a, **k)
-        with jax.named_scope("/".join(path[len(parent):])):
-            return lax_scan(*a, **k)
-
     for cls, orig in originals.items():
         if orig is None:
             continue
 
         def wrapped(self, *a, __orig=orig, **k):
-            return call(self, __orig, a, k)
+            return calls.call(self, __orig, a, k)
 
         cls.__call__ = wrapped  # type: ignore[method-assign]  # for this trace only: restored below
-    jax.lax.scan = scan
+    jax.lax.scan = calls.scan
     try:
         yield
     finally:
-        jax.lax.scan = lax_scan
+        jax.lax.scan = calls.lax_scan
         for cls, orig in originals.items():
             if orig is None:
                 continue
@@ -305,6 +205,119 @@ def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool
             else:
                 del cls.__call__
 
+
+class _NnxCalls:
+    """One NNX model's module calls during a trace: each module's path (copies NNX transforms make
+    included), its named scope, and the checkpoint where the --remat-at pattern finds it."""
+
+    def __init__(self, nnx, model, pattern, policy, log: CallLog, scopes: bool):
+        self.nnx, self.pattern, self.policy, self.log, self.scopes = nnx, pattern, policy, log, scopes
+        self.paths: dict[int, tuple[str, ...]] = {}
+        self.held: list = []   # the modules registered, kept alive: no id is reused by another module during the trace
+        self.register(model, ())
+        self.at = {self.paths[id(m)]: m for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+        self.root_name = type(model).__name__
+        self.lax_scan = jax.lax.scan
+
+    def register(self, root, prefix: tuple[str, ...]) -> None:
+        for path, node in self.nnx.iter_graph(root):
+            if isinstance(node, self.nnx.Module):
+                self.paths[id(node)] = prefix + tuple(str(p) for p in path)
+                self.held.append(node)
+
+    def shapes(self, m) -> list[tuple[int, ...]]:
+        return [tuple(np.shape(x)) for x in jax.tree.leaves(self.nnx.state(m))]
+
+    def copied_from(self, module) -> tuple[str, ...] | None:
+        """The path of the module an NNX transform copied `module` from: nnx.scan's body calls a copy of one
+        layer of blocks nnx.vmap stacked, with the stacked axis taken off. The one module of its class
+        under the caller's path whose variables have the copy's shapes (with the leading axis or
+        without); None when that is not one module."""
+        stack = _STACK.get()
+        parent = stack[-1][0] if stack else ()
+        found = [p for p, m in self.at.items()
+                 if type(m) is type(module) and len(p) > len(parent) and p[:len(parent)] == parent]
+        if len(found) > 1:
+            mine = self.shapes(module)
+            found = [p for p in found if len(theirs := self.shapes(self.at[p])) == len(mine)
+                     and all(t == s or t[1:] == s for t, s in zip(theirs, mine, strict=True))]
+        return found[0] if len(found) == 1 else None
+
+    def call(self, module, orig, a, k):
+        """A module's __call__: named by its path, checkpointed where the pattern matches it."""
+        path = self.paths.get(id(module))
+        cls_name = type(module).__name__
+        if path is None:
+            path = self.copied_from(module)
+            if path is not None:   # named as its original is, and its submodules as theirs
+                self.register(module, path)
+        if path is None:
+            # a copy an NNX transform made (nnx.scan's body, nnx.vmap): no path known, its class still
+            if not _INSIDE.get() and matches(self.pattern, cls_name, ""):
+                self.log.saw(cls_name, cls_name)
+                self.log.placed.add(cls_name)
+                return self.remat(module, orig, a, k, None)
+            return orig(module, *a, **k)
+        path_s = "/".join(path)
+        self.log.saw(cls_name, path_s)
+        stack = _STACK.get()
+        scope, n = self.named_scope(stack, path)
+        token = _STACK.set((*stack, (path, n)))
+        try:
+            with scope:
+                if not _INSIDE.get() and matches(self.pattern, cls_name, path_s):
+                    self.log.placed.add(path_s or self.root_name)
+                    return self.remat(module, orig, a, k, path)
+                return orig(module, *a, **k)
+        finally:
+            _STACK.reset(token)
+
+    def named_scope(self, stack, path: tuple[str, ...]):
+        """(the named scope a module at `path` is called in, the scope count inside it): its path below
+        the caller's, unless the model named a scope of its own in between."""
+        n = _scope_count()
+        scope: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if self.scopes:
+            name: str | None
+            if not stack:
+                name = self.root_name
+            else:
+                parent, parent_n = stack[-1]
+                named_by_model = n is not None and parent_n is not None and n > parent_n
+                rel = path[len(parent):] if path[:len(parent)] == parent else path
+                name = None if named_by_model or not rel else "/".join(rel)
+            if name is not None:
+                scope = jax.named_scope(name)
+                n = None if n is None else n + 1
+        return scope, n
+
+    def remat(self, module, orig, a, k, path):
+        nnx = self.nnx
+        keep = lambda x: isinstance(x, (nnx.Module, nnx.Variable))  # noqa: E731  (graph nodes stay as given)
+        dyn, rebuild = _split_static(a, k, keep)
+
+        def body(mdl, *values):
+            if path is not None:
+                self.register(mdl, path)   # nnx.remat hands the call a copy of the module: same paths
+            a2, k2 = rebuild(values)
+            token = _INSIDE.set(True)
+            try:
+                return orig(mdl, *a2, **k2)
+            finally:
+                _INSIDE.reset(token)
+
+        return nnx.remat(body, policy=self.policy, prevent_cse=True)(module, *dyn)
+
+    def scan(self, *a, **k):
+        """nnx.scan's jax.lax.scan, in the named scope of the module it scans (as linen's nn.scan runs in
+        its module's): the loop's own buffers (the layers' stacked activations) get its path."""
+        path = _scanned_module(self.paths, self.nnx) if self.scopes else None
+        stack = _STACK.get()
+        parent = stack[-1][0] if stack else ()
+        if path is None or path[:len(parent)] != parent or len(path) == len(parent):
+            return self.lax_scan(*a, **k)
+        with jax.named_scope("/".join(path[len(parent):])):
+            return self.lax_scan(*a, **k)
 
 
 def _scanned_module(paths: dict[int, tuple[str, ...]], nnx) -> tuple[str, ...] | None:

@@ -133,13 +133,6 @@ def _provider_class():
         weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
         return None if weight_name is None else (rule, weight_name)   # None: rhs is not a weight
 
-    def in_embed() -> bool:
-        """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head)."""
-        import flax.linen as nn
-        from flax import nnx
-
-        return isinstance(flax_util.get_current_module(), (nn.Embed, nnx.Embed))
-
     class LoraProvider(qwix.LoraProvider):
         """qwix's LoraProvider, with the adapter's contribution in the base op's output dtype.
 
@@ -160,7 +153,7 @@ def _provider_class():
 
         def dot_general(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                         out_sharding=None):
-            if in_embed():   # a tied embedding's attend: the table stays unquantized (its lookup needs it), no adapter
+            if _in_embed(flax_util):   # a tied embedding's attend: the table stays unquantized, no adapter
                 return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                            preferred_element_type=preferred_element_type, out_sharding=out_sharding)
             found = lora_rule(self, "dot_general", rhs)
@@ -169,30 +162,16 @@ def _provider_class():
             if found is None:
                 return res
             rule, weight_name = found
-            (lhs_ca, rhs_ca), (lhs_ba, rhs_ba) = dimension_numbers
-            rhs_ra = tuple(i for i in range(rhs.ndim) if i not in rhs_ca and i not in rhs_ba)
-            contract, batch, remain = (tuple(rhs.shape[i] for i in axes) for axes in (rhs_ca, rhs_ba, rhs_ra))
-            a_shape, a_t, b_shape, b_t = qwix_lora._create_lora_layer_shapes(
-                rhs_ca, rhs_ba, rhs_ra, contract, batch, remain, rule.rank)
-            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-                name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
-                a_sharding_transpose=a_t, b_sharding_transpose=b_t)
-            delta = qwix_lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract, batch, remain,
-                                                  rule.rank, precision=precision)
-            return res + (delta * (rule.alpha / rule.rank)).astype(res.dtype)
+            delta = _dot_general_delta(qwix_lora, rule, weight_name, lhs, rhs, dimension_numbers, precision)
+            return res + delta.astype(res.dtype)
 
         def einsum(self, einsum_str, *operands, **kwargs):
             found = lora_rule(self, "einsum", operands[1]) if len(operands) == 2 else None
             res = qwix_ptq.PtqProvider.einsum(self, einsum_str, *operands, **kwargs)
             if found is None:
                 return res
-            (rule, weight_name), (lhs, rhs) = found, operands
-            a_shape, b_shape, lora_str, a_t, b_t = qwix_lora._parse_einsum_str_for_lora(
-                lhs.shape, rhs.shape, einsum_str, rule.rank)
-            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-                name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
-                a_sharding_transpose=a_t, b_sharding_transpose=b_t)
-            delta = jnp.einsum(lora_str, lhs, lora_a, lora_b, **kwargs) * (rule.alpha / rule.rank)
+            rule, weight_name = found
+            delta = _einsum_delta(qwix_lora, rule, weight_name, einsum_str, *operands, **kwargs)
             return res + delta.astype(res.dtype)
 
         def conv_general_dilated(self, lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
@@ -209,21 +188,63 @@ def _provider_class():
             if found is None:
                 return res
             rule, weight_name = found
-            dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
-            # qwix's adapter x * A @ B needs the output features last, in the kernel and the output
-            if not (dn.rhs_spec[0] == rhs.ndim - 1 and dn.out_spec[1] == lhs.ndim - 1):
-                raise NotImplementedError(f"LoRA on a conv with output features not last: {dn}")
-            lora_a, lora_b = qwix_lora._get_or_create_lora_params(
-                name=weight_name, rule=rule, a_shape=(*rhs.shape[:-1], rule.rank), b_shape=(rule.rank, rhs.shape[-1]),
-                a_sharding_transpose=(*range(rhs.ndim - 1), None), b_sharding_transpose=(None, rhs.ndim - 1))
-            # lax.conv takes one dtype (a bf16 layer's input, the fp32 adapter): the promoted one, as
-            # dot_general promotes by itself
-            dt = jnp.promote_types(lhs.dtype, lora_a.dtype)
-            delta = jax.lax.conv_general_dilated(lhs.astype(dt), lora_a.astype(dt), window_strides, padding,
-                                                 dimension_numbers=dn, **conv)
-            return res + (delta @ lora_b * (rule.alpha / rule.rank)).astype(res.dtype)
+            delta = _conv_delta(qwix_lora, rule, weight_name, lhs, rhs, window_strides, padding, dimension_numbers,
+                                conv)
+            return res + delta.astype(res.dtype)
 
     return LoraProvider
+
+
+def _in_embed(flax_util) -> bool:
+    """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head); `flax_util`
+    is qwix's (qwix._src.utils.flax_util)."""
+    import flax.linen as nn
+    from flax import nnx
+
+    return isinstance(flax_util.get_current_module(), (nn.Embed, nnx.Embed))
+
+
+# The adapter's contribution (x @ A @ B) * alpha / rank to each op, from qwix's own helpers; `qwix_lora`
+# is qwix._src.providers.lora, `rule` the op's LoraRule and `weight_name` its weight's.
+
+def _dot_general_delta(qwix_lora, rule, weight_name: str, lhs, rhs, dimension_numbers, precision):
+    (lhs_ca, rhs_ca), (lhs_ba, rhs_ba) = dimension_numbers
+    rhs_ra = tuple(i for i in range(rhs.ndim) if i not in rhs_ca and i not in rhs_ba)
+    contract, batch, remain = (tuple(rhs.shape[i] for i in axes) for axes in (rhs_ca, rhs_ba, rhs_ra))
+    a_shape, a_t, b_shape, b_t = qwix_lora._create_lora_layer_shapes(
+        rhs_ca, rhs_ba, rhs_ra, contract, batch, remain, rule.rank)
+    lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+        name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
+        a_sharding_transpose=a_t, b_sharding_transpose=b_t)
+    delta = qwix_lora._compute_lora_delta(lhs, lora_a, lora_b, lhs_ca, lhs_ba, contract, batch, remain,
+                                          rule.rank, precision=precision)
+    return delta * (rule.alpha / rule.rank)
+
+
+def _einsum_delta(qwix_lora, rule, weight_name: str, einsum_str, lhs, rhs, **kwargs):
+    a_shape, b_shape, lora_str, a_t, b_t = qwix_lora._parse_einsum_str_for_lora(
+        lhs.shape, rhs.shape, einsum_str, rule.rank)
+    lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+        name=weight_name, rule=rule, a_shape=a_shape, b_shape=b_shape,
+        a_sharding_transpose=a_t, b_sharding_transpose=b_t)
+    return jnp.einsum(lora_str, lhs, lora_a, lora_b, **kwargs) * (rule.alpha / rule.rank)
+
+
+def _conv_delta(qwix_lora, rule, weight_name: str, lhs, rhs, window_strides, padding, dimension_numbers,
+                conv: dict):
+    dn = jax.lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    # qwix's adapter x * A @ B needs the output features last, in the kernel and the output
+    if not (dn.rhs_spec[0] == rhs.ndim - 1 and dn.out_spec[1] == lhs.ndim - 1):
+        raise NotImplementedError(f"LoRA on a conv with output features not last: {dn}")
+    lora_a, lora_b = qwix_lora._get_or_create_lora_params(
+        name=weight_name, rule=rule, a_shape=(*rhs.shape[:-1], rule.rank), b_shape=(rule.rank, rhs.shape[-1]),
+        a_sharding_transpose=(*range(rhs.ndim - 1), None), b_sharding_transpose=(None, rhs.ndim - 1))
+    # lax.conv takes one dtype (a bf16 layer's input, the fp32 adapter): the promoted one, as
+    # dot_general promotes by itself
+    dt = jnp.promote_types(lhs.dtype, lora_a.dtype)
+    delta = jax.lax.conv_general_dilated(lhs.astype(dt), lora_a.astype(dt), window_strides, padding,
+                                         dimension_numbers=dn, **conv)
+    return delta @ lora_b * (rule.alpha / rule.rank)
 
 
 def _LoraProvider(rules):  # noqa: N802 (a class made on first use: qwix is imported only for fine-tuning)

@@ -433,29 +433,64 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
     sched = with_layers(sched, int(scan.params["length"]))
     R, k = sched.repeats, sched.per_chunk  # noqa: N806 -- the schedule's letters
     consts, carries, xs = scan_inputs(scan, scan.invars)
-    nk = len(carries)
     if any(_is_var(v) and v in batched for v in xs):
         raise UserError("the layer scan's per-layer inputs depend on the batch; jaxmem pipelines a scan over "
                         "stacked weights whose per-microbatch state is its carry")
-    ax = sched.axis
-
-    def constrain(x, lead: tuple):
-        # a microbatch's batch dimension (right after `lead`) stays on the data-parallel axes
-        if batch[0] is not None and x.ndim > len(lead) and x.shape[len(lead)] == batch[1]:
-            lead = lead + (batch[0],)
-        rest = (P.UNCONSTRAINED,) * (x.ndim - len(lead))
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*lead, *rest)))
+    constrain = _constrainer(mesh, batch)
 
     # stacked weights (L, ...) -> (N, R, k, ...): stage s's own rows, local to its shard
     # (GPipe takes [:, 0] of it: a (N, k, ...) reshape instead made XLA gather every layer once per fsdp shard)
-    w = [constrain(_read(env, v).reshape((N, R, k) + _read(env, v).shape[1:]), (ax,)) for v in xs]
+    w = [constrain(_read(env, v).reshape((N, R, k) + _read(env, v).shape[1:]), (sched.axis,)) for v in xs]
     const_vals = [_read(env, v) for v in consts]
     const_dep = [_is_var(v) and v in batched for v in consts]
     # the first stage's inputs, per microbatch (a carry the batch does not reach is the same for each)
     x_in = [constrain(_read(env, v) if (_is_var(v) and v in batched) else jnp.broadcast_to(_read(env, v), (M,) +
             jnp.shape(_read(env, v))), (None,)) for v in carries]
-    params = dict(scan.params, length=k)
-    ids = jnp.arange(N)
+    stages = _stage_pass(scan, base, sched, const_vals, const_dep, len(carries))
+    body = _loop_body(sched, stages, w, const_vals, const_dep, constrain)
+
+    # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each
+    # stage for its microbatch and repeat, read after the loop in layer order
+    ys_avals = [v.aval for v in scan.outvars[len(carries):]]
+    zeros = [jnp.zeros((N,) + x.shape[1:], x.dtype) for x in x_in]
+    state0 = [constrain(z, (sched.axis,)) for z in zeros]
+    circ0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in] if R > 1 else []
+    outs0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in]
+    ys0 = [jnp.zeros((M, N, R, k) + a.shape[1:], a.dtype) for a in ys_avals]
+    T = sched.iterations  # noqa: N806 -- the schedule's letters
+    (_, _, _, outs, ys_buf), _ = jax.lax.scan(body, (state0, x_in, circ0, outs0, ys0), jnp.arange(T))
+    outs = [constrain(jnp.roll(o, T % M, axis=0), (None,)) for o in outs]   # position (m - T) % M holds m
+    return outs + [y.reshape((M, N * R * k) + y.shape[4:]) for y in ys_buf]
+
+
+def _constrainer(mesh, batch):
+    """constrain(x, lead): x's leading dimensions on `lead`'s axes, a microbatch's batch dimension (right
+    after `lead`) on the data-parallel axes, the rest left to XLA."""
+
+    def constrain(x, lead: tuple):
+        if batch[0] is not None and x.ndim > len(lead) and x.shape[len(lead)] == batch[1]:
+            lead = lead + (batch[0],)
+        rest = (P.UNCONSTRAINED,) * (x.ndim - len(lead))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*lead, *rest)))
+
+    return constrain
+
+
+def _pick(a, i):
+    return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+
+
+def _stage_pass(scan, base, sched: Schedule, const_vals: list, const_dep: list, nk: int):
+    """stages(w, r, c_now, inp) -> (carries out, ys): every stage's k layers at once (vmapped over the
+    stage axis), each on its repeat r's rows of the weights and its microbatch's batch-dependent consts.
+
+    GPipe: a stage's weights are the same every iteration, and what the backward keeps per microbatch
+    is what the model's own remat policy saves. Circular: the repeat's rows are picked per iteration, and
+    saved whole each iteration would keep its own copy of them; so each iteration is checkpointed at its
+    inputs (the microbatch that entered the stage, MaxText's iteration_input) and the backward recomputes
+    the stage's forward first. --stage-remat asks for that under GPipe too (Pax's pipeline remat)."""
+    params = dict(scan.params, length=sched.per_chunk)
+    R = sched.repeats  # noqa: N806 -- the schedule's letters
 
     def stage_fn(w_stage, c_dep, carry):
         it = iter(c_dep)
@@ -463,34 +498,32 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
         out = _bind(scan, params, [*cs, *carry, *w_stage], base)
         return list(out[:nk]), list(out[nk:])
 
-    def pick(a, i):
-        return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
-
     def _run_stages(w, r, c_now, inp):
-        w_now = [wx[:, 0] if R == 1 else jax.vmap(pick)(wx, r) for wx in w]
-        return jax.vmap(stage_fn, spmd_axis_name=ax)(w_now, c_now, inp)
+        w_now = [wx[:, 0] if R == 1 else jax.vmap(_pick)(wx, r) for wx in w]
+        return jax.vmap(stage_fn, spmd_axis_name=sched.axis)(w_now, c_now, inp)
 
-    # GPipe: a stage's weights are the same every iteration, and what the backward keeps per microbatch
-    # is what the model's own remat policy saves. Circular: the repeat's rows are picked per iteration, and
-    # saved whole each iteration would keep its own copy of them; so each iteration is checkpointed at its
-    # inputs (the microbatch that entered the stage, MaxText's iteration_input) and the backward recomputes
-    # the stage's forward first. --stage-remat asks for that under GPipe too (Pax's pipeline remat).
-    _stages = _run_stages if not sched.checkpointed else jax.checkpoint(
+    return _run_stages if not sched.checkpointed else jax.checkpoint(
         _run_stages, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
 
-    # per-layer outputs (ys, e.g. a MoE layer's load-balancing loss): (M, N, R, k, ...), written by each
-    # stage for its microbatch and repeat, read after the loop in layer order
-    ys_avals = [v.aval for v in scan.outvars[nk:]]
 
-    # The microbatch buffers (the first stage's inputs, the finished outputs, and under circular the
-    # microbatches between repeats) turn by one microbatch per iteration instead of being indexed by it:
-    # position p holds microbatch (t + p) % M, the first stage reads position 0 and the last stage writes
-    # position (M - N + 1) % M. Static slices of a dimension no axis splits stay on each device; an index
-    # that changes per iteration made XLA gather whole buffers across the data-parallel devices.
+def _loop_body(sched: Schedule, stages, w: list, const_vals: list, const_dep: list, constrain):
+    """One iteration t of the loop: every stage on its work item, outputs passed one stage on.
+
+    The microbatch buffers (the first stage's inputs, the finished outputs, and under circular the
+    microbatches between repeats) turn by one microbatch per iteration instead of being indexed by it:
+    position p holds microbatch (t + p) % M, the first stage reads position 0 and the last stage writes
+    position (M - N + 1) % M. Static slices of a dimension no axis splits stay on each device; an index
+    that changes per iteration made XLA gather whole buffers across the data-parallel devices."""
+    N, M, R, ax = sched.stages, sched.microbatches, sched.repeats, sched.axis  # noqa: N806 -- the schedule's letters
+    ids = jnp.arange(N)
     pw = (M - N + 1) % M
 
     def turn(a):
         return constrain(jnp.roll(a, -1, axis=0), (None,))
+
+    def put(buf, y, mi, s, ri, ok):             # one stage's ys into buf[m, s, r]
+        old = buf[mi, s, ri]
+        return buf.at[mi, s, ri].set(jnp.where(ok, y, old))
 
     def body(loop, t):
         state, feed, circ, outs, ys_buf = loop
@@ -502,15 +535,10 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
                  for f, c in zip(feed, circ or feed, strict=True)]
         inp = [constrain(jnp.where((ids == 0).reshape((N,) + (1,) * f.ndim), f[None], s), (ax,))
                for f, s in zip(first, state, strict=True)]
-        c_now = [jax.vmap(lambda i, c=c: pick(c, i))(m) for c, d in zip(const_vals, const_dep, strict=True) if d]
-        out, ys = _stages(w, r, c_now, inp)
+        c_now = [jax.vmap(lambda i, c=c: _pick(c, i))(m) for c, d in zip(const_vals, const_dep, strict=True) if d]
+        out, ys = stages(w, r, c_now, inp)
         out = [constrain(o, (ax,)) for o in out]
         live = (u >= 0) & (u < M * R)               # bubble iterations write nothing
-
-        def put(buf, y, mi, s, ri, ok):             # one stage's ys into buf[m, s, r]
-            old = buf[mi, s, ri]
-            return buf.at[mi, s, ri].set(jnp.where(ok, y, old))
-
         for i, y in enumerate(ys):
             for s in range(N):
                 ys_buf[i] = put(ys_buf[i], y[s], m[s], s, r[s], live[s])
@@ -527,12 +555,4 @@ def _pipeline_loop(scan, env: dict, batched: set, sched: Schedule, mesh, base, b
         state = [constrain(jnp.roll(o, 1, axis=0), (ax,)) for o in out]
         return (state, feed, circ, outs, ys_buf), None
 
-    zeros = [jnp.zeros((N,) + x.shape[1:], x.dtype) for x in x_in]
-    state0 = [constrain(z, (ax,)) for z in zeros]
-    circ0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in] if R > 1 else []
-    outs0 = [constrain(jnp.zeros_like(x), (None,)) for x in x_in]
-    ys0 = [jnp.zeros((M, N, R, k) + a.shape[1:], a.dtype) for a in ys_avals]
-    T = sched.iterations  # noqa: N806 -- the schedule's letters
-    (_, _, _, outs, ys_buf), _ = jax.lax.scan(body, (state0, x_in, circ0, outs0, ys0), jnp.arange(T))
-    outs = [constrain(jnp.roll(o, T % M, axis=0), (None,)) for o in outs]   # position (m - T) % M holds m
-    return outs + [y.reshape((M, N * R * k) + y.shape[4:]) for y in ys_buf]
+    return body

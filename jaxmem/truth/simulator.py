@@ -149,75 +149,86 @@ def _abstract(wl, batch):
     """(params, mutable state) as ShapeDtypeStructs, and the layer trace of one forward pass."""
     from jaxmem.program import step
 
-    trace: list[tuple[int | None, int]] = []   # (enclosing user block, output bytes) per Flax layer call
-    stack: list[int] = []
+    layers = _LayerTrace()
+    params, rest = (_abstract_nnx if step.is_nnx(wl) else _abstract_linen)(wl, batch, layers)
+    return params, rest, layers.trace
 
-    def is_flax(cls) -> bool:
-        return cls.__module__.startswith("flax.")
 
-    def output_bytes(out) -> int:
-        return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(out)
-                   if hasattr(x, "shape") and hasattr(x, "dtype") and "float" in str(x.dtype))
+def _is_flax(cls) -> bool:
+    return cls.__module__.startswith("flax.")
 
-    if step.is_nnx(wl):
-        from flax import nnx
 
-        def run(b):
-            model = wl.model if isinstance(wl.model, nnx.Module) else wl.model(nnx.Rngs(0))
-            root = model
-            classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
-            saved = {}
-            for cls in classes:
-                orig = cls.__dict__.get("__call__")
-                if orig is None:
-                    continue
-                saved[cls] = orig
+class _LayerTrace:
+    """(enclosing user block, output bytes) per Flax layer call, in call order."""
 
-                def wrapped(self, *a, __orig=orig, **k):
-                    user = not is_flax(type(self)) and self is not root
-                    if user:
-                        stack.append(id(self))
-                    try:
-                        out = __orig(self, *a, **k)
-                    finally:
-                        if user:
-                            stack.pop()
-                    if is_flax(type(self)):
-                        trace.append((stack[-1] if stack else None, output_bytes(out)))
-                    return out
+    def __init__(self):
+        self.trace: list[tuple[int | None, int]] = []
+        self.stack: list[int] = []   # the user blocks being called, innermost last
 
-                cls.__call__ = wrapped  # type: ignore[method-assign]  # patched for the trace, restored below
-            try:
-                loss = wl.loss(model, b)
-            finally:
-                for cls, orig in saved.items():
-                    cls.__call__ = orig  # type: ignore[method-assign]
-            # (type: ignore: split returns one state per filter, two here; its type says any number)
-            _, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
-            return loss, params, rest
+    def call(self, mod, user: bool, run):
+        """run() for module `mod` (a user block: entered on the stack), a Flax layer's output recorded."""
+        if user:
+            self.stack.append(id(mod))
+        try:
+            out = run()
+        finally:
+            if user:
+                self.stack.pop()
+        if _is_flax(type(mod)):
+            self.trace.append((self.stack[-1] if self.stack else None, _output_bytes(out)))
+        return out
 
-        _, params, rest = jax.eval_shape(run, batch)
-        params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), params)
-        rest = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), rest)
-        return params, rest, trace
 
+def _output_bytes(out) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(out)
+               if hasattr(x, "shape") and hasattr(x, "dtype") and "float" in str(x.dtype))
+
+
+def _abstract_nnx(wl, batch, layers: _LayerTrace):
+    """An NNX model's params and other state, every module class's __call__ wrapped for the trace."""
+    from flax import nnx
+
+    def run(b):
+        model = wl.model if isinstance(wl.model, nnx.Module) else wl.model(nnx.Rngs(0))
+        root = model
+        classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}
+        saved = {}
+        for cls in classes:
+            orig = cls.__dict__.get("__call__")
+            if orig is None:
+                continue
+            saved[cls] = orig
+
+            def wrapped(self, *a, __orig=orig, **k):
+                user = not _is_flax(type(self)) and self is not root
+                return layers.call(self, user, lambda: __orig(self, *a, **k))
+
+            cls.__call__ = wrapped  # type: ignore[method-assign]  # patched for the trace, restored below
+        try:
+            loss = wl.loss(model, b)
+        finally:
+            for cls, orig in saved.items():
+                cls.__call__ = orig  # type: ignore[method-assign]
+        # (type: ignore: split returns one state per filter, two here; its type says any number)
+        _, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
+        return loss, params, rest
+
+    _, params, rest = jax.eval_shape(run, batch)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), params)
+    rest = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), rest)
+    return params, rest
+
+
+def _abstract_linen(wl, batch, layers: _LayerTrace):
+    """A linen model's params and other collections, every __call__ intercepted for the trace."""
     import flax.linen as nn
 
     def interceptor(next_fun, args, kwargs, context):
         if context.method_name != "__call__":
             return next_fun(*args, **kwargs)
         mod = context.module
-        user = not is_flax(type(mod)) and mod.parent is not None   # the root model is not a block
-        if user:
-            stack.append(id(mod))
-        try:
-            out = next_fun(*args, **kwargs)
-        finally:
-            if user:
-                stack.pop()
-        if is_flax(type(mod)):
-            trace.append((stack[-1] if stack else None, output_bytes(out)))
-        return out
+        user = not _is_flax(type(mod)) and mod.parent is not None   # the root model is not a block
+        return layers.call(mod, user, lambda: next_fun(*args, **kwargs))
 
     rngs = {c: jax.random.key(0) for c in ("params", *wl.rng_collections)}
     variables = jax.eval_shape(lambda r, b: wl.model.init(r, b, method=lambda m, bb: wl.loss(m, bb)), rngs, batch)
@@ -232,7 +243,7 @@ def _abstract(wl, batch):
     jax.eval_shape(forward, variables, batch)
     params = variables.get("params", {})
     rest = {k: v for k, v in variables.items() if k not in ("params", "intermediates")}
-    return params, rest, trace
+    return params, rest
 
 
 def _tree_bytes(tree) -> int:
@@ -298,54 +309,63 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
         "other_state": _tree_bytes(rest),
     }
 
-    cfg = model_config(wl)
     dims = transformer_dims(wl, leaves)
-    paths = [jax.tree_util.keystr(p, simple=True, separator="/") for p, _ in
-             jax.tree_util.tree_flatten_with_path(params)[0]]
     rule = (f"ZeRO stage {stage}, tp {t}, data {d}; {opt_name} state from optax; compute {c} B, storage {store} B, "
             f"softmax {softmax_bytes} B")
     if dims is not None:
-        ls = layer_shape(cfg, dims, paths)
-        per = transformer_layer_bytes(dims, ls, b, t, c, softmax_bytes)
-        if remat in FULL_REMAT:
-            act = dims.layers * per["input"] + per["all"]
-        elif remat in DOTS_REMAT:
-            act = dims.layers * per["dots"] + per["all"]
-        else:
-            act = dims.layers * per["all"]
-        act += 2 * c * dims.seq * b * dims.hidden   # the embedding's output and the final norm's input
-        tokens = ls.out_tokens * b
-        v = dims.vocab
-        logits = tokens * v * (c + (4 if c != 4 else 0) + 4) / t
-        layer_params = transformer_layer_params(dims, ls)
-        head_params = v * dims.hidden
-        gathered_params = max(layer_params, head_params) / t
-        rule += (f"; transformer L={dims.layers} h={dims.hidden} a={dims.heads} kv={ls.kv_heads} f={ls.ffn}"
-                 f"{' gated' if ls.gated else ''} s={dims.seq} v={v} b={b} out_tokens={ls.out_tokens}"
-                 f" dropout={ls.dropout} remat={remat}")
+        act, logits, gathered_params, how = _transformer_activations(wl, dims, params, b, t, c, softmax_bytes, remat)
     else:
-        # Other models: every Flax layer's output, in the compute dtype, is kept for the backward pass.
-        scale = c / 4
-        outs = [(blk, nbytes * scale) for blk, nbytes in trace]
-        if remat != "none" and any(blk is not None for blk, _ in outs):
-            blocks: dict[int, list[float]] = {}
-            for blk, nbytes in outs:
-                if blk is not None:
-                    blocks.setdefault(blk, []).append(nbytes)
-            outside = sum(nbytes for blk, nbytes in outs if blk is None)
-            # each block's output is kept (the next block's checkpointed input); its inner outputs are
-            # recomputed, live for one block at a time during the backward pass
-            act = outside + sum(v[-1] for v in blocks.values()) + max(sum(v[:-1]) for v in blocks.values())
-            how = f"{len(blocks)} checkpointed blocks: their outputs + the largest block's recomputed inner outputs"
-        else:
-            act = sum(nbytes for _, nbytes in outs)
-            how = "every layer's output"
-        act = act / max(d, 1)
-        logits = 0
-        gathered_params = _largest_layer_params(params)
-        rule += f"; {len(outs)} Flax layer outputs ({how}), remat={remat}"
+        act, logits, gathered_params, how = _traced_activations(trace, params, c, d, remat)
+    rule += how
     terms["activations"] = int(act)
     terms["loss_logits"] = int(logits)
     terms["gathered_weights"] = int(2 * gathered_params * c) if stage >= 3 and d > 1 else 0
     terms["overhead"] = int(overhead_bytes)
     return SimulatorEstimate(terms, rule)
+
+
+def _transformer_activations(wl, dims, params, b: int, t: int, c: int, softmax_bytes: int, remat: str):
+    """(activations, loss logits, largest gathered params, the rule's words) of a transformer read from its
+    config: per layer, by the remat policy, for b sequences a device, t tensor shards, c bytes a value."""
+    paths = [jax.tree_util.keystr(p, simple=True, separator="/") for p, _ in
+             jax.tree_util.tree_flatten_with_path(params)[0]]
+    ls = layer_shape(model_config(wl), dims, paths)
+    per = transformer_layer_bytes(dims, ls, b, t, c, softmax_bytes)
+    if remat in FULL_REMAT:
+        act = dims.layers * per["input"] + per["all"]
+    elif remat in DOTS_REMAT:
+        act = dims.layers * per["dots"] + per["all"]
+    else:
+        act = dims.layers * per["all"]
+    act += 2 * c * dims.seq * b * dims.hidden   # the embedding's output and the final norm's input
+    tokens = ls.out_tokens * b
+    v = dims.vocab
+    logits = tokens * v * (c + (4 if c != 4 else 0) + 4) / t
+    layer_params = transformer_layer_params(dims, ls)
+    head_params = v * dims.hidden
+    gathered_params = max(layer_params, head_params) / t
+    how = (f"; transformer L={dims.layers} h={dims.hidden} a={dims.heads} kv={ls.kv_heads} f={ls.ffn}"
+           f"{' gated' if ls.gated else ''} s={dims.seq} v={v} b={b} out_tokens={ls.out_tokens}"
+           f" dropout={ls.dropout} remat={remat}")
+    return act, logits, gathered_params, how
+
+
+def _traced_activations(trace, params, c: int, d: int, remat: str):
+    """(activations, loss logits, largest gathered params, the rule's words) of any other model:
+    every Flax layer's output, in the compute dtype, is kept for the backward pass."""
+    scale = c / 4
+    outs = [(blk, nbytes * scale) for blk, nbytes in trace]
+    if remat != "none" and any(blk is not None for blk, _ in outs):
+        blocks: dict[int, list[float]] = {}
+        for blk, nbytes in outs:
+            if blk is not None:
+                blocks.setdefault(blk, []).append(nbytes)
+        outside = sum(nbytes for blk, nbytes in outs if blk is None)
+        # each block's output is kept (the next block's checkpointed input); its inner outputs are
+        # recomputed, live for one block at a time during the backward pass
+        act = outside + sum(v[-1] for v in blocks.values()) + max(sum(v[:-1]) for v in blocks.values())
+        how = f"{len(blocks)} checkpointed blocks: their outputs + the largest block's recomputed inner outputs"
+    else:
+        act = sum(nbytes for _, nbytes in outs)
+        how = "every layer's output"
+    return act / max(d, 1), 0, _largest_layer_params(params), f"; {len(outs)} Flax layer outputs ({how}), remat={remat}"
