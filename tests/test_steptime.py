@@ -397,3 +397,17 @@ def test_cublaslt_fp8_gemms_are_costed_as_fp8_dots():
     # XLA turns FP8 dots of GEMM size into __cublas$lt$matmul$f8 calls: their FLOPs are the dot's, at the fp8 rate
     m = hlo_text.parse_module(FP8_GEMM)
     assert steptime.dot_flops(m) == (("fp8", 1, 2.0 * 16 * 32 * 64),)
+
+
+def test_the_cost_kept_with_the_printed_text_is_used_not_parsed_again():
+    """The caller passes the XLA cost the compile kept with its text (Artifacts.cost): the entry's cost is
+    that one, not the text parsed back (jaxlib 0.12 cannot parse all it prints); a whole compile's
+    cost_analysis() has other keys and is not taken for it."""
+    m = hlo_text.parse_module(ALL_REDUCE_16)
+    kept = {"flops": 1e9, "bytes accessed": 5e6, "transcendentals": 0.0}
+    cost = steptime.program_cost(m, steptime.whole_cost(kept))
+    assert cost.xla_flops == 1e9 and cost.bytes_accessed == 5e6
+    assert steptime.program_cost(m).xla_flops != 1e9   # without it: the text's own cost
+    assert steptime.whole_cost({**kept, "utilization0{}": 1.0}) is None
+    st = steptime.estimate(m, mesh_axes=(("data", 1),), hosts=1, gpu="h100", whole_cost=kept)
+    assert st["xla_flops_loops_once"] == 1e9 and st["xla_bytes_accessed"] == 5e6

@@ -211,8 +211,9 @@ def _breakdown(state: train_state.StateBytes, stats, ex, rt: runtime.Runtime) ->
     return breakdown
 
 
-def _step_time(program, p: Prepared, built: step.BuiltStep) -> dict[str, Any]:
-    step_time = steptime.estimate(program, mesh_axes=p.mesh_spec.axes, hosts=p.target.hosts, gpu=p.target.gpu)
+def _step_time(program, cost: dict, p: Prepared, built: step.BuiltStep) -> dict[str, Any]:
+    step_time = steptime.estimate(program, mesh_axes=p.mesh_spec.axes, hosts=p.target.hosts, gpu=p.target.gpu,
+                                  whole_cost=steptime.whole_cost(cost))   # kept with the text (Artifacts.cost)
     if built.schedule is not None and step_time.get("available"):
         step_time["pipeline"] = steptime.pipeline_time(step_time, program, iterations=built.schedule.iterations,
                                                        bubble=built.schedule.bubble)
@@ -238,8 +239,9 @@ def measure(c: Compiled) -> Measured:
         verdict = verdict.does_not_fit()   # pinned host memory over the system's RAM
     remat_n = compiled_mod.xla_rematerialized(c.art.hlo_text) if target.platform == "cuda" else 0
     written = as_written(c.traced, peak, bud.usable_bytes, rt.in_pool_bytes) if remat_n else None
-    return Measured(c, state, program, rt, ex, t_decoded, breakdown, peak, _step_time(program, p, built), bud,
-                    host, verdict, splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, written)
+    step_time = _step_time(program, c.art.cost, p, built)
+    return Measured(c, state, program, rt, ex, t_decoded, breakdown, peak, step_time, bud, host, verdict,
+                    splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, written)
 
 
 def as_written(t: Traced, peak: int, usable: int | None, in_pool: int) -> int | None:

@@ -15,7 +15,7 @@ import jaxlib
 
 from jaxmem import scratch
 from jaxmem.compiler import cache as cache_mod
-from jaxmem.compiler import early_stop, steptime, versions
+from jaxmem.compiler import early_stop, versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.compiler.partitioners import rule_failure
 from jaxmem.errors import UserError, cap, trace_error
@@ -255,7 +255,6 @@ def _from_cache(keys: list[str], explain: bool, lower_s: float) -> Artifacts | N
         # an entry that is not this key's own, whole, well-formed answer is a miss (cache.load)
         art = cache_mod.load(k, parse=lambda d: Artifacts.from_json(d, cached=True))
         if art is not None:
-            steptime.remember_cost(art.hlo_text, art.cost)   # the cost stored with the text, if any
             return dataclasses.replace(art, dump=art.dump if explain else None,
                                        stats=dataclasses.replace(art.stats, lower_s=lower_s, compile_s=0.0))
     return None
@@ -332,7 +331,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
         failures = _notes_from_log(log)
         m = memory_stats.from_hlo_proto(raw)
         assignment = decode_hlo_proto(raw)
-        text = compiler.printed(raw)
+        text, cost = compiler.printed(raw)
     finally:
         compiler.close()
     stats = CompiledStats(
@@ -347,7 +346,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     # with it, so that an answer from the cache costs what the fresh one did (some XLA versions print
     # text their own parser refuses as it is: jaxmem.compiler.versions.hlo_module_from_text)
 
-    return Artifacts(stats=stats, cost=steptime.printed_cost(text) or {}, hlo_text=text, dump=raw,
+    return Artifacts(stats=stats, cost=cost, hlo_text=text, dump=raw,
                      assignment=assignment)
 
 

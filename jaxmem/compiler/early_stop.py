@@ -199,17 +199,14 @@ class Child:
         except (BrokenPipeError, OSError):
             self._printing = False   # the child is gone: printed() prints here
 
-    def printed(self, dump: bytes) -> str:
-        """The HLO text of `dump` (:func:`print_module`), from the child when :meth:`compile` asked it,
-        else printed here; its cost is remembered for the step-time estimate. Stops the child."""
-        from jaxmem.compiler import steptime
-
+    def printed(self, dump: bytes) -> tuple[str, dict[str, float]]:
+        """The HLO text of `dump` and XLA's cost of its module (:func:`print_module`), from the child
+        when :meth:`compile` asked it, else printed here. Stops the child."""
         reply = self._await_print() if self._printing else None
         self._printing = False
         self._kill_and_reap()
         text, cost = reply if reply is not None else print_module(dump)
-        steptime.printed_from(text, cost)
-        return text
+        return text, cost
 
     def _await_print(self) -> tuple[str, dict] | None:
         """The child's (text, cost), or None when it failed, died or took too long."""

@@ -115,33 +115,17 @@ def _cpu_client():
     return jax.devices("cpu")[0].client
 
 
-# XLA's cost of a whole program whose text was just printed from its XLA module
-# (early_stop.print_module), so that costing it does not parse the text back (0.4 s of a gpt2-medium
-# analysis). One slot, the latest compile's; matched by identity, so a text read from the cache
-# is parsed.
-_printed: tuple[str, dict[str, float]] | None = None
-
-
-def printed_from(text: str, cost: dict[str, float]) -> None:
-    """Remember that `text` printed a module whose whole cost (module_cost) is `cost`."""
-    global _printed
-    _printed = (text, dict(cost))
-
-
+# XLA's cost of the whole module an early-stopped compile printed its text from (early_stop.print_module)
+# is kept with the text (Artifacts.cost), so that costing it does not parse the text back (0.4 s of a
+# gpt2-medium analysis; and jaxlib 0.12 cannot parse some of what it prints): the caller passes it to
+# estimate() / program_cost() as `whole_cost`. A whole compile's cost_analysis() has other keys.
 _MODULE_COST_KEYS = {"flops", "bytes accessed", "transcendentals"}
 
 
-def printed_cost(text: str) -> dict[str, float] | None:
-    """The module cost remembered for `text` (printed_from), or None."""
-    printed = _printed
-    return dict(printed[1]) if printed is not None and printed[0] is text else None
-
-
-def remember_cost(text: str, cost: dict) -> None:
-    """A cached compile's text with the module cost stored beside it (an early-stopped compile's
-    Artifacts.cost: exactly module_cost's keys; a whole compile's cost_analysis() has others)."""
-    if set(cost) == _MODULE_COST_KEYS:
-        printed_from(text, cost)
+def whole_cost(cost: dict) -> dict[str, float] | None:
+    """`cost` (an Artifacts') when it is XLA's cost of the whole printed module (exactly module_cost's
+    keys: an early-stopped compile's, fresh or cached), else None (the text is parsed and costed)."""
+    return dict(cost) if set(cost) == _MODULE_COST_KEYS else None
 
 
 def module_cost(module, client=None) -> dict[str, float]:
@@ -153,16 +137,16 @@ def module_cost(module, client=None) -> dict[str, float]:
     return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
 
 
-def _xla_cost(text: str) -> dict[str, float]:
-    """module_cost of an HLO module given as text."""
+def _xla_cost(text: str, known: dict[str, float] | None = None) -> dict[str, float]:
+    """module_cost of an HLO module given as text (`known`: that cost, kept from when it was printed)."""
     from jaxmem.compiler import versions
 
-    remembered = printed_cost(text)
-    return remembered if remembered is not None else module_cost(versions.hlo_module_from_text(text))
+    return dict(known) if known is not None else module_cost(versions.hlo_module_from_text(text))
 
 
-def program_cost(module: hlo_text.Module) -> ProgramCost:
+def program_cost(module: hlo_text.Module, whole_cost: dict[str, float] | None = None) -> ProgramCost:
     """FLOPs, bytes accessed and transcendentals of one execution of the entry computation.
+    `whole_cost`: XLA's cost of the whole module (:func:`whole_cost`), where the caller has it.
 
     XLA's HloCostAnalysis visits a while body once. So the entry and every loop body are
     analysed as modules of their own, and each contributes its own cost (its total minus the
@@ -197,7 +181,8 @@ def program_cost(module: hlo_text.Module) -> ProgramCost:
     for body, root in owner.items():
         inner[root].append(body)
 
-    whole = {r: _xla_cost(module.submodule_text(r)) for r in dict.fromkeys(roots)}
+    whole = {r: _xla_cost(module.submodule_text(r), whole_cost if r == module.entry else None)
+             for r in dict.fromkeys(roots)}
     mult = module.multiplicity
     total: defaultdict[str, float] = defaultdict(float)
     for root, cost in whole.items():
@@ -311,8 +296,10 @@ def peaks_text(rows: list[dict[str, Any]]) -> str:
                      f"{pct(r['share'])}{' of FLOPs' if i == 0 else ''}" for i, r in enumerate(rows))
 
 
-def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> dict[str, Any]:
+def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
+             whole_cost: dict[str, float] | None = None) -> dict[str, Any]:
     """The step-time estimate of a compiled program, as the Report's ``step_time`` (plain values).
+    `whole_cost`: XLA's cost of the whole module the program was printed from (:func:`whole_cost`).
 
     `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate. The compute
     precision is read from the program's dots, not from the options that built it.
@@ -328,7 +315,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         return {"label": "estimate", "available": False, "reason": "the backend printed no optimized program"}
     try:
         module = hlo if isinstance(hlo, hlo_text.Module) else hlo_text.parse_module(hlo)
-        cost = program_cost(module)
+        cost = program_cost(module, whole_cost)
         colls = collectives(module, mesh_axes)
         host_bytes = host_transfer_bytes(module)
         ks = kernels_mod.kernels(module)
@@ -349,19 +336,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
     comm_s = busy.get("collective", 0.0)
     rows = communication_rows(colls, perf, rates_mod.rates(gpu, perf), dph)
     bytes_moved = kernels_mod.bytes_per_step(ks)
-    classes = []
-    for klass in ("gemm", "attention", "memory", "collective"):
-        mine = [k for k in ks if k.klass == klass]
-        if klass == "collective":
-            n = sum(c.count_in_loop for c in colls)
-            if n:
-                classes.append({"class": klass, "launches": n, "time_s": comm_s,
-                                "bytes": sum(c.bytes_per_step for c in colls), "flops": 0.0})
-            continue
-        if mine:
-            classes.append({"class": klass, "launches": sum(k.runs for k in mine), "time_s": busy.get(klass, 0.0),
-                            "bytes": sum(k.bytes * k.runs for k in mine),
-                            "flops": sum(k.flops * k.runs for k in mine)})
+    classes = _kernel_classes(ks, colls, busy)
     return {
         "label": "estimate",
         "available": True,
@@ -401,6 +376,24 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }
+
+
+def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
+    """The step's kernels by class (launches, simulated busy time, bytes, FLOPs), collectives last."""
+    classes = []
+    for klass in ("gemm", "attention", "memory", "collective"):
+        mine = [k for k in ks if k.klass == klass]
+        if klass == "collective":
+            n = sum(c.count_in_loop for c in colls)
+            if n:
+                classes.append({"class": klass, "launches": n, "time_s": busy.get("collective", 0.0),
+                                "bytes": sum(c.bytes_per_step for c in colls), "flops": 0.0})
+            continue
+        if mine:
+            classes.append({"class": klass, "launches": sum(k.runs for k in mine), "time_s": busy.get(klass, 0.0),
+                            "bytes": sum(k.bytes * k.runs for k in mine),
+                            "flops": sum(k.flops * k.runs for k in mine)})
+    return classes
 
 
 def band(st: dict | None) -> tuple[float, float, float] | None:
