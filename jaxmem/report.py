@@ -24,6 +24,15 @@ BREAKDOWN_KEYS = (
     "runtime_overhead",
 )
 
+
+
+def breakdown_in_order(breakdown: dict[str, int]) -> list[tuple[str, int]]:
+    """The breakdown's parts in BREAKDOWN_KEYS' order, any key it does not know after them as given:
+    the one order every renderer shows them in."""
+    known = [(k, breakdown[k]) for k in BREAKDOWN_KEYS if k in breakdown]
+    return known + [(k, v) for k, v in breakdown.items() if k not in BREAKDOWN_KEYS]
+
+
 BREAKDOWN_HELP = {
     "params": "model parameters (per-device shard)",
     "optimizer_state": "optax state: moments, counters",
@@ -66,6 +75,126 @@ class Timings(TypedDict, total=False):
     decode_s: float
     total_s: float
     cache_hit: float
+
+
+class Options(TypedDict, total=False):
+    """What the step was built with, as the user would name it (jaxmem.analysis.fields.options): the
+    first six always, the rest where used; and one "arg:<name>" key per model-file argument, which a
+    TypedDict cannot name (fields.options casts)."""
+
+    precision: str
+    optimizer: str
+    batch: int | None
+    accum: int
+    remat: str
+    donate: bool
+    collective_axis: str               # the pmap-style axis name the model's collectives use
+    remat_at: str                      # --remat-at, and the modules it checkpointed
+    remat_placed: list[str]
+    freeze: str | None                 # fine-tuning (jaxmem/program/finetune.py)
+    lora_rank: int
+    lora_targets: str | None
+    lora_alpha: float | None
+    base_dtype: str | None
+    offload: str | None
+    rules: str                         # --rules: the file and its digest
+    rules_sha256: str
+    axis_types: str                    # "explicit" for a mesh of Explicit axes
+
+
+class NcclInfo(TypedDict):
+    """The NCCL communicators of the busiest device, the device groups of the program's collectives."""
+
+    communicators_per_device: int
+    groups: list[list[int]]
+    nvls: bool
+
+
+class RuntimeInfo(TypedDict):
+    """The runtime's own memory per device (jaxmem.compiler.runtime.Runtime.to_json): named terms in
+    JAX's pool (their sum is breakdown["runtime_overhead"]) and outside it, each with its source."""
+
+    in_pool_bytes: int
+    out_of_pool_bytes: int
+    terms: list[dict[str, Any]]        # runtime.Term.to_json: name, bytes, low/high, in_pool, source ...
+    nccl: NcclInfo
+    calibrated: bool
+
+
+class StepTime(TypedDict, total=False):
+    """The step-time estimate (jaxmem.compiler.steptime.estimate). Always: label and available; without
+    an estimate, `reason`; with one, the rest (`pipeline` only for a step with a stage axis)."""
+
+    label: str
+    available: bool
+    reason: str
+    estimate_s: float
+    low_s: float
+    high_s: float
+    overlapped_s: float
+    compute_s: float
+    memory_s: float
+    communication_s: float
+    exposed_communication_s: float
+    host_transfer_s: float
+    host_transfer_bytes: int
+    bound: str
+    flops: float
+    xla_flops_loops_once: float
+    custom_call_flops: float
+    bytes_accessed: float
+    xla_bytes_accessed: float
+    collective_bytes: int
+    collectives: list[dict[str, Any]]
+    kernel_classes: list[dict[str, Any]]
+    loops: list[dict[str, Any]]
+    loops_counted_once: list[str]
+    peak_flops: float
+    peak_flops_kind: str
+    compute_peaks: list[dict[str, Any]]
+    hbm_bandwidth: float
+    intra_host_bandwidth: float
+    inter_host_bandwidth: float
+    host_bandwidth: float
+    rate_sources: dict[str, str]
+    rule: str
+    leaves_out: str
+    pipeline: dict[str, Any]           # steptime.pipeline_time: the bubble's share of the estimate
+
+
+# Per-device bytes in pinned host memory (--offload), by category ("params", "optimizer_state", ...,
+# then "activations" or "temporaries": XLA's host temporaries); empty when nothing is offloaded.
+HostBytes = dict[str, int]
+
+
+class MeshRole(TypedDict):
+    """One mesh axis (jaxmem.program.splits.mesh_roles): its role, size and what it splits."""
+
+    role: str | None                   # None: a name no role knows (and no --axis-roles for it)
+    size: int
+    splits: list[str]                  # of "batch", "sequence", "state"
+
+
+class PipelineInfo(TypedDict, total=False):
+    """A stage axis's schedule (jaxmem.analysis.fields.pipeline_fields) and, from the explanation, what
+    the stage loop holds at the peak (its other keys)."""
+
+    schedule: str
+    axis: str
+    stages: int
+    microbatches: int
+    repeats: int
+    layers: int
+    layers_per_stage: int
+    layers_per_repeat: int
+    iterations: int
+    bubble: float
+    microbatches_in_flight: int
+    stage_remat: bool
+    chosen: list[str]
+    program: str
+    activations_in_flight: int         # at the peak (jaxmem.xla.explain): the stage loop's saved activations
+    transfers: int                     # ... and its stage-to-stage transfer buffers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +277,7 @@ class Report:
     target: TargetInfo
     mesh: tuple[tuple[str, int], ...]
     layout: str
-    options: dict[str, Any]            # precision, optimizer, batch, accum, remat, donate
+    options: Options                   # precision, optimizer, batch, accum, remat, donate, ...
     per_device_peak_bytes: int
     breakdown: dict[str, int]
     xla: XlaNumbers                    # XLA's raw per-device numbers
@@ -172,10 +301,10 @@ class Report:
     xla_flags: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The runtime's own memory per device (jaxmem.compiler.runtime.Runtime.to_json): named terms in
     # JAX's pool (their sum is breakdown["runtime_overhead"]) and outside it, each with its source.
-    runtime: dict[str, Any] = dataclasses.field(default_factory=dict)
+    runtime: RuntimeInfo | dict = dataclasses.field(default_factory=dict)   # {} where none was modelled
     # An estimated step time from the compiled program (jaxmem.compiler.steptime.estimate): compute,
     # memory and communication times, the estimate and its rule; {"available": False, "reason"} off-catalogue.
-    step_time: dict[str, Any] = dataclasses.field(default_factory=dict)
+    step_time: StepTime = dataclasses.field(default_factory=lambda: StepTime())
     # Fine-tuning (jaxmem/program/finetune.py): global counts of the parameters that train (get
     # gradients and optimizer state) and that stay frozen, and their per-device bytes (their sum is
     # breakdown["params"]); None for a custom step's state, where jaxmem cannot tell.
@@ -185,11 +314,11 @@ class Report:
     frozen_bytes: int | None = None
     # Per-device bytes in pinned host memory (--offload), by category, plus XLA's host temporaries;
     # empty when nothing is offloaded. Not part of the device peak or its breakdown.
-    host: dict[str, int] = dataclasses.field(default_factory=dict)
+    host: HostBytes = dataclasses.field(default_factory=dict)
     # Each mesh axis: its role (jaxmem/program/layouts.py), size and what it splits in this step
     # ("batch", "sequence", "state"); and the largest leaves per device, each with its global shape,
     # PartitionSpec (one entry per dim: null, an axis, or a list of axes) and per-device bytes.
-    mesh_roles: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    mesh_roles: dict[str, MeshRole] = dataclasses.field(default_factory=dict)
     shardings: tuple[dict[str, Any], ...] = ()
     # What advise needs to propose context and expert parallelism: the batch's sequence length (dim 1
     # of its first leaf of rank 2+; None without one) and the logical axis names the parameters carry.
@@ -200,7 +329,7 @@ class Report:
     # activations the stage loop saved for the backward pass and the stage-to-stage transfer buffers;
     # `stages`: per stage, its layers (storage rows of the stacked weights), peak and breakdown.
     # Empty without a stage axis.
-    pipeline: dict[str, Any] = dataclasses.field(default_factory=dict)
+    pipeline: PipelineInfo = dataclasses.field(default_factory=lambda: PipelineInfo())
     stages: tuple[dict[str, Any], ...] = ()
     # A Hugging Face config.json analyzed (jaxmem/hf): its model_type, the parameter count of the
     # architecture it names (jax.eval_shape of jaxmem's decoder) and its path; empty for a model file.

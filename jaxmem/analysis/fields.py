@@ -4,7 +4,7 @@ options as the report names them, a pipelined step's schedule and stages."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from jaxmem import report
 from jaxmem.compiler import runtime, targets
@@ -22,14 +22,16 @@ def target_info(target: targets.Target, devices: int, bud: runtime.Budget) -> re
                              xla_budget_note=_budget_note(target))
 
 
-def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: step.StepPlan) -> dict[str, Any]:
-    """The report's `options`: what the step was built with, as the user would name it."""
-    return {"precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
-            "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
-            **_remat_at_options(wl, built),
-            **_finetune_options(opts), **_rules_options(opts, planned),
-            **({"axis_types": "explicit"} if planned.explicit else {}),
-            **{f"arg:{k}": v for k, v in opts.model_args}}
+def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: step.StepPlan) -> report.Options:
+    """The report's `options`: what the step was built with, as the user would name it (the model file's
+    arguments as "arg:<name>" keys, which report.Options cannot name: hence the cast)."""
+    return cast(report.Options, {
+        "precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
+        "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
+        **_remat_at_options(wl, built),
+        **_finetune_options(opts), **_rules_options(opts, planned),
+        **({"axis_types": "explicit"} if planned.explicit else {}),
+        **{f"arg:{k}": v for k, v in opts.model_args}})
 
 
 def pipeline_fields(built: step.BuiltStep, planned: step.StepPlan, peak: int, breakdown: dict, ex) -> dict:

@@ -78,11 +78,11 @@ class Measured:
     t_decoded: float
     breakdown: dict[str, int]
     peak: int
-    step_time: dict[str, Any]
+    step_time: report_mod.StepTime
     budget: runtime.Budget
     host: dict[str, int]
     verdict: runtime.Verdict           # fits / tight / does_not_fit, with the runtime's ranges
-    roles: dict[str, dict[str, Any]]
+    roles: dict[str, report_mod.MeshRole]
     remat_n: int                       # instructions XLA's rematerialization recomputed
     written: int | None                # the step as written (as_written), when compiled
 
@@ -211,7 +211,7 @@ def _breakdown(state: train_state.StateBytes, stats, ex, rt: runtime.Runtime) ->
     return breakdown
 
 
-def _step_time(program, cost: dict, p: Prepared, built: step.BuiltStep) -> dict[str, Any]:
+def _step_time(program, cost: dict, p: Prepared, built: step.BuiltStep) -> report_mod.StepTime:
     step_time = steptime.estimate(program, mesh_axes=p.mesh_spec.axes, hosts=p.target.hosts, gpu=p.target.gpu,
                                   whole_cost=steptime.whole_cost(cost))   # kept with the text (Artifacts.cost)
     if built.schedule is not None and step_time.get("available"):

@@ -24,7 +24,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jaxmem.compiler import calibration
 from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target
@@ -92,7 +92,7 @@ class Runtime:
         return sum(t.at(end) for t in self.terms if not t.in_pool)
 
     @classmethod
-    def from_json(cls, d: dict) -> Runtime:
+    def from_json(cls, d: Mapping[str, Any]) -> Runtime:
         """The runtime a report saved (`compare --from`); terms saved before ranges are exact."""
         fields = {f.name for f in dataclasses.fields(Term)}
         terms = tuple(Term(**{k: v for k, v in t.items() if k in fields}) for t in d.get("terms", ()))

@@ -35,6 +35,7 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from jaxmem.compiler import rates as rates_mod
@@ -78,7 +79,7 @@ from jaxmem.compiler.rates import (  # noqa: F401  (the achieved rates, re-expor
     simulate,
     wave_efficiency,
 )
-from jaxmem.report import ReportWarning
+from jaxmem.report import ReportWarning, StepTime
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective, collectives
 
@@ -201,7 +202,8 @@ def program_cost(module: hlo_text.Module, whole_cost: dict[str, float] | None = 
 
 # XLA's dot algorithms (PrecisionConfig.Algorithm, printed `algorithm=dot_bf16_bf16_f32_x3` on a dot,
 # "ALG_DOT_..." in a cuBLAS backend config): the rate they run at; a _xN suffix is N passes.
-def pipeline_time(step_time: dict, module: hlo_text.Module | str, *, iterations: int, bubble: float) -> dict:
+def pipeline_time(step_time: Mapping[str, Any], module: hlo_text.Module | str, *, iterations: int,
+                  bubble: float) -> dict:
     """The pipeline's bubble in a step estimate: every stage runs all `iterations` of the stage loop, and
     `bubble` of them on no microbatch (the SPMD program computes and discards them), so the estimate
     already holds it; this names how much (the loop's share of the dots, times the compute-or-memory time)."""
@@ -297,7 +299,7 @@ def peaks_text(rows: list[dict[str, Any]]) -> str:
 
 
 def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
-             whole_cost: dict[str, float] | None = None) -> dict[str, Any]:
+             whole_cost: dict[str, float] | None = None) -> StepTime:
     """The step-time estimate of a compiled program, as the Report's ``step_time`` (plain values).
     `whole_cost`: XLA's cost of the whole module the program was printed from (:func:`whole_cost`).
 
@@ -396,7 +398,7 @@ def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
     return classes
 
 
-def band(st: dict | None) -> tuple[float, float, float] | None:
+def band(st: Mapping[str, Any] | None) -> tuple[float, float, float] | None:
     """(estimate, low, high) of a report's step_time (low = high = estimate for a report saved before
     the band), or None without an estimate."""
     if not st or not st.get("available"):
@@ -422,7 +424,7 @@ def tied_with(bands: list[tuple[float, float, float] | None]) -> list[int | None
     return out
 
 
-def check_precision(precision: str, step_time: dict) -> list[ReportWarning]:
+def check_precision(precision: str, step_time: Mapping[str, Any]) -> list[ReportWarning]:
     """precision_no_effect: --precision bf16/bf16-pure/fp8 whose matmuls still run in fp32: the model
     fixes its layers' dtype (dtype=jnp.float32), so the flag changed the casts, not the dots."""
     if precision not in ("bf16", "bf16-pure", "fp8") or not step_time.get("available"):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import cast
 
 from jaxmem.present.render import hints
-from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, VERDICT_TEXT, Report, tight_text, verdict_of
+from jaxmem.report import BREAKDOWN_HELP, VERDICT_TEXT, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes
 
 # Tables are bounded so the file stays small whatever the model.
@@ -327,7 +327,7 @@ def _header(r: Report) -> str:
         where += f", {t.hosts} hosts"
     mesh = ",".join(f"{n}={s}" for n, s in r.mesh) or "-"
     chips = [("mesh", mesh), ("layout", r.layout)]
-    chips += [(str(k), "-" if v is None else v) for k, v in r.options.items()]
+    chips += [(str(k), "-" if v is None else v) for k, v in r.options.items()]  # type: ignore[misc]  # any option value
     n = r.param_count
     chips.append(("params", f"{n / 1e6:,.1f} M" if n < 1e9 else f"{n / 1e9:,.2f} B"))
     chip_html = "".join(f'<span class="chip">{e(k)} <b>{e(v)}</b></span>' for k, v in chips)
@@ -396,7 +396,7 @@ def _stack(items: Iterable[tuple[str, int]], total: int, label_min_pct: float = 
 
 def _breakdown(r: Report) -> str:
     peak = max(r.per_device_peak_bytes, 1)
-    keys = [k for k in BREAKDOWN_KEYS if k in r.breakdown] + [k for k in r.breakdown if k not in BREAKDOWN_KEYS]
+    keys = [k for k, _ in breakdown_in_order(r.breakdown)]
     rows = []
     for i, k in enumerate(keys):
         v = r.breakdown[k]

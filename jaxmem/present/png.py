@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
-from jaxmem.report import VERDICT_TEXT, Report, verdict_of
+from jaxmem.report import VERDICT_TEXT, Report, breakdown_in_order, verdict_of
 from jaxmem.units import fmt_bytes
 
 
@@ -65,7 +65,7 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
     peak = max(r.per_device_peak_bytes, 1)
     unit, scale = _unit(peak)
     left = 0.0
-    for i, (k, v) in enumerate(r.breakdown.items()):
+    for i, (k, v) in enumerate(breakdown_in_order(r.breakdown)):
         if v <= 0:
             continue
         w = v / scale

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from jaxmem.report import BREAKDOWN_HELP, Report, tight_text, verdict_of
+from jaxmem.report import BREAKDOWN_HELP, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds, si
 
 MODULE_ROWS = 15          # rows of the per-module table on a terminal; --json and --html keep every module
@@ -125,7 +128,7 @@ def _time_ranks(reports: list) -> dict[int, str]:
     return out
 
 
-def _peaks(st: dict) -> str:
+def _peaks(st: Mapping[str, Any]) -> str:
     from jaxmem.compiler.steptime import peaks_text
 
     if st.get("compute_peaks"):
@@ -134,7 +137,7 @@ def _peaks(st: dict) -> str:
     return f"{st['peak_flops'] / 1e12:,.0f} TFLOP/s ({st['peak_flops_kind']})"
 
 
-def step_time_lines(st: dict) -> list[str]:
+def step_time_lines(st: Mapping[str, Any]) -> list[str]:
     """The estimated step time: the number, its parts, and the rule (always called an estimate)."""
     if not st:
         return []
@@ -254,7 +257,7 @@ def _print_breakdown(r: Report, console: Console) -> None:
         table.add_column("what it is", style="dim")
     peak = max(r.per_device_peak_bytes, 1)
     not_split = any(w.kind == "gradients_not_split" for w in r.warnings)  # --no-explain: see the warning
-    for key, value in r.breakdown.items():
+    for key, value in breakdown_in_order(r.breakdown):
         shown = "not split" if not_split and key == "gradients" else fmt_bytes(value)
         table.add_row(key, shown, f"{100 * value / peak:.1f}%", *([BREAKDOWN_HELP.get(key, "")] if wide else []))
     console.print(table)

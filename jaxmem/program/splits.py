@@ -9,11 +9,11 @@ not holds and computes what its neighbours do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxmem.program.layouts import MeshSpec
-from jaxmem.report import ReportWarning
+from jaxmem.report import MeshRole, ReportWarning
 
 STATE_ROLES = ("fsdp", "tensor", "expert")
 
@@ -24,7 +24,7 @@ def _axes(entry) -> tuple[str, ...]:
     return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
-def mesh_roles(mesh: MeshSpec, leaves: Sequence[Any]) -> dict[str, dict[str, Any]]:
+def mesh_roles(mesh: MeshSpec, leaves: Sequence[Any]) -> dict[str, MeshRole]:
     """axis -> {"role", "size", "splits": what it splits ("batch", "sequence", "state")}."""
     splits: dict[str, set[str]] = {n: set() for n in mesh.names}
     for leaf in leaves:
@@ -48,7 +48,7 @@ def shardings(leaves: Sequence[Any], n: int = 20) -> tuple[dict[str, Any], ...]:
                   "device_bytes": leaf.device_bytes} for leaf in top)
 
 
-def header(roles: dict[str, dict[str, Any]]) -> str:
+def header(roles: Mapping[str, Mapping[str, Any]]) -> str:
     """`data=2 (data: batch) fsdp=4 (fsdp: batch, state)`: each axis with its role and what it splits."""
     return " ".join(f"{a}={r['size']} ({r['role']}: {', '.join(r['splits']) or 'nothing'})" for a, r in roles.items())
 
@@ -67,7 +67,7 @@ def _tensor_cause(layout: str, logical_names: tuple[str, ...], tensor_names: tup
     return "none has a dimension it divides)"
 
 
-def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
+def idle_axes(roles: Mapping[str, Mapping[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
               logical_names: tuple[str, ...] = (), tensor_names: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     """(message, bytes) for each axis of size > 1 that does not do its role's job; the bytes are its
     cost: what it would save per device if it did (the state, or the activations, over its devices).
@@ -94,7 +94,7 @@ def idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, a
     return out
 
 
-def check_idle_axes(roles: dict[str, dict[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
+def check_idle_axes(roles: Mapping[str, Mapping[str, Any]], layout: str, state_bytes: int, activation_bytes: int,
                     logical_names: tuple[str, ...], tensor_names: tuple[str, ...]) -> list[ReportWarning]:
     """axis_splits_nothing: each axis of size > 1 that does not do its role's job (idle_axes)."""
     return [ReportWarning("axis_splits_nothing", message, cost)
