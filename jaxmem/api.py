@@ -3,7 +3,8 @@
 A thin layer over the pipeline the CLI calls (``jaxmem.pipeline.analyze_model``,
 ``jaxmem.plan.compare``, ``jaxmem.plan.advise``), returning the objects the CLI renders. The
 keywords are the fields of ``AnalyzeOptions`` (plus three names the CLI spells differently), and
-each value goes through the CLI's own option type, so a bad value gets the CLI's message. Every
+each value is checked by the rule the CLI's option of that name applies (jaxmem.program.values, without
+click), so a bad value gets the CLI's message. Every
 error a user can cause is a ``jaxmem.UserError``. See docs/api.md.
 
 Nothing here imports jax at module level: ``import jaxmem`` stays as light as the CLI's start.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxmem import precheck
 from jaxmem.errors import UserError
+from jaxmem.program import values
 
 if TYPE_CHECKING:  # the return types, without importing the pipeline (and jax) with jaxmem
     from jaxmem.plan.advise import Advice
@@ -117,8 +119,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         base = _options(options, also=(*GRID, "jobs", "executor", "ray_address", *FIND))
         precheck.options(model, base, grid=spec)   # typos first: before anything imports jax
         find = _find(find_batch, find_seq, find_devices, granule, margin)
-        n_jobs = None if jobs is None else _cli_value("compare", "n_jobs", "jobs", jobs)
-        executor = _cli_value("compare", "executor", "executor", executor)
+        n_jobs = None if jobs is None else _checked("jobs", jobs, values.whole, 1, "the number of worker processes")
+        executor = _checked("executor", executor, values.choice, ("local", "ray"), hint=False)
         from jaxmem.plan import compare as compare_mod
 
         meshes = spec.get("mesh") or base.mesh
@@ -158,7 +160,7 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
     """
     with _session() as cpu_devices:
         base = _options(options, also=("all", "changes", "jobs"))
-        n_jobs = None if jobs is None else _cli_value("advise", "n_jobs", "jobs", jobs)
+        n_jobs = None if jobs is None else _checked("jobs", jobs, values.count, 1)
         if not isinstance(all, bool):
             raise UserError(f"all={all!r}: expected True or False")
         precheck.options(model, base)
@@ -193,7 +195,7 @@ def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
             raise _unknown(key, sorted((set(fields) - set(ALIASES.values())) | set(ALIASES) | set(also)))
         if name in kw:
             raise UserError(f"{key}= and {name}= are the same option; give one of them")
-        kw[name] = _value(key, name, value, fields[name].default)
+        kw[name] = _value(key, name, value, fields[name])
     return AnalyzeOptions(**kw)
 
 
@@ -205,10 +207,11 @@ def _unknown(key: str, valid: list[str]) -> UserError:
     return UserError(f"unknown option {key!r}{hint}. Valid options: {', '.join(valid)}.")
 
 
-def _value(key: str, name: str, value: Any, default: Any) -> Any:
+def _value(key: str, name: str, value: Any, field: Any) -> Any:
     """One option's value, checked and converted as the CLI's option of that name does it."""
     if name == "model_args":
         return _model_args(key, value)
+    default = field.default
     if value is None:
         if default is None:
             return None
@@ -217,7 +220,8 @@ def _value(key: str, name: str, value: Any, default: Any) -> Any:
         if not isinstance(value, bool):
             raise UserError(f"{key}={value!r}: expected True or False")
         return value
-    return _cli_value("analyze", name, key, value)
+    flag = field.metadata.get("flag")
+    return value if flag is None else _checked(key, value, values.of_flag, flag)
 
 
 def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
@@ -234,25 +238,11 @@ def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
     return pairs
 
 
-def _command(name: str):
-    from jaxmem import cli
-
-    return cli.main.commands[name]
-
-
-def _cli_value(command: str, param: str | tuple[str, ...], key: str, value: Any) -> Any:
-    """`value` through the CLI's option `param` of `command` (the first of the names that it has):
-    its type, its check, its message. A field without an option is taken as it is."""
-    import click
-
-    cmd = _command(command)
-    names = (param,) if isinstance(param, str) else param
-    p = next((p for n in names for p in cmd.params if p.name == n), None)
-    if p is None:
-        return value
+def _checked(key: str, value: Any, rule, *args, **kwargs) -> Any:
+    """`value` through `rule` (jaxmem.program.values: the CLI's option's rule and words) as `key`=."""
     try:
-        return p.process_value(click.Context(cmd), value)
-    except click.BadParameter as e:
+        return rule(value, *args, **kwargs)
+    except values.BadValue as e:
         raise UserError(f"{key}={value!r}: {e.message}") from None
 
 
@@ -273,12 +263,12 @@ def _find(find_batch: Any, find_seq: Any, find_devices: Any, granule: Any, margi
     if granule is not None:
         if not finds or finds[0] != "seq":
             raise UserError("granule= is the step of find_seq; add find_seq='ARG' or drop granule=")
-        granule = _cli_value("compare", "granule", "granule", granule)
+        granule = _checked("granule", granule, values.whole, 1, "the granule")
     if margin is not None:
         if not finds:
             raise UserError("margin= applies to a fit search; add find_batch=True, find_seq='ARG' or "
                             "find_devices=True, or drop margin=")
-        margin = _cli_value("compare", "margin", "margin", margin)
+        margin = _checked("margin", margin, values.SHARE)
     if not finds:
         return None
     return compare_mod.Find(finds[0], arg=find_seq, granule=granule,
@@ -301,8 +291,7 @@ def _grid_text(key: str, value: Any) -> str | None:
     text = (";" if key == "meshes" else ",").join(_list(key, value))
     if key == "rules_files":   # the CLI's --rules A.json,B.json; each file is read (and checked) by compare
         return text
-    param = "gpu_list" if key == "gpus" else key   # the CLI's name for --gpus
-    return _cli_value("compare", param, key, text)
+    return _checked(key, text, values.grid, GRID[key])   # each list checked as the CLI checks it
 
 
 # ------------------------------------------------------------------------------------ the run

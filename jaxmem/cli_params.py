@@ -9,7 +9,7 @@ import functools
 import click
 
 from jaxmem.errors import UserError, did_you_mean
-from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, remat_problem, split_remats
+from jaxmem.program import values
 
 
 def _pairs(ctx, param, values):
@@ -31,19 +31,10 @@ class WholeNumber(click.ParamType):
         self.minimum, self.what = minimum, what
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int) and not isinstance(value, bool):
-            n = value
-        else:
-            text = str(value).strip().replace("_", "")
-            try:
-                n = int(text)
-            except ValueError:
-                self.fail(f"{value!r} is not a whole number; give {self.what} in digits, e.g. 1024", param, ctx)
-        if n < self.minimum:
-            self.fail(f"{n} is not allowed: {self.what} must be at least {self.minimum}", param, ctx)
-        if n > 2**63 - 1:
-            self.fail(f"{n} is beyond a 64-bit integer; no device can hold {self.what} that large", param, ctx)
-        return n
+        try:
+            return values.whole(value, self.minimum, self.what)
+        except values.BadValue as e:
+            self.fail(e.message, param, ctx)
 
 
 class Choice(click.Choice):
@@ -65,10 +56,10 @@ class RematPolicy(click.ParamType):
     name = "policy"
 
     def convert(self, value, param, ctx):
-        problem = remat_problem(str(value))
-        if problem:
-            self.fail(problem, param, ctx)
-        return str(value)
+        try:
+            return values.remat(value)
+        except values.BadValue as e:
+            self.fail(e.message, param, ctx)
 
 
 class Regex(click.ParamType):
@@ -81,62 +72,49 @@ class Regex(click.ParamType):
         self.flag = flag
 
     def convert(self, value, param, ctx):
-        from jaxmem.program import patterns
-
         try:
-            patterns.compile_pattern(str(value), self.flag)
-        except UserError as e:
-            self.fail(str(e).removeprefix(f"{self.flag} "), param, ctx)   # click names the option itself
-        return str(value)
+            return values.regex(value, self.flag)   # click names the option itself
+        except values.BadValue as e:
+            self.fail(e.message, param, ctx)
 
 
 class Number(click.ParamType):
-    """A finite number that `accepts` takes; the messages say what to write. (nan and inf are
-    refused where the command line is read, never passed on.)"""
+    """A finite number that `rule` (jaxmem.program.values) takes; the messages say what to write.
+    (nan and inf are refused where the command line is read, never passed on.)"""
 
-    def __init__(self, name: str, accepts, not_a_number: str, refused: str):
-        self.name, self.accepts, self.not_a_number, self.refused = name, accepts, not_a_number, refused
+    def __init__(self, rule: values.Number):
+        self.name, self.rule = rule.name, rule
 
     def convert(self, value, param, ctx):
-        import math
-
         try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(self.not_a_number.format(value=value), param, ctx)
-        if not math.isfinite(x) or not self.accepts(x):
-            self.fail(self.refused.format(value=value), param, ctx)
-        return x
+            return self.rule(value)
+        except values.BadValue as e:
+            self.fail(e.message, param, ctx)
 
 
 def Fraction() -> Number:  # noqa: N802 -- used as a click type, like the classes
     """A share of device memory: a finite number in (0, 1]."""
-    return Number("fraction", lambda x: 0 < x <= 1, "{value!r} is not a number; give a share of the card in (0, 1], "
-                  "e.g. 0.9", "{value} is not in (0, 1]; give a share of the card, e.g. 0.9")
+    return Number(values.FRACTION)
 
 
 def PositiveNumber() -> Number:  # noqa: N802
     """A finite number above 0."""
-    return Number("number", lambda x: x > 0, "{value!r} is not a number; give a positive number, e.g. 16",
-                  "{value} is not allowed: give a positive, finite number, e.g. 16")
+    return Number(values.POSITIVE)
 
 
 def NonNegativeNumber() -> Number:  # noqa: N802
     """A finite number of at least 0 (diff's --max-growth: a share that may exceed 1)."""
-    return Number("number", lambda x: x >= 0, "{value!r} is not a number; give a share, e.g. 0.05 for 5%",
-                  "{value} is not allowed: give a finite share of at least 0, e.g. 0.05 for 5%")
+    return Number(values.NON_NEGATIVE)
 
 
 def Share() -> Number:  # noqa: N802
     """A share of usable memory kept free: a finite number in [0, 1)."""
-    return Number("share", lambda x: 0 <= x < 1, "{value!r} is not a number; give a share in [0, 1), e.g. 0.05",
-                  "{value} is not in [0, 1); give the share of usable memory to keep free, e.g. 0.05")
+    return Number(values.SHARE)
 
 
 def Seconds() -> Number:  # noqa: N802
     """A positive, finite number of seconds."""
-    return Number("seconds", lambda x: x > 0, "{value!r} is not a number of seconds",
-                  "{value}: give a positive, finite number of seconds, e.g. 600")
+    return Number(values.SECONDS)
 
 
 def grid(kind: str):
@@ -146,53 +124,12 @@ def grid(kind: str):
     def check(ctx, param, value):
         if value is None:
             return value
-        sep = ";" if kind == "mesh" else ","
-        items = split_remats(value) if kind == "remat" else [v.strip() for v in value.split(sep)]
-        if not any(items) or (kind != "mesh" and not all(items)):
-            raise click.BadParameter(f"{value!r}: expected {kind} values separated by '{sep}'", ctx, param)
-        for v in filter(None, items):
-            try:
-                _check_grid_value(kind, v)
-            except (UserError, ValueError, click.BadParameter) as e:
-                why = e.message if isinstance(e, click.BadParameter) else e
-                raise click.BadParameter(f"{v!r} in {value!r}: {why}", ctx, param) from None
-        return value
+        try:
+            return values.grid(value, kind)
+        except values.BadValue as e:
+            raise click.BadParameter(e.message, ctx, param) from None
 
     return check
-
-
-def _check_grid_value(kind: str, v: str) -> None:
-    if kind == "microbatches":   # as analyze's --microbatches refuses it (click.IntRange)
-        if v.lower() not in ("none", "default"):
-            click.IntRange(min=1).convert(v, None, None)  # type: ignore[arg-type]  # click parses the text
-    elif kind == "batch":
-        if not v.isdigit() or int(v) < 1:
-            raise ValueError("a global batch is a whole number of at least 1")
-    elif kind == "lora_rank":
-        if not v.isdigit():
-            raise ValueError("a LoRA rank is a whole number: 0 (every parameter trains) or a positive rank")
-    elif kind == "base_dtype":
-        if v.lower() != "none" and v not in BASE_DTYPES:
-            raise ValueError(f"unknown base dtype; known: none, {', '.join(BASE_DTYPES)}")
-    elif kind == "layout":
-        if v not in LAYOUTS:
-            raise ValueError(f"unknown layout; known: {', '.join(LAYOUTS)}")
-    elif kind == "remat" and (problem := remat_problem(v)):
-        raise ValueError(problem)
-    elif kind == "precision":
-        if v not in PRECISIONS:
-            raise ValueError(f"unknown precision; known: {', '.join(PRECISIONS)}")
-    elif kind == "optimizer":
-        if v not in OPTIMIZER_NAMES:
-            raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
-    elif kind == "mesh":
-        from jaxmem.program.layouts import parse_mesh
-
-        parse_mesh(v, need_roles=False)   # the axes' roles may come with --axis-roles: checked with it
-    elif kind == "gpu":
-        from jaxmem.compiler.targets import resolve_gpu_name
-
-        resolve_gpu_name(v)
 
 
 def field_option(name: str):

@@ -355,3 +355,50 @@ def test_the_types_the_api_returns_are_exported_and_load_lazily():
     # `import jaxmem` alone loads no jax: the lazy names are what keep it so
     code = "import sys, jaxmem; print('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_the_api_checks_its_keywords_without_the_cli_or_click():
+    code = ("import sys, jaxmem\n"
+            "try:\n    jaxmem.analyze('models/mlp.py', layout='fsdpp', gpu='h100')\n"
+            "except jaxmem.UserError as e:\n    print(e)\n"
+            "print('click' in sys.modules, 'jaxmem.cli' in sys.modules, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.splitlines()
+    assert out == ["layout='fsdpp': 'fsdpp' is not one of 'dp', 'fsdp', 'tp', 'fsdp_tp'. (did you mean fsdp?)",
+                   "False False False"], out
+
+
+@pytest.mark.parametrize("value", ["fsdpp", "x", 3, "DP", "fsdp"])
+def test_a_choice_is_refused_in_the_words_the_cli_uses(value):
+    import click
+
+    from jaxmem.cli_params import Choice
+    from jaxmem.program import values
+    from jaxmem.program.options import LAYOUTS
+
+    def outcome(convert):
+        try:
+            return convert()
+        except (click.BadParameter, values.BadValue) as e:
+            return e.message
+
+    assert outcome(lambda: values.choice(value, LAYOUTS)) == outcome(lambda: Choice(LAYOUTS).convert(value, None, None))
+    for choices in (("local", "ray"), ("optimizer",)):   # click's own Choice: no closest-choice hint
+        assert (outcome(lambda c=choices: values.choice(value, c, hint=False))
+                == outcome(lambda c=choices: click.Choice(c).convert(value, None, None)))
+
+
+@pytest.mark.parametrize("value", [0, -1, "x", "3", 2.5, 7, True])
+def test_a_count_is_refused_in_the_words_the_cli_uses(value):
+    import click
+
+    from jaxmem.program import values
+
+    def outcome(convert):
+        try:
+            return convert()
+        except (click.BadParameter, values.BadValue) as e:
+            return e.message
+
+    for minimum in (0, 1):
+        assert (outcome(lambda m=minimum: values.count(value, m))
+                == outcome(lambda m=minimum: click.IntRange(min=m).convert(value, None, None)))
