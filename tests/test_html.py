@@ -6,13 +6,13 @@ import pytest
 from click.testing import CliRunner
 
 from jaxmem import cli
-from jaxmem.pipeline import AnalyzeOptions, analyze_file
 from jaxmem.present import html, png
 from jaxmem.report import BREAKDOWN_KEYS, BufferRow, ModuleRow, ReportWarning
 from jaxmem.units import fmt_bytes
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures"
 from helpers import MLP_SMALL as MLP  # noqa: E402
+from helpers import golden_report  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NASTY = "<script>alert(1)</script>"
@@ -20,8 +20,11 @@ NASTY = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def report():
-    # explain is on by default: top buffers, modules, categories and the curve are filled
-    r = analyze_file(MLP, AnalyzeOptions(gpu="h100", mesh="data=8", layout="fsdp"))
+    # a real report, loaded (no compile): the golden of mlp data=8 fsdp on h100 has its top buffers, modules
+    # and categories; a golden keeps no memory curve, so the page draws one rising to the peak
+    r = golden_report("mlp-data8-fsdp")
+    curve = tuple(r.per_device_peak_bytes * (i + 1) // 40 for i in range(40)) + (r.per_device_peak_bytes // 2,)
+    r = dataclasses.replace(r, timeline=curve, timeline_peak_index=39)
     assert r.top_buffers and r.timeline and r.modules and r.peak_categories
     return r
 
