@@ -37,7 +37,12 @@ import re
 from collections import defaultdict
 from typing import Any
 
+import jax
+from jax._src.lib import _jax
+
+from jaxmem.compiler import kernels as kernels_mod
 from jaxmem.compiler import rates as rates_mod
+from jaxmem.compiler import targets, versions
 from jaxmem.compiler.dots import (  # noqa: F401  (the dots' readers, re-exported where they were)
     _ALGORITHMS,
     _BTHD_SCORES,
@@ -110,8 +115,6 @@ class ProgramCost:
 
 
 def _cpu_client():
-    import jax
-
     return jax.devices("cpu")[0].client
 
 
@@ -147,7 +150,6 @@ def remember_cost(text: str, cost: dict) -> None:
 def module_cost(module, client=None) -> dict[str, float]:
     """XLA's HloCostAnalysis of an XLA HloModule (backend-neutral for FLOPs and bytes; the CPU
     client only provides its shape-size function)."""
-    from jax._src.lib import _jax
 
     cost = _jax.hlo_module_cost_analysis(client or _cpu_client(), module)
     return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
@@ -155,7 +157,6 @@ def module_cost(module, client=None) -> dict[str, float]:
 
 def _xla_cost(text: str) -> dict[str, float]:
     """module_cost of an HLO module given as text."""
-    from jaxmem.compiler import versions
 
     remembered = printed_cost(text)
     return remembered if remembered is not None else module_cost(versions.hlo_module_from_text(text))
@@ -317,8 +318,6 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
     `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate. The compute
     precision is read from the program's dots, not from the options that built it.
     """
-    from jaxmem.compiler import kernels as kernels_mod
-    from jaxmem.compiler import targets
 
     perf = targets.performance(gpu)
     if perf is None:

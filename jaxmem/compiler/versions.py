@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import re
 import sys
 from importlib import metadata
+
+import jax
+import jaxlib
 
 from jaxmem.report import ReportWarning
 
@@ -117,8 +121,6 @@ def dotted(v: tuple[int, ...]) -> str:
 def installed() -> dict[str, str]:
     """The versions a report names (JSON ``versions``): Python, jax, jaxlib, flax, optax, qwix where
     installed, the CUDA plugin and the CUDA runtime and cuDNN the GPU target is described with."""
-    import jax
-    import jaxlib
 
     out = {"python": ".".join(map(str, sys.version_info[:3])), "jax": jax.__version__, "jaxlib": jaxlib.__version__}
     for name in ("flax", "optax", "qwix"):
@@ -135,8 +137,6 @@ def installed() -> dict[str, str]:
 
 def range_warning() -> str | None:
     """One sentence when the installed jax or jaxlib is outside the tested range, else None."""
-    import jax
-    import jaxlib
 
     off = [f"{n} {v}" for n, v in (("jax", jax.__version__), ("jaxlib", jaxlib.__version__)) if not in_tested_range(v)]
     if not off:
@@ -146,8 +146,6 @@ def range_warning() -> str | None:
 
 
 def _jaxlib() -> tuple[int, ...]:
-    import jaxlib
-
     return parse(jaxlib.__version__)
 
 
@@ -256,7 +254,6 @@ _DROPPED = (
 def xla_flags(flags: str | None = None) -> dict:
     """The XLA flags in force for a compile: {"passed": [flag, ...], "dropped": {flag: why}}.
     (A flag this XLA does not know never gets here: env.check_xla_flags refuses it, exit 2.)"""
-    import os
 
     text = os.environ.get("XLA_FLAGS", "") if flags is None else flags
     passed: list[str] = []
