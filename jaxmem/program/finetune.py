@@ -21,6 +21,7 @@ import math
 import re
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -135,7 +136,6 @@ def _provider_class():
 
     def in_embed() -> bool:
         """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head)."""
-        import flax.linen as nn
         from flax import nnx
 
         return isinstance(flax_util.get_current_module(), (nn.Embed, nnx.Embed))

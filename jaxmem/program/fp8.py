@@ -27,6 +27,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax.core import lift
+from flax.core.scope import in_filter
+from flax.linen import fp8_ops
+
+from jaxmem.program import finetune, patterns
 
 COLLECTION = "_overwrite_with_gradient"   # Flax fp8_ops.OVERWRITE_WITH_GRADIENT: scanned models list it
 HISTORY = 1024   # Flax's Fp8DotGeneralBase.amax_history_length (MaxText's and TE's default too)
@@ -40,7 +45,6 @@ _META_NAME = re.compile(rf"(?:dot_general|einsum)\d+_(?:{'|'.join(META.values())
 
 
 def _provider_class():
-    from flax.linen import fp8_ops
     from qwix._src import qconfig
     from qwix._src.utils import flax_util
 
@@ -48,7 +52,6 @@ def _provider_class():
         """Every dot_general/einsum whose right operand is a weight of the module, in FP8."""
 
         def _get_current_rule_and_op_id(self, op_name, **kwargs):   # fp8_exclude decided by RE2
-            from jaxmem.program import patterns
 
             return patterns.lookup_rule(self, super()._get_current_rule_and_op_id, op_name, **kwargs)
 
@@ -100,7 +103,6 @@ def provider(exclude: str | None = None):
 
     provider = _provider_class()([qconfig.QuantizationRule(module_path=".*")])
     if exclude is not None:   # each module path decided by RE2 (patterns.lookup_rule), never by qwix's `re`
-        from jaxmem.program import patterns
 
         rx = patterns.compile_pattern(exclude, "Workload(fp8_exclude=...)")
         provider.jaxmem_paths = {0: lambda path: rx.search(path) is None}
@@ -120,7 +122,6 @@ def wrap_nnx(make_model, loss, batch, exclude: str | None = None):
     import qwix
     from flax import nnx
 
-    from jaxmem.program import finetune
 
     nnx.variable_type_from_name(COLLECTION, allow_register=True)   # the Variable type qwix makes its state of
 
@@ -152,8 +153,6 @@ def scans_carry_state():
     ``nn.scan`` hands ``flax.core.lift.scan`` to its module class when it is called, which scan code
     does in the enclosing ``__call__``; a scan made once at import keeps the model's own axes.
     """
-    from flax.core import lift
-    from flax.core.scope import in_filter
 
     orig = lift.scan
 
