@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
 
+from jaxmem import files
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, VERDICT_TEXT, Report, tight_text, verdict_of
 from jaxmem.units import fmt_bytes
@@ -572,7 +573,6 @@ def render_html(r: Report) -> str:
 
 def write(report: Report, path) -> Path:
     """Write the self-contained HTML report to ``path``; returns the path."""
-    from jaxmem import files
 
     p = Path(path)
     files.write_output(p, render_html(report).encode("utf-8"), option="--html")   # never through a link

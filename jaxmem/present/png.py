@@ -3,8 +3,10 @@ breakdown as one stacked bar; colours and scales shared with the HTML report."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from jaxmem import files
 from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
 from jaxmem.report import VERDICT_TEXT, Report, verdict_of
 from jaxmem.units import fmt_bytes
@@ -89,9 +91,7 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
     for s in ("top", "right", "left"):
         bx.spines[s].set_visible(False)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
-    import io
 
-    from jaxmem import files
 
     buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
     fig.savefig(buf, format="png", dpi=dpi)
