@@ -49,11 +49,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import flax.linen as nn
 import jax
 import numpy as np
+import optax
 
-from jaxmem.program import layouts
+from jaxmem.program import layouts, step
 from jaxmem.program.state import override_batch
+from jaxmem.program.step import OPTIMIZERS
 from jaxmem.truth.classic import TransformerDims, model_config, transformer_dims
 
 _FFN = ("ffn_dim", "mlp_dim", "intermediate_size", "n_inner", "d_ff")
@@ -147,7 +150,6 @@ def transformer_layer_params(d: TransformerDims, ls: LayerShape) -> int:
 
 def _abstract(wl, batch):
     """(params, mutable state) as ShapeDtypeStructs, and the layer trace of one forward pass."""
-    from jaxmem.program import step
 
     trace: list[tuple[int | None, int]] = []   # (enclosing user block, output bytes) per Flax layer call
     stack: list[int] = []
@@ -201,7 +203,6 @@ def _abstract(wl, batch):
         rest = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), rest)
         return params, rest, trace
 
-    import flax.linen as nn
 
     def interceptor(next_fun, args, kwargs, context):
         if context.method_name != "__call__":
@@ -257,9 +258,7 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
              batch_size: int | None = None, overhead_bytes: int = 0, softmax_bytes: int = 4,
              zero_stage: int | None = None) -> SimulatorEstimate:
     """The simulator's per-device estimate for the step jaxmem analyzes with these options."""
-    import optax
 
-    from jaxmem.program.step import OPTIMIZERS
 
     spec = layouts.parse_mesh(mesh)
     d = spec.data_size                       # the devices the batch splits over
