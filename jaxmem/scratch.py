@@ -29,16 +29,21 @@ exits 128 + the signal. A signal is never lost:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import functools
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
+
+from jaxmem.errors import UserError
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 # how long the main thread gets to unwind by itself before the helper ends the process, in seconds of
@@ -216,7 +221,6 @@ if hasattr(os, "register_at_fork"):
 
 def _start_helper(run_dir: str):
     """The helper process, or None where it cannot start (then the in-process cleanup is all there is)."""
-    import subprocess
 
     wake_r, wake_w = os.pipe()
     try:
@@ -244,8 +248,6 @@ def run_scope(*, end_stuck: bool = True):
     try:
         run_dir = tempfile.mkdtemp(prefix=f"jaxmem-run-{os.getpid()}-", dir=base)
     except OSError as e:
-        from jaxmem.errors import UserError
-
         raise UserError(f"cannot create a scratch directory in {base} ({e.strerror}); "
                         "set TMPDIR to a writable directory") from None
     saved_env = {k: os.environ.get(k) for k in ("TMPDIR", "TMP", "TEMP", "TEST_TMPDIR")}
@@ -406,7 +408,6 @@ def _reraise_until_unwound(signum: int) -> None:
     """The CLI's insistence: code on the way may catch the Interrupted (a bare `except:`) and go on;
     raised again every REPEAT_S until the scope unwinds, the command ends as the signal (128 + N),
     within a second, instead of running on until the helper's SIGKILL."""
-    import time
 
     while True:
         time.sleep(REPEAT_S)
@@ -427,8 +428,6 @@ def _excepthook(default, etype, value, tb) -> None:
 
 
 def _raise_in_main(signum: int) -> None:
-    import time
-
     time.sleep(0.01)   # let the callback and the hook return first
     _signal_main(signum)
 
@@ -443,8 +442,6 @@ def _signal_main(signum: int) -> None:
     a gc callback, reached again after jax swallowed the first interrupt: CI saw SIGKILL); the signal
     ends that call with EINTR. Not a signal every time: a C extension being initialized (an import)
     may not retry a call that a signal interrupts."""
-    import _thread
-    import time
 
     seen = _state["handled"]
     with contextlib.suppress(Exception):

@@ -84,8 +84,6 @@ def cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-
-
     out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "jaxmem": jaxmem.__version__, "format": str(FORMAT)}
     for dist in ("jax-cuda12-plugin", "jax-cuda12-pjrt"):
         try:

@@ -379,7 +379,6 @@ def _die_with_parent() -> None:
 def _child_main(target_config: str, topology: str) -> None:
     _die_with_parent()
 
-
     topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=topology)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:

@@ -113,7 +113,6 @@ def rule_failure(xla_message: str) -> str | None:
     text = text.split("Suspected Python Code Location:")[0]
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
 
-
     jax_dir = os.path.dirname(os.path.abspath(jax.__file__))   # jax's and jaxmem's own frames, by where they live
     frames = [f"{m.group(1)}:{m.group(2)} in {m.group(3)}" for ln in lines if (m := _FRAME.search(ln))
               and not in_package(m.group(1)) and not in_package(m.group(1), jax_dir)]

@@ -235,7 +235,6 @@ def write_png(cells, path, *, dpi: int = 110) -> Path:
     import matplotlib
     from matplotlib.figure import Figure
 
-
     cells = list(cells)
     rows = searched(cells)
     with matplotlib.rc_context({"text.parse_math": False}):   # labels are the user's text: a `$` stays a `$`

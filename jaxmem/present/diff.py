@@ -22,7 +22,6 @@ def _short(value) -> str:
 
 
 def print_diff(d, top: int = 10) -> None:
-
     console = make_console()
     growth = "" if d.growth is None else f" ({d.growth:+.1%})"
     console.print(f"jaxmem diff  {escape(d.old_path)} -> {escape(d.new_path)}")

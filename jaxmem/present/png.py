@@ -92,7 +92,6 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
         bx.spines[s].set_visible(False)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
 
-
     buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
     fig.savefig(buf, format="png", dpi=dpi)
     files.write_output(p, buf.getvalue(), option="--png")

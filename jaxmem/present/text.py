@@ -68,7 +68,6 @@ def cache_lines(d: dict, *, cleared: bool) -> list[str]:
 def print_gpus(rows: list[dict]) -> None:
     """`jaxmem gpus`: the catalogue as a table (rows: jaxmem.compiler.targets.catalogue_rows)."""
 
-
     t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
     for col in ("name", "device", "memory", "compute capability", "aliases"):
         t.add_column(col)

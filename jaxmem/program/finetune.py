@@ -413,7 +413,6 @@ def _is_qwix_scale(path) -> bool:
 
 
 def _example_path(params) -> str:
-
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     return path_str(flat[0][0]) if flat else ""
 

@@ -122,7 +122,6 @@ def wrap_nnx(make_model, loss, batch, exclude: str | None = None):
     import qwix
     from flax import nnx
 
-
     nnx.variable_type_from_name(COLLECTION, allow_register=True)   # the Variable type qwix makes its state of
 
     def build():

@@ -223,7 +223,6 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
     only when it added state. Its errors are the step's (the same call fails there)."""
     from flax import nnx
 
-
     graphdef, before_state = nnx.split(model)
     made: dict[str, Any] = {}
 

@@ -136,7 +136,6 @@ def korthikanti_bytes(d: TransformerDims, b: int, t: int, precision: str, remat:
 def layer_output_elements(wl, batch) -> int:
     """Sum of the output elements of every Flax layer (Dense, Conv, norms...) for `batch`, abstractly."""
 
-
     total = [0]
 
     def record(out):

@@ -303,7 +303,6 @@ def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
     steps of benchmarks/handwritten, so both are measured by the same code.
     """
 
-
     n = len(devices)
     args_per_device = per_device_bytes(arrays, devices)
     del arrays
@@ -331,7 +330,6 @@ def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
 
 
 def measure_cpu(case: Case) -> dict:
-
     t0 = time.perf_counter()
     built = build_case(case, jax.devices("cpu"))
     devices = list(built.mesh.devices.flat)

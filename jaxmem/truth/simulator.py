@@ -259,7 +259,6 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
              zero_stage: int | None = None) -> SimulatorEstimate:
     """The simulator's per-device estimate for the step jaxmem analyzes with these options."""
 
-
     spec = layouts.parse_mesh(mesh)
     d = spec.data_size                       # the devices the batch splits over
     z = spec.axis_size(spec.state_axes)      # ... and those ZeRO shards the state over (fewer under HSDP)

@@ -196,7 +196,6 @@ def predict(path: str, opts):
     if backend == "gpu" and gpu.lower() not in ("local", "cpu"):
         # a catalogue GPU, compiled for devicelessly: only comparable on that very GPU
 
-
         kind = jax.devices("gpu")[0].device_kind
         if catalogue_key(kind) != targets.resolve_gpu_name(gpu):
             raise UserError(f"--gpu {gpu}: this machine's GPU is {kind!r}; verify compares a prediction with a "
