@@ -5,16 +5,29 @@ their one definition (jaxmem/program/options.py)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import click
 
+from jaxmem.compiler.targets import resolve_gpu_name
 from jaxmem.errors import UserError, did_you_mean
-from jaxmem.program.options import BASE_DTYPES, LAYOUTS, OPTIMIZER_NAMES, PRECISIONS, remat_problem, split_remats
+from jaxmem.program import patterns
+from jaxmem.program.layouts import parse_mesh
+from jaxmem.program.options import (
+    BASE_DTYPES,
+    LAYOUTS,
+    OPTIMIZER_NAMES,
+    PRECISIONS,
+    AnalyzeOptions,
+    flagged,
+    parse_pair,
+    remat_problem,
+    split_remats,
+)
 
 
 def _pairs(ctx, param, values):
     """--arg KEY=VALUE, parsed when the command line is (a malformed one is a usage error)."""
-    from jaxmem.program.options import parse_pair
 
     try:
         return tuple(parse_pair(v) for v in values)
@@ -81,8 +94,6 @@ class Regex(click.ParamType):
         self.flag = flag
 
     def convert(self, value, param, ctx):
-        from jaxmem.program import patterns
-
         try:
             patterns.compile_pattern(str(value), self.flag)
         except UserError as e:
@@ -98,8 +109,6 @@ class Number(click.ParamType):
         self.name, self.accepts, self.not_a_number, self.refused = name, accepts, not_a_number, refused
 
     def convert(self, value, param, ctx):
-        import math
-
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -186,18 +195,13 @@ def _check_grid_value(kind: str, v: str) -> None:
         if v not in OPTIMIZER_NAMES:
             raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
     elif kind == "mesh":
-        from jaxmem.program.layouts import parse_mesh
-
         parse_mesh(v, need_roles=False)   # the axes' roles may come with --axis-roles: checked with it
     elif kind == "gpu":
-        from jaxmem.compiler.targets import resolve_gpu_name
-
         resolve_gpu_name(v)
 
 
 def field_option(name: str):
     """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
-    from jaxmem.program.options import AnalyzeOptions, flagged
 
     field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
     help_, metavar = flag.help or None, flag.metavar
@@ -217,7 +221,6 @@ def step_options(f=None, *, model_file_required: bool = True):
     options fields (jaxmem/program/options.py), in their order, and --json."""
     if f is None:  # @step_options(model_file_required=False)
         return lambda g: step_options(g, model_file_required=model_file_required)
-    from jaxmem.program.options import flagged
 
     decorators = [click.argument("model_file", type=click.Path(dir_okay=True), required=model_file_required),
                   *(field_option(field.name) for field, flag in flagged() if flag.shared),
