@@ -27,6 +27,11 @@ import jaxlib
 
 from jaxmem.report import ReportWarning
 
+try:   # XLA's HloModule binding: jaxlib._hlo from jaxlib 0.10, jaxlib._jax before
+    from jaxlib import _hlo as _hlo_binding  # type: ignore[attr-defined]  # an extension module shipped without stubs
+except ImportError:   # jaxlib 0.9
+    from jax._src.lib import _jax as _hlo_binding
+
 # The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
 TESTED = ((0, 9, 0), (0, 12))           # from 0.9.0 up to every 0.12.x
 TESTED_TEXT = "jax/jaxlib 0.9.0 through 0.12.x"
@@ -181,21 +186,11 @@ def spec_text(spec) -> str:
 
 def hlo_module_class():
     """XLA's HloModule binding (``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before)."""
-    try:
-        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-        return _hlo.HloModule
-    except ImportError:
-        from jax._src.lib import _jax
-        return _jax.HloModule
+    return _hlo_binding.HloModule
 
 
 def _parser():
-    try:
-        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-        return _hlo.hlo_module_from_text
-    except ImportError:
-        from jax._src.lib import _jax
-        return _jax.hlo_module_from_text
+    return _hlo_binding.hlo_module_from_text
 
 
 _UNEXPECTED = re.compile(r'unexpected attribute "(\w+)"')

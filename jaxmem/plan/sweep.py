@@ -338,7 +338,7 @@ class RayPool:
         # retries a cluster that does not answer (read when ray is imported)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
-            import ray
+            import ray  # noqa: PLC0415 - optional: pip install 'jaxmem[ray]'
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'jaxmem[ray]'") from None
         self._ray = ray

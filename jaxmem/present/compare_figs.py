@@ -232,8 +232,8 @@ def write_html(cells, path) -> Path:
 def write_png(cells, path, *, dpi: int = 110) -> Path:
     """The bars, and the search curves when there was a search, as one PNG."""
 
-    import matplotlib
-    from matplotlib.figure import Figure
+    import matplotlib  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
+    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
 
     cells = list(cells)
     rows = searched(cells)

@@ -14,7 +14,7 @@ from jaxmem.units import fmt_bytes
 
 def write_png(report: Report, path, *, dpi: int = 110) -> Path:
     """A static figure: the curve with its peak marked, and the breakdown as one stacked bar."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
 
     # Model names and module paths are the user's text: a `$` prints as a `$` instead of starting mathtext.
     with matplotlib.rc_context({"text.parse_math": False}):
@@ -22,7 +22,8 @@ def write_png(report: Report, path, *, dpi: int = 110) -> Path:
 
 
 def _write_png(report: Report, path, *, dpi: int) -> Path:
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display; savefig renders with Agg
+    # no pyplot: no global state, no display; savefig renders with Agg (matplotlib: only when a picture is drawn)
+    from matplotlib.figure import Figure  # noqa: PLC0415
 
     r = report
     p = Path(path)

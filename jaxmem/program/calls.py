@@ -174,7 +174,7 @@ def _scope_count() -> int | None:
 def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool = True):
     """While active, each NNX module class in `model`'s graph has its ``__call__`` wrapped: a named
     scope of the module's path (`scopes`), and the checkpoint where `remat_at` finds it."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
     paths: dict[int, tuple[str, ...]] = {}

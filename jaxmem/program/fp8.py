@@ -45,8 +45,8 @@ _META_NAME = re.compile(rf"(?:dot_general|einsum)\d+_(?:{'|'.join(META.values())
 
 
 def _provider_class():
-    from qwix._src import qconfig
-    from qwix._src.utils import flax_util
+    from qwix._src import qconfig  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     class Fp8Provider(qconfig.QuantizationProvider):
         """Every dot_general/einsum whose right operand is a weight of the module, in FP8."""
@@ -99,7 +99,7 @@ def _provider_class():
 
 def provider(exclude: str | None = None):
     """Every module's weight matmuls in FP8, but those of modules whose path `exclude` finds."""
-    from qwix._src import qconfig
+    from qwix._src import qconfig  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     provider = _provider_class()([qconfig.QuantizationRule(module_path=".*")])
     if exclude is not None:   # each module path decided by RE2 (patterns.lookup_rule), never by qwix's `re`
@@ -111,7 +111,7 @@ def provider(exclude: str | None = None):
 
 def wrap_linen(model, exclude: str | None = None):
     """The linen model with its dense/einsum weights' matmuls in FP8."""
-    import qwix
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     return qwix.quantize_model(model, provider(exclude))
 
@@ -119,8 +119,8 @@ def wrap_linen(model, exclude: str | None = None):
 def wrap_nnx(make_model, loss, batch, exclude: str | None = None):
     """An NNX model with its dense/einsum weights' matmuls in FP8, built abstractly (qwix creates
     the FP8 variables on a first call, with the inputs the loss gives the model)."""
-    import qwix
-    from flax import nnx
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     nnx.variable_type_from_name(COLLECTION, allow_register=True)   # the Variable type qwix makes its state of
 

@@ -143,7 +143,7 @@ def is_nnx(wl: Workload) -> bool:
     if isinstance(wl.model, nn.Module):
         return False   # decided without importing flax.nnx (0.2 s a linen analysis need not pay)
     try:
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
     except ImportError:  # pragma: no cover
         return False
     return isinstance(wl.model, nnx.Module) or callable(wl.model)
@@ -176,7 +176,7 @@ def _abstract_linen(wl: Workload, model, batch):
 
 def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
                   call_context: Callable[[], Any] | None = None, build_context: Callable[[], Any] | None = None):
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     model = wl.model
     make = (lambda: model) if isinstance(model, nnx.Module) else (lambda: wl.model(nnx.Rngs(0)))
@@ -221,7 +221,7 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
     """The NNX `model` with the state it creates on its first call (EasyDeL's models add a cached RoPE
     table then): one abstract call through `loss(model, batch)` (an init trace, no arrays), kept
     only when it added state. Its errors are the step's (the same call fails there)."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     graphdef, before_state = nnx.split(model)
     made: dict[str, Any] = {}

@@ -94,7 +94,7 @@ def _text(v) -> str:
 
 def check_gpus(require_gpu: bool = False) -> Check:
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 - NVML loads only where a GPU is looked at
     except ImportError:
         return Check("gpus", "fail", "nvidia-ml-py (NVML's Python bindings) is not installed",
                      "pip install nvidia-ml-py (a jaxmem dependency: reinstall jaxmem)")

@@ -162,7 +162,7 @@ def _abstract(wl, batch):
                    if hasattr(x, "shape") and hasattr(x, "dtype") and "float" in str(x.dtype))
 
     if step.is_nnx(wl):
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
         def run(b):
             model = wl.model if isinstance(wl.model, nnx.Module) else wl.model(nnx.Rngs(0))
