@@ -10,8 +10,8 @@ A :class:`Job` is one ``analyze`` (a model file and its options); each finishes 
 
 Local workers are long-lived processes (jax is imported once per worker, not once per job) fed
 one job at a time, so the parent always knows which job a dead worker held. They inherit the
-parent's environment: set it up (``jaxmem.plan.sweep.prepare_environment``) before the first
-job, as the CLI does before jax starts.
+parent's environment: set up (``jaxmem.session.prepare``, which ``run_jobs`` calls too) before
+the first job, as the CLI and the API do before jax starts.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 from jaxmem import env as env_mod
-from jaxmem import scratch
-from jaxmem.compiler import targets
+from jaxmem import scratch, session
 from jaxmem.errors import UserError
 from jaxmem.pipeline import analyze_model
 from jaxmem.program import layouts
@@ -76,10 +75,8 @@ def default_jobs() -> int:
 
 def prepare_environment(max_devices: int) -> None:
     """The environment every worker needs before jax starts (workers inherit it): the deviceless
-    CUDA switch, and enough forced host devices for the largest CPU mesh."""
-
-    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-    targets.ensure_host_devices(max(1, max_devices))
+    CUDA switch, and enough forced host devices for the largest CPU mesh (jaxmem.session)."""
+    session.prepare(cpu_devices=max(1, max_devices))
 
 
 def run_one(job: Job) -> Outcome:

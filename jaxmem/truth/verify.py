@@ -369,7 +369,3 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         path = str(calibration.save(kinds, entry))
     return Calibration(entry, kind, tuple(runs), path)
 
-
-def gpu_env_for_parent() -> None:
-    """Before jax starts in a verifying process: do not let it preallocate the GPU the child measures on."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
