@@ -17,7 +17,7 @@ import difflib
 import os
 from typing import TYPE_CHECKING, Any
 
-from jaxmem import precheck, scratch, session
+from jaxmem import precheck
 from jaxmem.errors import UserError
 from jaxmem.program.layouts import mesh_size
 from jaxmem.program.options import AnalyzeOptions
@@ -323,6 +323,8 @@ def _session():
     end), and never the error that an interrupted import or plugin made up (a "cannot build a
     deviceless topology" that was really the ^C) -- without ending the process mid-compile.
     (jaxmem.session: the environment first; the body then loads the jax side, _jax_side.)"""
+    from jaxmem import scratch, session  # noqa: PLC0415 - signals and scratch on the first call, not at `import jaxmem`
+
     try:
         with session.scope(end_stuck=False):
             yield lambda n: session.prepare(cpu_devices=max(n, HOST_DEVICES))

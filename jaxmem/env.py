@@ -26,17 +26,14 @@ from __future__ import annotations
 
 import ast
 import functools
-import glob
 import importlib.machinery
 import importlib.util
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from jaxmem.compiler.nccl import NcclSettings
 from jaxmem.errors import UserError, clip
 
 FRACTIONS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
@@ -94,6 +91,8 @@ def check(environ=None) -> None:
     check_platforms(env)
     check_jax_config(env)
     check_xla_flags(env)
+    from jaxmem.compiler.nccl import NcclSettings  # noqa: PLC0415 - `import jaxmem` loads env: only what it needs
+
     NcclSettings.from_env(env)   # the NCCL_* numbers the runtime model reads (before any compile)
 
 
@@ -156,6 +155,8 @@ PLATFORMS = ("cpu", "cuda", "gpu", "rocm", "tpu")
 
 
 def _platform_available(name: str) -> bool:
+    import glob  # noqa: PLC0415 - only with JAX_PLATFORMS: `import jaxmem` loads no glob
+
     if name == "cpu":
         return True
     if name in ("cuda", "gpu"):
@@ -219,6 +220,8 @@ def check_xla_flags(env) -> None:
     memo = _memo(flags)
     if memo.is_file():
         return
+    import subprocess  # noqa: PLC0415 - only for a probe: `import jaxmem` loads no subprocess
+
     child_env = {k: v for k, v in env.items() if k != "JAX_PLATFORMS"}
     child_env["TF_CPP_MIN_LOG_LEVEL"] = "1"
     try:
@@ -317,6 +320,8 @@ def _probe_ray(address: str, option: str) -> None:
     """ray.init on the address in a child process, given up after RAY_INIT_S: a gRPC server that
     is not Ray's GCS (or another Ray version's) keeps ray.init retrying, printing a line a second,
     for minutes. The child's noise stays in the child."""
+    import subprocess  # noqa: PLC0415 - as in check_xla_flags
+
     try:
         p = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], capture_output=True, text=True,
                            errors="replace", timeout=RAY_INIT_S, stdin=subprocess.DEVNULL)

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxmem import scratch
 from jaxmem.errors import UserError, clip, describe
 from jaxmem.program import patterns
 from jaxmem.program.options import REMAT_POLICIES, StepChoice, offloaded_names, remat_problem  # noqa: F401  (public here too)
@@ -274,6 +273,8 @@ def running_user_code(source: str | Path):
                             "without a verdict. A model file must not exit: remove the call, or put it under "
                             "`if __name__ == \"__main__\":`.") from None
         except KeyboardInterrupt as e:
+            from jaxmem import scratch  # noqa: PLC0415 - its signal machinery: not at `import jaxmem`
+
             if scratch.interrupted_by_signal():
                 raise
             raise UserError(f"{path}: the model file raised KeyboardInterrupt{_where(e, path)} (no signal was "
