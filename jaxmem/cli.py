@@ -201,8 +201,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                     click.echo(jx.compare.row_line(c))
 
             cells = jx.compare.compare(kw["model_file"], _options(kw),
-                                        spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
-                                        on_row=on_row, yes=yes)
+                                       spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
+                                       on_row=on_row, yes=yes)
         if as_json:
             click.echo(json.dumps(jx.compare.to_json(cells), indent=2))
         else:
@@ -293,8 +293,8 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
         session.prepare(cpu_devices=max(1, 2 * mesh_size(kw["mesh"])))
         jx = _jax_side()
         result = jx.advise.advise(kw["model_file"], _options(kw, explain=False),
-                            always=always, n_jobs=n_jobs, progress=not as_json,
-                            changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
+                                  always=always, n_jobs=n_jobs, progress=not as_json,
+                                  changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
         else:
