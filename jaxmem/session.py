@@ -5,7 +5,8 @@ forced CPU devices (``XLA_FLAGS``) and the GPU preallocation when its backends s
 entry -- the CLI's commands (jaxmem.cli, through jaxmem.exits.run), the API's calls (jaxmem.api)
 and the processes they start (their workers inherit the environment set here) -- goes through
 this module first: :func:`scope` checks the variables jax would refuse (jaxmem.env) and holds
-the run's scratch directory and signals (jaxmem.scratch); :func:`prepare` sets what jax reads.
+the run's scratch directory and signals (jaxmem.scratch); :func:`prepare` sets what jax reads;
+:func:`child_environment` is what a child process (a sweep's worker, the compile child) starts with.
 Then the caller loads the jax side (jaxmem.commands) in one import; below it, modules import at
 their tops. This module, like everything it imports, never imports jax.
 """
@@ -31,6 +32,16 @@ def prepare(*, cpu_devices: int = 0, measuring: bool = False) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if cpu_devices:
         targets.ensure_host_devices(cpu_devices)
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """The environment a jaxmem child process starts with: this process's (as :func:`prepare` left it),
+    the deviceless switch unless the user set it, and this jaxmem first on PYTHONPATH -- `python -c`
+    puts the working directory on sys.path, and a folder there named jaxmem (a clone's folder, seen
+    from its parent) would shadow the package -- then `extra`."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    return {env.SWITCH: "1", **os.environ, "PYTHONPATH": path, **extra}
 
 
 @contextlib.contextmanager

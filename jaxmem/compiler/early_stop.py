@@ -55,6 +55,7 @@ from jax._src.lib import xla_client as xc
 from jax._src.lib.mlir import ir
 from jax.experimental import topologies
 
+from jaxmem import env, session
 from jaxmem.compiler import partitioners, steptime, targets, versions
 from jaxmem.xla import dump, memory_stats
 
@@ -145,13 +146,10 @@ class Child:
         target_config, topology = self.args
         self._log = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 -- the child's stderr, read while it lives
         # the child imports this jaxmem, wherever it was imported from (an install, a checkout)
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxmem.compiler.early_stop", target_config, topology],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path,
-                 "JAXMEM_COMPILE_PARENT": str(os.getpid())})
+            env=session.child_environment(**{env.SWITCH: "1"}, JAXMEM_COMPILE_PARENT=str(os.getpid())))
 
     @property
     def _child(self) -> subprocess.Popen[bytes]:

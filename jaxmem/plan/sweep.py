@@ -159,10 +159,7 @@ class _Worker:
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the worker's stderr, closed in close()
-        # the jaxmem this process runs, first: `python -c` puts the working directory on sys.path, and a
-        # folder there named jaxmem (the clone's folder, seen from its parent) would shadow the package
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)}
+        env = session.child_environment()   # the jaxmem this process runs, first on its path
         self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w), str(os.getpid())],
                                      pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, start_new_session=True, env=env)
