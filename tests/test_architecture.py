@@ -152,7 +152,7 @@ def _imports_inside_functions() -> int:
 # Issue 36: at most 70. Every command and API call sets the environment first (jaxmem.session) and loads
 # the jax side in one import (jaxmem.commands); below it, modules import at their tops. What is left:
 # jax-free modules (`import jaxmem`, the CLI's prechecks) deferring jax, and packages only some runs need
-# (flax.nnx, qwix, matplotlib, NVML, Ray, PyYAML), each marked `# noqa: PLC0415 - why` (ruff enforces the
+# (flax.nnx, qwix, matplotlib, NVML, Ray, PyYAML), each with a noqa for PLC0415 saying why (ruff enforces the
 # rule on jaxmem/, pyproject.toml). The count may only fall.
 MAX_IMPORTS_INSIDE_FUNCTIONS = 62   # 338 before issue 36; 359 after stop 33's merge; 62 with jaxmem.session
 
