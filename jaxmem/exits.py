@@ -16,7 +16,7 @@ import threading
 
 import click
 
-from jaxmem import scratch, session
+from jaxmem import session
 from jaxmem.errors import HOW_TO_REPORT, UserError, bug_summary, debug_traceback
 
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
@@ -41,6 +41,8 @@ def _late_signals_end_the_process() -> None:
     jax's and XLA's teardown). Python's own SIGINT handler would raise KeyboardInterrupt there,
     which the interpreter's shutdown prints and ignores: exit 0 after a ^C. The signals' default
     action instead ends the process by the signal (-N), never with a verdict."""
+    from jaxmem import scratch  # noqa: PLC0415 - loaded by the run (jaxmem.session.scope), not by `jaxmem --help`
+
     for s in scratch.SIGNALS:   # the ones the run scope handles
         with contextlib.suppress(OSError, ValueError):
             signal.signal(s, signal.SIG_DFL)
@@ -53,6 +55,8 @@ def run(fn):
     exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
     it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
     """
+    from jaxmem import scratch  # noqa: PLC0415 - as in _late_signals_end_the_process
+
     code, scoped = EXIT_BUG, False
     try:
         try:

@@ -17,7 +17,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from jaxmem import env, scratch
+from jaxmem import env
 from jaxmem.compiler import targets
 
 
@@ -48,6 +48,9 @@ def child_environment(**extra: str) -> dict[str, str]:
 def scope(*, end_stuck: bool = True) -> Iterator[None]:
     """One run: the variables jax would reject checked (a UserError naming the first), then the
     run's scratch directory and signal handling (jaxmem.scratch.run_scope) around the body."""
+    # scratch's machinery (logging, tempfile, subprocess: 20 ms) loads with a run, not with `jaxmem --help`
+    from jaxmem import scratch  # noqa: PLC0415
+
     env.check()
     with scratch.run_scope(end_stuck=end_stuck):
         yield
