@@ -13,12 +13,17 @@ Nothing here imports jax at module level: ``import jaxmem`` stays as light as th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
 import os
 from typing import TYPE_CHECKING, Any
 
 from jaxmem import precheck
 from jaxmem.errors import UserError
 from jaxmem.program import values
+from jaxmem.program.layouts import mesh_size
+from jaxmem.program.options import AnalyzeOptions
+from jaxmem.program.workload import source_label
 
 if TYPE_CHECKING:  # the return types, without importing the pipeline (and jax) with jaxmem
     from jaxmem.plan.advise import Advice
@@ -72,10 +77,8 @@ def analyze(model, **options: Any) -> Report:
     with _session() as cpu_devices:
         opts = _options(options)
         precheck.options(model, opts)   # a typo answered before jax loads
-        from jaxmem.pipeline import analyze_model
-
-        cpu_devices(_mesh_size(opts.mesh) if opts.on_cpu else 0)
-        return analyze_model(model, opts)
+        cpu_devices(mesh_size(opts.mesh) if opts.on_cpu else 0)
+        return _jax_side().pipeline.analyze_model(model, opts)
 
 
 def compare(model, *, jobs: int | None = None, executor: str = "local", ray_address: str | None = None,
@@ -121,10 +124,14 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         find = _find(find_batch, find_seq, find_devices, granule, margin)
         n_jobs = None if jobs is None else _checked("jobs", jobs, values.whole, 1, "the number of worker processes")
         executor = _checked("executor", executor, values.choice, ("local", "ray"), hint=False)
-        from jaxmem.plan import compare as compare_mod
-
         meshes = spec.get("mesh") or base.mesh
-        cpu_devices(max(_mesh_size(m) for m in meshes.split(";") if m.strip()))
+        cpu_devices(max(mesh_size(m) for m in meshes.split(";") if m.strip()))
+        jx = _jax_side()
+        compare_mod = jx.compare
+        if find is not None:
+            kind, arg, granule, margin = find
+            find = compare_mod.Find(kind, arg=arg, granule=granule,
+                                    margin=jx.search.DEFAULT_MARGIN if margin is None else margin)
         if not _is_path(model) or (n_jobs == 1 and executor == "local"):
             executor = "inline"   # a Workload does not pickle; one job needs no worker to start
         cells = compare_mod.compare(_path_or(model), base, spec, find=find, n_jobs=n_jobs, executor=executor,
@@ -164,16 +171,13 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
         if not isinstance(all, bool):
             raise UserError(f"all={all!r}: expected True or False")
         precheck.options(model, base)
-        from jaxmem.plan import advise as advise_mod
-
+        cpu_devices(2 * mesh_size(base.mesh))  # a candidate may double the data-parallel devices
+        advise_mod = _jax_side().advise
         kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
         path, runner = _path_or(model), None
         if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time
-            from jaxmem.program.workload import source_label
-
             path = source_label(model)   # what the Advice's commands name, as a file's path
             runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
-        cpu_devices(2 * _mesh_size(base.mesh))  # a candidate may double the data-parallel devices
         return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False, runner=runner,
                                  changes=tuple(kinds), model=None if _is_path(model) else model)
 
@@ -183,10 +187,6 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
 def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
     """AnalyzeOptions from the API's keywords; `also`: the calling function's own keywords (named
     when one is misspelt)."""
-    import dataclasses
-
-    from jaxmem.program.options import AnalyzeOptions
-
     fields = {f.name: f for f in dataclasses.fields(AnalyzeOptions)}
     kw: dict[str, Any] = {}
     for key, value in given.items():
@@ -200,8 +200,6 @@ def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
 
 
 def _unknown(key: str, valid: list[str]) -> UserError:
-    import difflib
-
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return UserError(f"unknown option {key!r}{hint}. Valid options: {', '.join(valid)}.")
@@ -247,10 +245,8 @@ def _checked(key: str, value: Any, rule, *args, **kwargs) -> Any:
 
 
 def _find(find_batch: Any, find_seq: Any, find_devices: Any, granule: Any, margin: Any):
-    """compare's fit search from its keywords, checked as the CLI checks its --find-* options (None: no search)."""
-    from jaxmem.plan import compare as compare_mod
-    from jaxmem.plan.search import DEFAULT_MARGIN
-
+    """compare's fit search from its keywords, checked as the CLI checks its --find-* options, before jax loads:
+    (kind, arg, granule, margin or None for the default), or None: no search."""
     for key, value in (("find_batch", find_batch), ("find_devices", find_devices)):
         if not isinstance(value, bool):
             raise UserError(f"{key}={value!r}: expected True or False")
@@ -271,8 +267,7 @@ def _find(find_batch: Any, find_seq: Any, find_devices: Any, granule: Any, margi
         margin = _checked("margin", margin, values.SHARE)
     if not finds:
         return None
-    return compare_mod.Find(finds[0], arg=find_seq, granule=granule,
-                            margin=DEFAULT_MARGIN if margin is None else margin)
+    return finds[0], find_seq, granule, margin
 
 
 def _list(key: str, value: Any) -> list[str]:
@@ -305,12 +300,6 @@ def _path_or(model):
     return os.fspath(model) if _is_path(model) else model
 
 
-def _mesh_size(mesh: str) -> int:
-    from jaxmem.program import layouts
-
-    return layouts.mesh_size(mesh)
-
-
 @contextlib.contextmanager
 def _session():
     """What the CLI does around a command (jaxmem.cli._run), for a caller that stays alive: the
@@ -321,16 +310,13 @@ def _session():
     in it is the caller's KeyboardInterrupt, after the clean-up: never a Report (a signal that
     landed where Python ignores it, or that code on its way swallowed, is raised at the scope's
     end), and never the error that an interrupted import or plugin made up (a "cannot build a
-    deviceless topology" that was really the ^C) -- without ending the process mid-compile."""
-    from jaxmem import env, scratch
+    deviceless topology" that was really the ^C) -- without ending the process mid-compile.
+    (jaxmem.session: the environment first; the body then loads the jax side, _jax_side.)"""
+    from jaxmem import scratch, session  # noqa: PLC0415 - signals and scratch on the first call, not at `import jaxmem`
 
-    env.check()
     try:
-        with scratch.run_scope(end_stuck=False):
-            from jaxmem.compiler import targets
-            from jaxmem.present import notebook  # noqa: F401  (registers how results render in Jupyter)
-
-            yield lambda n: targets.ensure_host_devices(max(n, HOST_DEVICES))
+        with session.scope(end_stuck=False):
+            yield lambda n: session.prepare(cpu_devices=max(n, HOST_DEVICES))
     except KeyboardInterrupt:
         raise
     except BaseException:
@@ -338,3 +324,11 @@ def _session():
         if signum is not None:   # what the signal broke on its way out is not the answer
             raise scratch.Interrupted(signum) from None
         raise
+
+
+def _jax_side():
+    """The jax side of the calls (jaxmem.commands, which also registers how results render in Jupyter),
+    once the options are checked and the environment set: the one place the API imports jax."""
+    from jaxmem import commands  # noqa: PLC0415 - jax loads here, after the environment (jaxmem.session)
+
+    return commands

@@ -8,32 +8,38 @@ import sys
 
 import click
 
-from jaxmem import cli_params, precheck
+from jaxmem import cli_params, exits, precheck, session, stdio
 from jaxmem.cli_params import NonNegativeNumber, Seconds, Share, WholeNumber, field_option, grid, step_options
+from jaxmem.compiler.targets import catalogue_rows
 from jaxmem.errors import UserError
 from jaxmem.exits import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_GREW
 from jaxmem.exits import run as _run
 from jaxmem.present import outputs
-from jaxmem.program.options import is_cpu_target
+from jaxmem.program.layouts import mesh_size
+from jaxmem.program.options import command_line, from_flags, is_cpu_target
+from jaxmem.program.sizes import check_mesh_devices
 
 
 def _prepare(kw: dict, *, cpu_default: bool = False) -> None:
     """Before jax starts: the options' typos (jaxmem.precheck); forced host devices only for a CPU target
     (--gpu cpu, verify's default without a GPU): 10,000 of them alone took a minute to start."""
-    from jaxmem.compiler import targets
-    from jaxmem.program import layouts, sizes
     precheck.step(kw["model_file"], kw)
-    n = max(layouts.mesh_size(kw["mesh"]), 1)
+    n = max(mesh_size(kw["mesh"]), 1)
     on_cpu = is_cpu_target(kw["gpu"]) or (kw["gpu"] is None and cpu_default)
-    sizes.check_mesh_devices(n, cpu=on_cpu)
-    if on_cpu:
-        targets.ensure_host_devices(n)
+    check_mesh_devices(n, cpu=on_cpu)
+    session.prepare(cpu_devices=n if on_cpu else 0)
 
 
 def _options(kw: dict, **extra):
-    from jaxmem.program.options import from_flags
-
     return from_flags(kw, **extra)
+
+
+def _jax_side():
+    """The jax side of the commands (jaxmem.commands): called once a command's options are checked and
+    its environment set (jaxmem.session.prepare); the one place the CLI imports jax."""
+    from jaxmem import commands  # noqa: PLC0415 - jax loads here, after the environment (jaxmem.session)
+
+    return commands
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,22 +77,17 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
     def go():
         outputs.check_all([("--html", html_path), ("--png", png_path)])  # before jax starts, let alone the compile
         _prepare(kw)
-        from jaxmem.pipeline import analyze_file
-
+        jx = _jax_side()
         opts = _options(kw)
         if html_path or png_path:   # the page and the curve are drawn from the buffer assignment
             opts = dataclasses.replace(opts, explain=True)
-        report = analyze_file(kw["model_file"], opts)
+        report = jx.pipeline.analyze_file(kw["model_file"], opts)
         if as_json:
             click.echo(json.dumps(report.to_json(timings=with_timings), indent=2))
         else:
-            from jaxmem.present.render import render
-
-            render(report)
+            jx.render.render(report)
         outputs.write(outputs.report_outputs(html_path, png_path), report, "the analysis")
         if report.fits is False:  # where to go next: the same step, the changes that make it fit
-            from jaxmem.program.options import command_line
-
             click.echo(f"does not fit: `{command_line(kw['model_file'], opts, 'advise')}` compiles the changes "
                        "that make it fit, ranked by estimated step time", err=as_json)
         sys.exit(EXIT_DOES_NOT_FIT if report.fits is False else EXIT_FITS)
@@ -165,9 +166,6 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
 
     def go():
         precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list, "from": from_path})
-        from jaxmem.plan import compare as compare_mod
-        from jaxmem.plan import saved_rows
-
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
         outputs.check_all([("--out", out_path), ("--html", html_path), ("--png", png_path)])  # before any compile
@@ -181,14 +179,11 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                                     f"--find-devices, or drop {option}")
         if from_path:
             cli_params.only_rendering_beside_from(click.get_current_context())
-            cells = saved_rows.load(from_path, on_note=lambda line: click.echo(line, err=True))
+            jx = _jax_side()
+            cells = jx.saved_rows.load(from_path, on_note=lambda line: click.echo(line, err=True))
         else:
             if not kw["model_file"]:
                 raise UserError("compare needs MODEL_FILE (or --from FILE.json to re-render saved rows)")
-            from jaxmem.plan import sweep
-            from jaxmem.plan.search import DEFAULT_MARGIN
-            from jaxmem.program import layouts as layouts_mod
-
             if granule is not None and not find_seq:
                 raise UserError("--granule is the step of --find-seq; add --find-seq ARG or drop --granule")
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
@@ -196,25 +191,24 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
                     "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None,
                     "microbatches": microbatches_grid}
             mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
-            sweep.prepare_environment(max(layouts_mod.mesh_size(m) for m in mesh_texts))
-            find = None if not finds else compare_mod.Find(
-                finds[0], arg=find_seq, granule=granule, margin=DEFAULT_MARGIN if margin is None else margin)
+            session.prepare(cpu_devices=max(1, *(mesh_size(m) for m in mesh_texts)))  # the workers inherit it
+            jx = _jax_side()
+            find = None if not finds else jx.compare.Find(
+                finds[0], arg=find_seq, granule=granule, margin=jx.search.DEFAULT_MARGIN if margin is None else margin)
 
             def on_row(c):
                 if not as_json:
-                    click.echo(compare_mod.row_line(c))
+                    click.echo(jx.compare.row_line(c))
 
-            cells = compare_mod.compare(kw["model_file"], _options(kw),
-                                        spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
-                                        on_row=on_row, yes=yes)
+            cells = jx.compare.compare(kw["model_file"], _options(kw),
+                                       spec, find=find, n_jobs=n_jobs, executor=executor, ray_address=ray_address,
+                                       on_row=on_row, yes=yes)
         if as_json:
-            click.echo(json.dumps(compare_mod.to_json(cells), indent=2))
+            click.echo(json.dumps(jx.compare.to_json(cells), indent=2))
         else:
-            from jaxmem.present.render import render_comparison
-
-            render_comparison(cells)
+            jx.render.render_comparison(cells)
         # after the rows are printed: a failed write never loses them
-        outputs.write([("--out", out_path, compare_mod.save), *outputs.compare_outputs(html_path, png_path)], cells,
+        outputs.write([("--out", out_path, jx.compare.save), *outputs.compare_outputs(html_path, png_path)], cells,
                       "the comparison")
         ok = [c.report for c in cells if c.report is not None]
         sys.exit(EXIT_DOES_NOT_FIT if ok and all(r.fits is False for r in ok) else EXIT_FITS)
@@ -251,8 +245,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
     """
 
     def go():
-        from jaxmem.truth import doctor as doctor_mod
-
+        doctor_mod = _jax_side().doctor
         d = doctor_mod.diagnose(require_gpu=require_gpu, smoke=not no_smoke, deviceless=not no_compile)
         if as_json:
             click.echo(json.dumps(d.to_json(), indent=2))
@@ -295,24 +288,17 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
     """
 
     def go():
-        from jaxmem.plan import sweep
-
         _prepare(kw)
         # workers inherit the environment; the largest candidate mesh has twice the devices
-        from jaxmem.program import layouts as layouts_mod
-
-        sweep.prepare_environment(2 * layouts_mod.mesh_size(kw["mesh"]))
-        from jaxmem.plan.advise import advise as run_advise
-
-        result = run_advise(kw["model_file"], _options(kw, explain=False),
-                            always=always, n_jobs=n_jobs, progress=not as_json,
-                            changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
+        session.prepare(cpu_devices=max(1, 2 * mesh_size(kw["mesh"])))
+        jx = _jax_side()
+        result = jx.advise.advise(kw["model_file"], _options(kw, explain=False),
+                                  always=always, n_jobs=n_jobs, progress=not as_json,
+                                  changes=tuple(c.strip() for c in change_kinds.split(",") if c.strip()))
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
         else:
-            from jaxmem.present.render import render_advice
-
-            render_advice(result)
+            jx.render.render_advice(result)
         sys.exit(EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT)
 
     _run(go)
@@ -336,17 +322,15 @@ def cache_command(clear, trust_fp, as_json):
     """
 
     def go():
-        from jaxmem.compiler import cache
-
+        jx = _jax_side()
+        cache = jx.cache
         if trust_fp is not None:
             cache.trust(trust_fp)
         d = cache.clear() if clear else cache.info()
         if as_json:
             click.echo(json.dumps(d, indent=2))
             return
-        from jaxmem.present.text import cache_lines
-
-        for line in cache_lines(d, cleared=clear):
+        for line in jx.text.cache_lines(d, cleared=clear):
             click.echo(line)
 
     _run(go)
@@ -365,9 +349,7 @@ def diff(old_path, new_path, max_growth, top, as_json):
     or grown, and the options, versions, XLA flags that differ (docs/planning.md). Exit code: 0, or 4 with
     --max-growth when the peak grew by more than SHARE; 2 on a user error. Example: jaxmem diff old.json new.json"""
     def go():
-        from jaxmem.present.diff import show
-
-        if show(old_path, new_path, max_growth=max_growth, top=top, as_json=as_json):
+        if _jax_side().diff_view.show(old_path, new_path, max_growth=max_growth, top=top, as_json=as_json):
             sys.exit(EXIT_GREW)
 
     _run(go)
@@ -382,15 +364,11 @@ def gpus(as_json):
     Example:
       jaxmem gpus
     """
-    from jaxmem.compiler.targets import catalogue_rows
-
     rows = catalogue_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from jaxmem.present.text import print_gpus
-
-    print_gpus(rows)
+    _jax_side().text.print_gpus(rows)
 
 
 @main.command()
@@ -417,25 +395,20 @@ def verify(as_json, timeout, html_path, **kw):
     """
 
     def go():
-        from jaxmem.truth import verify as verify_mod
-
         outputs.check_all([("--html", html_path)])  # before the measurement, not after
-        verify_mod.gpu_env_for_parent()
+        session.prepare(measuring=True)
         _prepare(kw, cpu_default=True)
-        result = verify_mod.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
+        jx = _jax_side()
+        result = jx.verify.verify_file(kw["model_file"], _options(kw, explain=False), timeout=timeout)
 
         def side_outputs():  # after the result is printed: a failed side output never loses it
-            from jaxmem.present import verify_html
-
-            outputs.write([("--html", html_path, verify_html.write)], result, "the result")
+            outputs.write([("--html", html_path, jx.verify_html.write)], result, "the result")
 
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=2))
             side_outputs()
             return
-        from jaxmem.present.text import verify_lines
-
-        for line in verify_lines(result, kw["mesh"], kw["layout"]):
+        for line in jx.text.verify_lines(result, kw["mesh"], kw["layout"]):
             click.echo(line)
         side_outputs()
 
@@ -469,19 +442,13 @@ def calibrate(gpu, repeats, dry_run, as_json):
     """
 
     def go():
-        from jaxmem.compiler import targets
-        from jaxmem.truth import verify as verify_mod
-
-        verify_mod.gpu_env_for_parent()
-        if is_cpu_target(gpu):
-            targets.ensure_host_devices(1)
-        cal = verify_mod.calibrate(gpu, repeats=repeats, save=not dry_run)
+        session.prepare(cpu_devices=1 if is_cpu_target(gpu) else 0, measuring=True)
+        jx = _jax_side()
+        cal = jx.verify.calibrate(gpu, repeats=repeats, save=not dry_run)
         if as_json:
             click.echo(json.dumps(cal.to_json(), indent=2))
             return
-        from jaxmem.present.text import calibration_lines
-
-        for line in calibration_lines(cal):
+        for line in jx.text.calibration_lines(cal):
             click.echo(line)
 
     _run(go)
@@ -489,8 +456,6 @@ def calibrate(gpu, repeats, dry_run, as_json):
 
 def entry():
     """The `jaxmem` program (and `python -m jaxmem.cli`): this process ends with the command."""
-    from jaxmem import exits, stdio
-
     stdio.guard()   # before anything opens a file: a closed fd 1 must not become that file
     exits.standalone()
     stdio.run(main)

@@ -10,11 +10,15 @@ import click
 
 from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program import values
+from jaxmem.program.options import (
+    AnalyzeOptions,
+    flagged,
+    parse_pair,
+)
 
 
 def _pairs(ctx, param, values):
     """--arg KEY=VALUE, parsed when the command line is (a malformed one is a usage error)."""
-    from jaxmem.program.options import parse_pair
 
     try:
         return tuple(parse_pair(v) for v in values)
@@ -134,7 +138,6 @@ def grid(kind: str):
 
 def field_option(name: str):
     """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
-    from jaxmem.program.options import AnalyzeOptions, flagged
 
     field, flag = next((f, fl) for f, fl in flagged(AnalyzeOptions) if f.name == name)
     help_, metavar = flag.help or None, flag.metavar
@@ -154,7 +157,6 @@ def step_options(f=None, *, model_file_required: bool = True):
     options fields (jaxmem/program/options.py), in their order, and --json."""
     if f is None:  # @step_options(model_file_required=False)
         return lambda g: step_options(g, model_file_required=model_file_required)
-    from jaxmem.program.options import flagged
 
     decorators = [click.argument("model_file", type=click.Path(dir_okay=True), required=model_file_required),
                   *(field_option(field.name) for field, flag in flagged() if flag.shared),

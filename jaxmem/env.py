@@ -24,9 +24,14 @@ assignment to explain.
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.machinery
+import importlib.util
 import math
 import os
+import re
+import sys
 from pathlib import Path
 
 from jaxmem.errors import UserError, clip
@@ -86,7 +91,7 @@ def check(environ=None) -> None:
     check_platforms(env)
     check_jax_config(env)
     check_xla_flags(env)
-    from jaxmem.compiler.nccl import NcclSettings
+    from jaxmem.compiler.nccl import NcclSettings  # noqa: PLC0415 - `import jaxmem` loads env: only what it needs
 
     NcclSettings.from_env(env)   # the NCCL_* numbers the runtime model reads (before any compile)
 
@@ -101,10 +106,6 @@ def jax_options() -> dict[str, tuple[str, tuple[str, ...]]]:
     """The environment variables the installed jax reads as configuration (JAX_ENABLE_X64 ...):
     name -> (kind: bool | int | enum, the enum's values), read from jax's own config source
     without importing jax (an import with a bad value is the ValueError this check prevents)."""
-    import ast
-    import importlib.machinery
-    import re
-
     try:   # the path finder alone: locating jax's files runs no import hook (nothing of jax is loaded)
         spec = importlib.machinery.PathFinder.find_spec("jax")
         where = list(spec.submodule_search_locations or ()) if spec else []
@@ -154,8 +155,7 @@ PLATFORMS = ("cpu", "cuda", "gpu", "rocm", "tpu")
 
 
 def _platform_available(name: str) -> bool:
-    import glob
-    import importlib.util
+    import glob  # noqa: PLC0415 - only with JAX_PLATFORMS: `import jaxmem` loads no glob
 
     if name == "cpu":
         return True
@@ -191,15 +191,12 @@ PROBE_TIMEOUT_S = 60
 
 def _only_host_devices(flags: str) -> bool:
     """The flag jaxmem itself sets (forced CPU devices) and nothing else: known good, no probe."""
-    import re
-
     return all(re.fullmatch(r"--xla_force_host_platform_device_count=\d+", f) for f in flags.split())
 
 
 def _memo(flags: str):
-    import hashlib
-    import importlib.metadata as md
-    import sys
+    import hashlib  # noqa: PLC0415 - only with XLA_FLAGS: `import jaxmem` loads neither
+    import importlib.metadata as md  # noqa: PLC0415 - as hashlib
 
     try:
         jaxlib = md.version("jaxlib")
@@ -211,12 +208,7 @@ def _memo(flags: str):
 
 def check_xla_flags(env) -> None:
     """Raise a UserError naming the flag of XLA_FLAGS that XLA would abort on."""
-    import subprocess
-    import sys
-
     flags = env.get("XLA_FLAGS", "")
-    import re
-
     for m in re.finditer(r"--xla_force_host_platform_device_count=(\S*)", flags):
         # XLA reads 0 but its CPU backend cannot start with it (a value XLA cannot read: the probe quotes XLA)
         if m.group(1).isdigit() and int(m.group(1)) < 1:
@@ -228,6 +220,8 @@ def check_xla_flags(env) -> None:
     memo = _memo(flags)
     if memo.is_file():
         return
+    import subprocess  # noqa: PLC0415 - only for a probe: `import jaxmem` loads no subprocess
+
     child_env = {k: v for k, v in env.items() if k != "JAX_PLATFORMS"}
     child_env["TF_CPP_MIN_LOG_LEVEL"] = "1"
     try:
@@ -248,8 +242,6 @@ def check_xla_flags(env) -> None:
 
 
 def _flags_problem(flags: str, stderr: str) -> str | None:
-    import re
-
     fix = "fix or remove it in XLA_FLAGS (XLA aborts at start-up on it)"
     m = re.search(r"Unknown flags? in XLA_FLAGS: (.*)", stderr)
     if m:
@@ -282,8 +274,7 @@ def check_ray_address(address: str, option: str) -> None:
     """Raise a UserError naming `option` (--ray-address or RAY_ADDRESS) when the address is
     malformed, needs Ray Client that is not installed, or nothing there speaks gRPC: ray.init
     would hang for minutes. Within about 2 x RAY_CONNECT_S."""
-    import re
-    import socket
+    import socket  # noqa: PLC0415 - only with a Ray address
 
     text = address.strip()
     if text in ("auto", "local"):
@@ -300,7 +291,8 @@ def check_ray_address(address: str, option: str) -> None:
         raise UserError(f"{option} {address!r} is not HOST:PORT; {fix}.")
     if scheme == "ray":
         try:
-            import grpc  # noqa: F401 - what ray[client] adds
+            # optional: what ray[client] adds
+            import grpc  # noqa: F401, PLC0415 - optional: what ray[client] adds
         except ImportError:
             raise UserError(f"{option} {address!r}: a ray:// address needs Ray Client: pip install 'ray[client]' "
                             "(or give the GCS address HOST:6379 from a machine inside the cluster).") from None
@@ -328,8 +320,7 @@ def _probe_ray(address: str, option: str) -> None:
     """ray.init on the address in a child process, given up after RAY_INIT_S: a gRPC server that
     is not Ray's GCS (or another Ray version's) keeps ray.init retrying, printing a line a second,
     for minutes. The child's noise stays in the child."""
-    import subprocess
-    import sys
+    import subprocess  # noqa: PLC0415 - as in check_xla_flags
 
     try:
         p = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], capture_output=True, text=True,
@@ -355,8 +346,6 @@ _at_import = {"jax_started": False, "switch": True}
 def note_jax_state() -> None:
     """Record, as jaxmem is imported, whether jax had already loaded its plugins and without the
     switch: jax loads them once, so its CUDA plugin then stays refused on a machine without a GPU."""
-    import sys
-
     xb = sys.modules.get("jax._src.xla_bridge")  # never imports jax: only asks one already imported
     started = False
     if xb is not None:

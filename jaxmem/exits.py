@@ -6,13 +6,18 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
+import os
+import signal
 import sys
+import threading
 
 import click
 
-from jaxmem.errors import UserError
+from jaxmem import session
+from jaxmem.errors import HOW_TO_REPORT, UserError, bug_summary, debug_traceback
 
 EXIT_FITS, EXIT_BUG, EXIT_USER_ERROR, EXIT_DOES_NOT_FIT = 0, 1, 2, 3
 EXIT_GREW = 4   # jaxmem diff --max-growth: the peak grew by more than the share allowed
@@ -36,9 +41,7 @@ def _late_signals_end_the_process() -> None:
     jax's and XLA's teardown). Python's own SIGINT handler would raise KeyboardInterrupt there,
     which the interpreter's shutdown prints and ignores: exit 0 after a ^C. The signals' default
     action instead ends the process by the signal (-N), never with a verdict."""
-    import signal
-
-    from jaxmem import scratch
+    from jaxmem import scratch  # noqa: PLC0415 - loaded by the run (jaxmem.session.scope), not by `jaxmem --help`
 
     for s in scratch.SIGNALS:   # the ones the run scope handles
         with contextlib.suppress(OSError, ValueError):
@@ -52,19 +55,14 @@ def run(fn):
     exit 128 + signal. Anything else is a jaxmem bug: one line saying so and how to report
     it, exit 1 (JAXMEM_DEBUG=1 shows the traceback). Never 0 or 3 without a verdict.
     """
-    import contextlib
-    import os
-
-    from jaxmem import scratch
-    from jaxmem.errors import HOW_TO_REPORT, bug_summary, debug_traceback
+    from jaxmem import scratch  # noqa: PLC0415 - as in _late_signals_end_the_process
 
     code, scoped = EXIT_BUG, False
     try:
-        from jaxmem import env
-
-        env.check()  # before jax starts: its GPU plugin would fail on these with a traceback
         try:
-            with scratch.run_scope():
+            # the environment checked before jax starts (its GPU plugin would fail on a bad one with a
+            # traceback), then the run's scratch directory and signals: jaxmem.session
+            with session.scope():
                 scoped = True
                 try:
                     fn()
@@ -131,10 +129,6 @@ def _end_now(code: int) -> None:
     8 x H100) and decides nothing. The atexit handlers still run (Ray's shutdown, logging's flush)
     and the output is flushed. Only when no other thread is running: a live non-daemon thread
     (an executor's worker) gets the normal exit, which waits for it."""
-    import atexit
-    import os
-    import threading
-
     if any(t is not threading.current_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
         return
     atexit._run_exitfuncs()   # what Python's own exit runs first (no public spelling; stable since Python 2)
@@ -151,8 +145,6 @@ def _flush_stdout() -> None:
 
 def _silence_stdout() -> None:
     # After a failed write, the interpreter's own flush at exit would fail again, with a traceback.
-    import os
-
     try:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, sys.stdout.fileno())

@@ -16,9 +16,11 @@ file it points at.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -122,7 +124,6 @@ def loads_json(text: str | bytes, what: str):
     """json.loads, its nesting and its numbers bounded: a document nested past Python's recursion
     limit, or a number of more digits than Python converts (4300), is a UserError naming `what`;
     a document that is not JSON raises ValueError (the caller's message: it may try YAML)."""
-    import json
 
     try:
         doc = json.loads(text)
@@ -212,8 +213,6 @@ def special_kind(path: str | os.PathLike) -> str | None:
 
 
 def _note(line: str) -> None:
-    import sys
-
     if sys.stderr is not None:
         sys.stderr.write(f"note: {line}\n")
 

@@ -376,7 +376,7 @@ class Report:
 
     def _repr_html_(self) -> str | None:
         """Jupyter's rendering: the verdict, the breakdown and the memory curve (jaxmem.present.notebook)."""
-        from jaxmem import display
+        from jaxmem import display  # noqa: PLC0415 - `import jaxmem` loads the report: only what it needs
 
         return display.html("report", self)
 
@@ -422,6 +422,6 @@ def tight_text(r: Report) -> str:
     """What a tight verdict hangs on, e.g. "nccl_communicators 0.30-2.54 GiB" ("" unless tight)."""
     if verdict_of(r) != "tight":
         return ""
-    from jaxmem.units import fmt_bytes
+    from jaxmem.units import fmt_bytes  # noqa: PLC0415 - as display in Report._repr_html_
 
     return ", ".join(f"{t['name']} {fmt_bytes(t['low_bytes'])}-{fmt_bytes(t['high_bytes'])}" for t in r.verdict_terms)

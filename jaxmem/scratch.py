@@ -21,6 +21,7 @@ import tempfile
 import threading
 from typing import Any
 
+from jaxmem.errors import UserError
 from jaxmem.stop import helper as _helper
 from jaxmem.stop import hooks as _hooks
 from jaxmem.stop import signals as _signals
@@ -48,8 +49,6 @@ def _make_run_dir() -> str:
     try:
         return tempfile.mkdtemp(prefix=f"jaxmem-run-{os.getpid()}-", dir=base)
     except OSError as e:
-        from jaxmem.errors import UserError
-
         raise UserError(f"cannot create a scratch directory in {base} ({e.strerror}); "
                         "set TMPDIR to a writable directory") from None
 

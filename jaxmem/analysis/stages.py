@@ -30,6 +30,7 @@ from jaxmem.program.options import AnalyzeOptions, offloads_activations
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload
 from jaxmem.xla import explain, hlo_text
+from jaxmem.xla.hlo import decode_hlo_proto
 
 # XLA:CPU has one memory: "pinned host" and "device" are the same bytes, so an offloaded state
 # would be counted on the device and the host at once.
@@ -159,8 +160,6 @@ def compile_(t: Traced) -> Compiled:
     t_compiled = time.perf_counter()
     assignment = art.assignment
     if assignment is None and art.dump is not None:
-        from jaxmem.xla.hlo import decode_hlo_proto  # the protobuf decoder: only with a dump
-
         with scratch.phase("reading XLA's buffer assignment"):
             assignment = decode_hlo_proto(art.dump)
     return Compiled(t, art, assignment, t_compiled)

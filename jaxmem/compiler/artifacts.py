@@ -4,6 +4,8 @@ makes them and the cache that stores them both import it."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 from typing import Any
 
@@ -55,8 +57,6 @@ class Artifacts:
     assignment: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
-        import base64
-
         return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes),
                           "remat_failures": list(self.stats.remat_failures)}, "cost": self.cost,
                 "hlo_text": self.hlo_text,
@@ -66,8 +66,6 @@ class Artifacts:
     def from_json(cls, d: dict, *, cached: bool = False) -> Artifacts:
         """The Artifacts `to_json` wrote. Raises ValueError (or KeyError, TypeError) on anything
         else: a cache entry of the wrong shape must be a miss, not a wrong number read later."""
-        import base64
-        import binascii
 
         if not isinstance(d, dict) or not isinstance(d.get("stats"), dict):
             raise ValueError("not an Artifacts object")

@@ -47,16 +47,25 @@ import dataclasses
 import gzip
 import hashlib
 import hmac
+import importlib.metadata as md
 import json
 import os
 import re
 import stat
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
+import jax
+import jaxlib
+from jax._src.lib import xla_client as xc
+
+import jaxmem
 from jaxmem import env, files
-from jaxmem.compiler import cache_key
+from jaxmem.compiler import cache_key, targets
+from jaxmem.compiler.artifacts import CompiledStats
+from jaxmem.compiler.partitioners import stable_program_text
 
 FORMAT = 4   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
 # early-stopped compile keeps its module's cost: an entry without it would cost its text differently; 4: XLA's
@@ -75,13 +84,6 @@ def cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    import jax
-    import jaxlib
-
-    import jaxmem
-
     out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "jaxmem": jaxmem.__version__, "format": str(FORMAT)}
     for dist in ("jax-cuda12-plugin", "jax-cuda12-pjrt"):
         try:
@@ -105,7 +107,6 @@ def _debug_options() -> str:
     reaches the deviceless compile that way). An ``XLA_FLAGS`` set after that parse (a library
     user changing ``os.environ`` mid-process) changes the variable, not the compile: keying the
     variable alone would store an unflagged compile under the flagged key."""
-    from jax._src.lib import xla_client as xc
 
     options = xc.CompileOptions()
     # the forced host-device count only sizes the CPU client (as in _xla_flags)
@@ -114,8 +115,6 @@ def _debug_options() -> str:
 
 
 def _target(built) -> dict:
-    from jaxmem.compiler import targets
-
     devices = list(built.mesh.devices.flat) if built.mesh is not None else []
     kind = devices[0].device_kind if devices else ""
     platform = devices[0].platform if devices else ""
@@ -135,7 +134,6 @@ def program_text(lowered) -> str:
     without file:line locations: those name the caller's frames too (the line that called
     analyze), which change nothing XLA decides and nothing jaxmem reports. A custom-partitioned
     op's per-run callback key is replaced by what its callbacks are (jaxmem.compiler.partitioners)."""
-    from jaxmem.compiler.partitioners import stable_program_text
 
     return stable_program_text(_FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True)))
 
@@ -147,7 +145,6 @@ def keys(lowered, built, options: dict, *, explain: bool, until: str = "executab
     The lowered program is serialized and hashed once for both. `until`: how far XLA ran
     ("executable", or "buffer_assignment" for jaxmem.compiler.early_stop, whose HLO text lacks the
     module-config attributes of the header line): a cached answer equals a fresh one of its kind."""
-    from jaxmem.compiler.artifacts import CompiledStats
 
     material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
                 "options": {k: str(v) for k, v in sorted(options.items())},
@@ -289,7 +286,6 @@ def store_in_background(k: str, payload: dict) -> None:
     tens of MB is written on another core while the analysis reads its compile (about 0.6 s of a
     gpt2-medium analysis otherwise). A plain (non-daemon) thread: the interpreter waits for it at
     exit; :func:`wait_for_stores` waits where the entry must be there."""
-    import threading
 
     t = threading.Thread(target=store, args=(k, payload), name="jaxmem-cache-store")
     t.start()

@@ -52,7 +52,7 @@ def _who(uid: int) -> str:
 
 def _owner(uid: int) -> str:
     try:
-        import pwd
+        import pwd  # noqa: PLC0415 - Unix only
 
         return pwd.getpwuid(uid).pw_name
     except (ImportError, KeyError):

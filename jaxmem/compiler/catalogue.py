@@ -30,7 +30,8 @@ class GpuSpec:
         plugin was built against (as a real device of that stack would report them; XLA gates some
         rewrites on them, e.g. cuDNN fusions and FP8 cuBLASLt). Only fields every supported jaxlib's
         proto knows."""
-        from jaxmem.compiler import versions
+        # versions imports jax; the catalogue is jax-free at import: used before jax starts (jaxmem.session)
+        from jaxmem.compiler import versions  # noqa: PLC0415
 
         cc_major, cc_minor = self.compute_capability
         cuda, cudnn, _ = versions.target_versions()

@@ -12,6 +12,9 @@ import time
 
 import jax
 import jaxlib
+from jax._src import compilation_cache as jax_cc
+from jax._src import config as jax_config
+from jax.sharding import AxisType
 
 from jaxmem import scratch
 from jaxmem.compiler import cache as cache_mod
@@ -19,6 +22,7 @@ from jaxmem.compiler import early_stop, versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.compiler.partitioners import rule_failure
 from jaxmem.errors import UserError, cap, trace_error
+from jaxmem.program import sharding
 from jaxmem.program.step import BuiltStep
 from jaxmem.report import ReportWarning
 from jaxmem.xla import dump, memory_stats
@@ -58,7 +62,6 @@ def lower(built: BuiltStep):
         raise
     except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
         raise UserError(trace_error(e, explicit=_explicit(built.mesh))) from None
-    from jaxmem.program import sharding
 
     built.constraints = sharding.model_constraints(traced.jaxpr)   # what the model constrained itself
     if built.calls is not None:
@@ -68,7 +71,6 @@ def lower(built: BuiltStep):
 
 def _explicit(mesh) -> bool:
     """The mesh's axes are Explicit (--axis-types explicit)."""
-    from jax.sharding import AxisType
 
     return any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", None) or ())
 
@@ -85,8 +87,6 @@ def no_persistent_cache():
     an executable it returns was not compiled by this run, so XLA wrote no buffer assignment to
     explain (a second `--gpu cpu` run failed on it), and the compile-only capture saw no compile.
     jaxmem has its own cache, keyed by what decides the answer."""
-    from jax._src import compilation_cache as jax_cc
-    from jax._src import config as jax_config
 
     state = getattr(jax_config, "enable_compilation_cache", None)
     if state is None or not jax_cc.is_persistent_cache_enabled():

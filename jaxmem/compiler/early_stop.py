@@ -34,16 +34,30 @@ callbacks' questions, XLA's error if it fails, then the printed module.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
+import queue
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import jax
+from jax._src import compiler as jax_compiler
+from jax._src.interpreters import mlir
+from jax._src.lib import xla_client as xc
+from jax._src.lib.mlir import ir
+from jax.experimental import topologies
+
+from jaxmem import env, session
+from jaxmem.compiler import partitioners, steptime, targets, versions
+from jaxmem.xla import dump, memory_stats
 
 _POLL_S = 0.02
 _PRINT_TIMEOUT_S = 60.0   # the child's print of the module (about 0.5 s for 55k instructions); then printed here
@@ -88,9 +102,6 @@ def applies(target) -> bool:
 
 def capture(lowered, compiler_options: dict) -> dict:
     """The request XLA would receive for ``lowered.compile(compiler_options=...)``."""
-    import jax
-    from jax._src import compiler as jax_compiler
-    from jax._src.interpreters import mlir
 
     missing = [name for owner, name in ((jax_compiler, "backend_compile_and_load"), (mlir, "module_to_bytecode"))
                if not hasattr(owner, name)]
@@ -135,13 +146,10 @@ class Child:
         target_config, topology = self.args
         self._log = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 -- the child's stderr, read while it lives
         # the child imports this jaxmem, wherever it was imported from (an install, a checkout)
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "jaxmem.compiler.early_stop", target_config, topology],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env={**os.environ, "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1", "PYTHONPATH": path,
-                 "JAXMEM_COMPILE_PARENT": str(os.getpid())})
+            env=session.child_environment(**{env.SWITCH: "1"}, JAXMEM_COMPILE_PARENT=str(os.getpid())))
 
     @property
     def _child(self) -> subprocess.Popen[bytes]:
@@ -154,7 +162,6 @@ class Child:
         """A child for `target`. now: start it at once (its jax import then overlaps the caller's
         tracing, which pays when a core is idle); else when the compile is sent, so that a cache
         hit costs nothing (sweep workers: every core is busy anyway)."""
-        from jaxmem.compiler import targets
 
         topo, _ = targets.topology_string(len(target.devices), target.hosts)
         return cls(targets.CATALOGUE[target.gpu].target_config(), topo, now=now)
@@ -243,7 +250,6 @@ class Child:
             return
         if "error" in message:
             raise CompileFailed(message["error"])
-        from jaxmem.compiler import partitioners
 
         try:
             _send(self._child.stdin, partitioners.serve(message, self._answered))
@@ -313,7 +319,6 @@ def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
     writes no memory-usage report (jaxlib 0.9) is read as soon as its module parses to its end:
     the buffer assignment is the HloProto's last field, length-prefixed, so no prefix of the file
     being written does."""
-    from jaxmem.compiler import versions
 
     try:
         names = os.listdir(dump_dir)
@@ -327,7 +332,6 @@ def _finished_dump(dump_dir: str, writer_done: bool = False) -> bytes | None:
                 return None
             with open(os.path.join(dump_dir, n), "rb") as f:
                 data = f.read()
-            from jaxmem.xla import memory_stats
 
             try:
                 memory_stats.split_hlo_proto(data)
@@ -341,8 +345,6 @@ def print_module(dump: bytes, client=None) -> tuple[str, dict[str, float]]:
     """The optimized module of the dump printed as ``compiled.as_text()`` prints it (less the
     module-config attributes of its header line, which the dump does not hold), and XLA's cost
     of it (:func:`jaxmem.compiler.steptime.module_cost`: costed here, not parsed back from the text)."""
-    from jaxmem.compiler import steptime, versions
-    from jaxmem.xla import memory_stats
 
     proto, _ = memory_stats.split_hlo_proto(dump)
     module = versions.hlo_module_class().from_serialized_hlo_module_proto(proto)
@@ -352,7 +354,6 @@ def print_module(dump: bytes, client=None) -> tuple[str, dict[str, float]]:
 def compile_until_buffer_assignment(child: Child, lowered, options: dict) -> tuple[bytes, str]:
     """(after-optimizations HloProto, XLA's log) of compiling ``lowered`` with ``options`` in
     `child`, which then prints the module: collect it with ``child.printed(dump)``."""
-    from jaxmem.xla import dump
 
     dump_dir = tempfile.mkdtemp(prefix="jaxmem-")
     try:
@@ -364,9 +365,6 @@ def compile_until_buffer_assignment(child: Child, lowered, options: dict) -> tup
 
 def _die_with_parent() -> None:
     try:
-        import ctypes
-        import signal
-
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 -- not Linux: the stdin watch below still ends us
         pass
@@ -376,13 +374,6 @@ def _die_with_parent() -> None:
 
 def _child_main(target_config: str, topology: str) -> None:
     _die_with_parent()
-    import queue
-
-    import jax  # noqa: F401  (the import is what the early start overlaps)
-    from jax._src.interpreters import mlir
-    from jax._src.lib import xla_client as xc
-    from jax._src.lib.mlir import ir
-    from jax.experimental import topologies
 
     topo = topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=topology)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -407,7 +398,6 @@ def _child_main(target_config: str, topology: str) -> None:
             os._exit(0)
 
     threading.Thread(target=listen, daemon=True).start()
-    from jaxmem.compiler import partitioners
 
     partitioners.forward_to(lambda message: _send(stdout, message), replies)
     # (type: ignore: jaxlib ships its _jax extension without stubs, so mypy cannot see Device's attributes)
@@ -439,8 +429,6 @@ def _print_for_parent(dump: bytes, stdout) -> None:
     except (OSError, ValueError, AttributeError):
         pass   # not Linux: the print shares the core
     try:
-        from jax._src.lib import xla_client as xc
-
         reply: dict = {"printed": print_module(dump, xc.make_cpu_client())}
     except Exception as e:  # noqa: BLE001 -- the parent prints it itself
         reply = {"print_failed": f"{type(e).__name__}: {e}"}

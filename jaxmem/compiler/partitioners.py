@@ -17,10 +17,20 @@ arguments), so the same op caches across runs and a changed partitioning rule mi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import pickle
 import re
 import threading
+import traceback
+
+import jax
+import jax.numpy as jnp
+from jax._src import custom_partitioning as cp
+from jax._src.lib import xla_client as xc
+
+from jaxmem.errors import in_package
 
 CALL_TARGET = "CustomSPMDPartitioning"
 # how the child words a rule's failure, for jaxmem.compiler.compiled to name the user's rule
@@ -29,8 +39,6 @@ _KINDS = ("propagate", "partition", "infer")
 
 
 def _jax_callbacks() -> dict:
-    from jax._src import custom_partitioning as cp
-
     return {"propagate": cp._custom_partitioning_propagate_user_sharding,
             "partition": cp._custom_partitioning_partition,
             "infer": cp._custom_partitioning_infer_sharding_from_operands}
@@ -39,8 +47,6 @@ def _jax_callbacks() -> dict:
 # -- what crosses the pipe: xla_client Shapes and HloShardings as plain data ----------------------
 
 def encode(x):
-    from jax._src.lib import xla_client as xc
-
     if isinstance(x, xc.Shape):
         if x.is_tuple():
             return ("tuple_shape", [encode(s) for s in x.tuple_shapes()])
@@ -53,14 +59,10 @@ def encode(x):
 
 
 def decode(e):
-    from jax._src.lib import xla_client as xc
-
     tag = e[0]
     if tag == "tuple_shape":
         return xc.Shape.tuple_shape([decode(s) for s in e[1]])
     if tag == "shape":
-        import jax.numpy as jnp
-
         return xc.Shape.array_shape(jnp.dtype(e[1]), e[2])
     if tag == "sharding":
         proto = xc.OpSharding()
@@ -82,8 +84,6 @@ def serve(request: dict, answered: dict | None = None) -> tuple:
     question once per layer (gpt2-medium with cuDNN attention: 2 distinct of 48), so a repeated
     question gets the same reply without running the rule again."""
     if answered is not None:
-        import pickle
-
         key = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         if key not in answered:
             answered[key] = serve(request)
@@ -92,7 +92,6 @@ def serve(request: dict, answered: dict | None = None) -> tuple:
         fn = _jax_callbacks()[request["call"]]
         return ("ok", encode(fn(*decode(request["args"]))))
     except Exception as e:  # noqa: BLE001 -- the op's own rule failed: XLA reports it, as it would in process
-        import traceback
 
         return ("error", "".join(traceback.format_exception(e)).strip())
 
@@ -113,9 +112,6 @@ def rule_failure(xla_message: str) -> str | None:
         return None
     text = text.split("Suspected Python Code Location:")[0]
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    import jax
-
-    from jaxmem.errors import in_package
 
     jax_dir = os.path.dirname(os.path.abspath(jax.__file__))   # jax's and jaxmem's own frames, by where they live
     frames = [f"{m.group(1)}:{m.group(2)} in {m.group(3)}" for ln in lines if (m := _FRAME.search(ln))
@@ -163,7 +159,6 @@ def forward_to(send, replies) -> None:
     code is swapped in place; the forwarders read ``_jaxmem_remote`` from that module's globals.
     send: writes one message to the parent; replies: a queue of the parent's answers.
     """
-    from jax._src import custom_partitioning as cp
 
     cp._jaxmem_remote = _Remote(send, replies)  # type: ignore[attr-defined]  # a global of our own in jax's module
     for kind, fwd in zip(_KINDS, (_propagate, _partition, _infer), strict=True):
@@ -180,7 +175,6 @@ def stable_program_text(text: str) -> str:
     its callbacks: the rules' code and static arguments, which decide what XLA is given."""
     if CALL_TARGET not in text:
         return text
-    from jax._src import custom_partitioning as cp
 
     def fingerprint(m: re.Match) -> str:
         info = cp._sharding_callbacks.get(m.group(2).encode())
@@ -198,7 +192,6 @@ def stable_program_text(text: str) -> str:
 
 def _code_identity(fn) -> str:
     """What a callback computes: its qualified name, bytecode and constants (and of what it wraps)."""
-    import functools
 
     if fn is None:
         return "None"

@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from jaxmem.compiler import targets
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective
 
@@ -157,7 +158,6 @@ class Rates:
 
 def rates(gpu: str, perf, end: str = "central") -> Rates:
     """The achieved rates of catalogue card `gpu` (`end`: fast, central or slow)."""
-    from jaxmem.compiler import targets
 
     spec = targets.CATALOGUE.get(gpu)
     major = spec.compute_capability[0] if spec is not None else 9

@@ -26,9 +26,11 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jaxmem.compiler import calibration
+from jaxmem.compiler import calibration, targets
 from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target
+from jaxmem.errors import UserError
 from jaxmem.report import ReportWarning
+from jaxmem.xla.collectives import collectives
 
 if TYPE_CHECKING:
     from jaxmem.xla.hlo_text import Module
@@ -137,7 +139,6 @@ def collective_groups(program: str | Module, mesh_axes) -> Collectives:
     A collective-permute's communicator spans every device of the program (XLA builds its
     clique from the empty replica groups), unless every device only sends to itself.
     """
-    from jaxmem.xla.collectives import collectives
 
     n = 1
     for _, size in mesh_axes:
@@ -269,7 +270,6 @@ def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str]
               est: dict) -> tuple[Term, bool, int]:
     """The busiest device's NCCL communicators as one term (low..high), whether NVLS is in it, and how
     many communicators that device holds."""
-    from jaxmem.compiler import targets
 
     s = NcclSettings.from_env(env)
     perf = targets.performance(target.gpu)
@@ -398,8 +398,6 @@ class Budget:
 def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
     """How JAX sizes its pool (XLA's GPU client: pool = total x fraction, preallocated by
     default), and whether the runtime's out-of-pool terms fit beside it."""
-    from jaxmem.compiler import targets
-    from jaxmem.errors import UserError
 
     total = target.memory_bytes
     if total is None:

@@ -38,7 +38,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+from jax._src.lib import _jax
+
+from jaxmem.compiler import kernels as kernels_mod
 from jaxmem.compiler import rates as rates_mod
+from jaxmem.compiler import targets, versions
 from jaxmem.compiler.dots import (  # noqa: F401  (the dots' readers, re-exported where they were)
     _ALGORITHMS,
     _BTHD_SCORES,
@@ -111,8 +116,6 @@ class ProgramCost:
 
 
 def _cpu_client():
-    import jax
-
     return jax.devices("cpu")[0].client
 
 
@@ -132,7 +135,6 @@ def whole_cost(cost: dict) -> dict[str, float] | None:
 def module_cost(module, client=None) -> dict[str, float]:
     """XLA's HloCostAnalysis of an XLA HloModule (backend-neutral for FLOPs and bytes; the CPU
     client only provides its shape-size function)."""
-    from jax._src.lib import _jax
 
     cost = _jax.hlo_module_cost_analysis(client or _cpu_client(), module)
     return {k: float(cost.get(k, 0.0)) for k in ("flops", "bytes accessed", "transcendentals")}
@@ -140,7 +142,6 @@ def module_cost(module, client=None) -> dict[str, float]:
 
 def _xla_cost(text: str, known: dict[str, float] | None = None) -> dict[str, float]:
     """module_cost of an HLO module given as text (`known`: that cost, kept from when it was printed)."""
-    from jaxmem.compiler import versions
 
     return dict(known) if known is not None else module_cost(versions.hlo_module_from_text(text))
 
@@ -306,8 +307,6 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
     `gpu`: a catalogue key (``jaxmem gpus``); other targets (cpu) get no estimate. The compute
     precision is read from the program's dots, not from the options that built it.
     """
-    from jaxmem.compiler import kernels as kernels_mod
-    from jaxmem.compiler import targets
 
     perf = targets.performance(gpu)
     if perf is None:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 
+from jaxmem import env
 from jaxmem.compiler.catalogue import (  # noqa: F401  (the catalogue's names, re-exported where they were)
     _ALIASES,
     _COMPACT,
@@ -60,7 +61,7 @@ def resolve_gpu_name(name: str | None) -> str:
 
 
 def local_gpu_count() -> int:
-    import jax
+    import jax  # noqa: PLC0415 - jax-free at import: used before jax starts (jaxmem.session)
 
     try:
         return len(jax.devices("gpu"))
@@ -79,13 +80,11 @@ def topology_string(n_devices: int, hosts: int | None) -> tuple[str, int]:
 
 def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Target:
     key = resolve_gpu_name(gpu)
-    import jax
+    import jax  # noqa: PLC0415 - jax-free at import: used before jax starts (jaxmem.session)
 
     if key == "cpu":
         devs = jax.devices("cpu")
         if len(devs) < n_devices:
-            from jaxmem import env
-
             raise env.too_few_cpu_devices(n_devices, len(devs))
         return Target("cpu", "cpu", "CPU (host)", None, False, tuple(devs[:n_devices]))
     if key == "local":
@@ -100,12 +99,12 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
                       stats.get("bytes_limit"), False, tuple(devs[:n_devices]))
     spec = CATALOGUE[key]
     topo_str, hosts = topology_string(n_devices, hosts)
-    from jax.experimental import topologies
+    # jax-free at import: used before jax starts (jaxmem.session)
+    from jax.experimental import topologies  # noqa: PLC0415
 
     try:
         topo = topologies.get_topology_desc(platform="cuda", target_config=spec.target_config(), topology=topo_str)
     except Exception as e:  # noqa: BLE001 -- the plugin missing is an install problem, not a bug
-        from jaxmem import env
 
         if env.jax_started_without_switch():  # installed, but refused when jax started: say so, not "install"
             raise env.started_too_early(f"cannot build a deviceless {spec.key} topology") from None

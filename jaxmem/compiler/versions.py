@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import re
 import sys
 from importlib import metadata
 
+import jax
+import jaxlib
+
 from jaxmem.report import ReportWarning
+
+try:   # XLA's HloModule binding: jaxlib._hlo from jaxlib 0.10, jaxlib._jax before
+    from jaxlib import _hlo as _hlo_binding  # type: ignore[attr-defined]  # an extension module shipped without stubs
+except ImportError:   # jaxlib 0.9
+    from jax._src.lib import _jax as _hlo_binding
 
 # The jax/jaxlib versions CI runs the suite on at both ends (.ci/run), and the ones between.
 TESTED = ((0, 9, 0), (0, 12))           # from 0.9.0 up to every 0.12.x
@@ -117,8 +126,6 @@ def dotted(v: tuple[int, ...]) -> str:
 def installed() -> dict[str, str]:
     """The versions a report names (JSON ``versions``): Python, jax, jaxlib, flax, optax, qwix where
     installed, the CUDA plugin and the CUDA runtime and cuDNN the GPU target is described with."""
-    import jax
-    import jaxlib
 
     out = {"python": ".".join(map(str, sys.version_info[:3])), "jax": jax.__version__, "jaxlib": jaxlib.__version__}
     for name in ("flax", "optax", "qwix"):
@@ -135,8 +142,6 @@ def installed() -> dict[str, str]:
 
 def range_warning() -> str | None:
     """One sentence when the installed jax or jaxlib is outside the tested range, else None."""
-    import jax
-    import jaxlib
 
     off = [f"{n} {v}" for n, v in (("jax", jax.__version__), ("jaxlib", jaxlib.__version__)) if not in_tested_range(v)]
     if not off:
@@ -146,8 +151,6 @@ def range_warning() -> str | None:
 
 
 def _jaxlib() -> tuple[int, ...]:
-    import jaxlib
-
     return parse(jaxlib.__version__)
 
 
@@ -183,21 +186,11 @@ def spec_text(spec) -> str:
 
 def hlo_module_class():
     """XLA's HloModule binding (``jaxlib._hlo`` from jaxlib 0.10, ``jaxlib._jax`` before)."""
-    try:
-        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-        return _hlo.HloModule
-    except ImportError:
-        from jax._src.lib import _jax
-        return _jax.HloModule
+    return _hlo_binding.HloModule
 
 
 def _parser():
-    try:
-        from jaxlib import _hlo  # type: ignore[attr-defined]  # an extension module jaxlib ships without stubs
-        return _hlo.hlo_module_from_text
-    except ImportError:
-        from jax._src.lib import _jax
-        return _jax.hlo_module_from_text
+    return _hlo_binding.hlo_module_from_text
 
 
 _UNEXPECTED = re.compile(r'unexpected attribute "(\w+)"')
@@ -256,7 +249,6 @@ _DROPPED = (
 def xla_flags(flags: str | None = None) -> dict:
     """The XLA flags in force for a compile: {"passed": [flag, ...], "dropped": {flag: why}}.
     (A flag this XLA does not know never gets here: env.check_xla_flags refuses it, exit 2.)"""
-    import os
 
     text = os.environ.get("XLA_FLAGS", "") if flags is None else flags
     passed: list[str] = []

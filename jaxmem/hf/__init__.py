@@ -10,12 +10,20 @@ analyze, compare, advise and the API applies through the one Workload path
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import optax
+
+import jaxmem
 from jaxmem.errors import UserError
 from jaxmem.hf.config import SUPPORTED, Arch, config_file, parse, read
+from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
 
 __all__ = ["SUPPORTED", "Arch", "config_file", "info", "load_arch", "parameter_count", "workload_function"]
 
@@ -45,12 +53,6 @@ def workload_function(path: Path):
 
 def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int | None = None,
                    seq_len: int | None = None, **options: Any):
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    import jaxmem
-    from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
 
     where = f"config file {path}"
     for key, value, kind in (("batch_size", batch_size, int), ("seq_len", seq_len, int),
@@ -90,9 +92,6 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
 
 
 def _loss(model, batch):
-    import jax.numpy as jnp
-    import optax
-
     logits, aux = model(batch["tokens"], train=True)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["targets"]).mean()
     return ce + model.opts.aux_loss_coef * aux if model.arch.moe else ce
@@ -101,12 +100,6 @@ def _loss(model, batch):
 @functools.lru_cache(maxsize=32)
 def parameter_count(arch: Arch) -> int:
     """The parameters of the decoder an Arch names, counted from jax.eval_shape (nothing allocated)."""
-    import math
-
-    import jax
-    import jax.numpy as jnp
-
-    from jaxmem.hf.model import Decoder, Opts
 
     tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
     # the key made inside the traced function: no concrete array, so no backend is started for it
@@ -129,6 +122,5 @@ def info_if_config(path: str | Path) -> dict[str, Any] | None:
 
 def with_config(report, config: dict[str, Any] | None):
     """`report` with its `hf_config` set from :func:`info_if_config` (as it is for a model file)."""
-    import dataclasses
 
     return report if config is None else dataclasses.replace(report, hf_config=config)

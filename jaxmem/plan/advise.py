@@ -50,11 +50,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem import pipeline
+from jaxmem import display, pipeline
+from jaxmem.compiler import targets
 from jaxmem.errors import UserError
-from jaxmem.plan import meshes
-from jaxmem.program import layouts
-from jaxmem.program.options import AnalyzeOptions, command_line
+from jaxmem.plan import meshes, sweep
+from jaxmem.program import layouts, rules
+from jaxmem.program.options import AnalyzeOptions, command_line, offloads_activations
 from jaxmem.report import verdict_of
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
@@ -191,8 +192,6 @@ class Advice:
         return None if not base or mine is None else mine / base
 
     def _repr_html_(self) -> str | None:
-        from jaxmem import display
-
         return display.html("advice", self)
 
     def to_json(self) -> dict[str, Any]:
@@ -274,7 +273,6 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
 
 def _fp8_room(base: AnalyzeOptions, report) -> bool:
     """FP8 is a candidate where the card has FP8 tensor cores and the step computes in fp32/bf16."""
-    from jaxmem.compiler import targets
 
     perf = targets.performance(getattr(getattr(report, "target", None), "gpu", "") or base.gpu or "")
     return (perf is not None and perf.fp8_flops is not None and base.precision in ("fp32", "bf16")
@@ -284,8 +282,6 @@ def _fp8_room(base: AnalyzeOptions, report) -> bool:
 def _offload_room(base: AnalyzeOptions, report) -> bool:
     """Activation offload is worth a probe: activations are most of the peak, the remat policy keeps
     its activations on the device, and the target's host has RAM left beside what is offloaded."""
-    from jaxmem.compiler import targets
-    from jaxmem.program.options import offloads_activations
 
     if report is None or offloads_activations(base.remat) or REMAT_RANK.get(base.remat, 0) >= 3:
         return False
@@ -426,7 +422,6 @@ def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int 
                  progress: bool = True) -> list[tuple[Any, str | None, str, bool]]:
     """(report, error, status, from cache) per job: in worker processes (jaxmem.plan.sweep), or in
     this process when one job at a time is asked (no worker start-up)."""
-    from jaxmem.plan import sweep
 
     sweep_jobs = [sweep.Job(key, path, opts) for key, opts in jobs]
     if n_jobs == 1:
@@ -592,6 +587,5 @@ def _opts_key(o: AnalyzeOptions) -> tuple:
     """What makes two candidates the same compile: every field of the options, so an option added
     later (or offload, LoRA, the base dtype, ...) can never make two different steps look alike; a
     rules file by its content."""
-    from jaxmem.program import rules
 
     return dataclasses.astuple(o) + (rules.digest(o.rules),)

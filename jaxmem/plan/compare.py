@@ -15,16 +15,19 @@ import io
 import itertools
 import json
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem import files
+from jaxmem import display, files, pipeline, scratch
 from jaxmem.analysis.stages import OFFLOAD_ON_CPU
 from jaxmem.errors import UserError, clip
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
+from jaxmem.program import layouts, rules
 from jaxmem.program.options import AnalyzeOptions, split_remats
 from jaxmem.report import BREAKDOWN_KEYS, VERDICT_TEXT, Report, verdict_of
+from jaxmem.units import fmt_bytes
 
 # option name in AnalyzeOptions -> how a comma-separated value is parsed
 AXES: dict[str, Callable[[str], Any]] = {
@@ -84,8 +87,6 @@ class Rows(list):
         return to_json(self)
 
     def _repr_html_(self) -> str | None:
-        from jaxmem import display
-
         return display.html("rows", self)
 
 
@@ -125,8 +126,6 @@ def grid(spec: dict[str, str | None], *, yes: bool = True, n_jobs: int | None = 
 
 
 def _too_many(n: int, n_jobs: int | None, search: bool) -> str:
-    import os
-
     jobs = n_jobs or os.cpu_count() or 1
     seconds = n * ROW_SECONDS * (SEARCH_COMPILES if search else 1) / jobs
     span = f"{seconds / 3600:.1f} hours" if seconds >= 3600 else f"{seconds / 60:.0f} minutes"
@@ -158,7 +157,6 @@ def _remat_at_block(path: str, rows: list[tuple[dict, AnalyzeOptions]]) -> list[
     wants = [o for _, o in rows if o.remat != "none" and o.remat_at is None]
     if not wants:
         return rows
-    from jaxmem import pipeline
 
     block = pipeline.remat_block(path, wants[0])
     if block is None:
@@ -208,7 +206,6 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
 
 def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     """User errors that need no compile, before any worker starts."""
-    from jaxmem.program import layouts, rules
 
     layouts.parse_mesh(opts.mesh, opts.axis_roles)   # a mesh with an axis without a role: exit 2 before any worker
     for flag, value, least in (("--microbatches", opts.microbatches, 1), ("--repeats", opts.repeats, 1),
@@ -243,8 +240,6 @@ class _RowSearch:
     """One row's search: its candidates, probes and in-flight jobs."""
 
     def __init__(self, i: int, choice: dict, opts: AnalyzeOptions, find: Find):
-        from jaxmem.program import layouts
-
         self.i, self.choice, self.opts, self.find = i, choice, opts, find
         mesh = layouts.parse_mesh(opts.mesh, opts.axis_roles)
         if find.kind == "batch":
@@ -286,8 +281,6 @@ class _RowSearch:
         return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v))
 
     def what(self, k: int) -> str:
-        from jaxmem.program import layouts
-
         v = self.value(k)
         grown = (layouts.parse_mesh(self.opts.mesh, self.opts.axis_roles).batch_axes
                  or ("data",))[0]   # the axis a devices search grows
@@ -358,7 +351,6 @@ def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_r
         for s in searches:
             pump(s)
         bar.update(running=", ".join(j.key for j in pool.running()))
-        from jaxmem import scratch
 
         while any(c is None for c in cells):
             with scratch.phase("waiting for the search's worker processes"):
@@ -386,7 +378,6 @@ def probe_count(s: search_mod.SearchResult) -> str:
 
 def row_line(c: Cell) -> str:
     """One line for a row the moment it finishes (the sorted table follows at the end)."""
-    from jaxmem.units import fmt_bytes
 
     name = label(c.choice)
     if c.report is None:

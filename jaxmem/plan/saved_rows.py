@@ -9,10 +9,12 @@ import re
 from collections.abc import Callable
 
 from jaxmem import files
+from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
 from jaxmem.plan import search as search_mod
 from jaxmem.plan.compare import Cell, from_json, label
 from jaxmem.report import Report
+from jaxmem.units import fmt_bytes
 
 # A saved comparison holds each row's full report (tens of kB; with its buffers a few MB): far more
 # than any sweep writes, far less than what would exhaust memory.
@@ -55,7 +57,6 @@ def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
 
 def _saved_budgets(t, oop: int) -> list:
     """The runtime.Budget of each allocator setting the row's note allows (see _saved_pools)."""
-    from jaxmem.compiler import runtime, targets
 
     total = targets.CATALOGUE[t.gpu].memory_bytes
     note = t.usable_note or ""
@@ -87,14 +88,10 @@ def _whole(x, what: str) -> int:
 
 
 def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
-    from jaxmem.compiler import targets
-    from jaxmem.units import fmt_bytes
-
     peak = _whole(r.per_device_peak_bytes, f"row {name}: per_device_peak_bytes")
     for k, v in r.breakdown.items():
         if isinstance(v, bool) or not isinstance(v, int):
             raise UserError(f"row {name}: breakdown.{k} is {v!r}, not a number of bytes; re-run the comparison")
-    from jaxmem.compiler import runtime
 
     t = r.target
     judged: tuple = (None, None, ())
@@ -144,7 +141,6 @@ def rejudge(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
     -- the catalogue's card size at the row's memory fraction -- and a search's probes against the
     same. A row whose search answer its own probes no longer support becomes an error row.
     Returns (cells, one note per row that differed from the file)."""
-    from jaxmem.compiler import targets
 
     notes: list[str] = []
     out = []

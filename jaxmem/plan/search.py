@@ -22,6 +22,8 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 # Fraction of usable memory a fit answer keeps free. 5%: about twice the largest error jaxmem's
 # accuracy benchmark measured against real runs (2.74%; docs/how-it-works.md), so an answer at the
 # boundary still fits when the prediction is at its worst; allocator fragmentation takes the rest.
@@ -168,7 +170,6 @@ class Search:
     def _fit(self, use: list[int], lo: int, top: int) -> int | None:
         """The largest index in [lo + 1, top] that the curve through the points `use` keeps
         within the budget (lo + 1 when none does; None when the points give no curve)."""
-        import numpy as np
 
         pts = [(i, self.points[i][0]) for i in dict.fromkeys(use) if self.points.get(i, (None,))[0] is not None]
         if len(pts) < 2 or not self.budgets:

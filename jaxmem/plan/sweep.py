@@ -10,24 +10,36 @@ A :class:`Job` is one ``analyze`` (a model file and its options); each finishes 
 
 Local workers are long-lived processes (jax is imported once per worker, not once per job) fed
 one job at a time, so the parent always knows which job a dead worker held. They inherit the
-parent's environment: set it up (``jaxmem.plan.sweep.prepare_environment``) before the first
-job, as the CLI does before jax starts.
+parent's environment: set up (``jaxmem.session.prepare``, which ``run_jobs`` calls too) before
+the first job, as the CLI and the API do before jax starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import logging
 import os
 import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+from jaxmem import env as env_mod
+from jaxmem import scratch, session
 from jaxmem.errors import UserError
+from jaxmem.pipeline import analyze_model
+from jaxmem.program import layouts
 
 if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
     from jaxmem.program.options import AnalyzeOptions
@@ -63,16 +75,12 @@ def default_jobs() -> int:
 
 def prepare_environment(max_devices: int) -> None:
     """The environment every worker needs before jax starts (workers inherit it): the deviceless
-    CUDA switch, and enough forced host devices for the largest CPU mesh."""
-    from jaxmem.compiler import targets
-
-    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
-    targets.ensure_host_devices(max(1, max_devices))
+    CUDA switch, and enough forced host devices for the largest CPU mesh (jaxmem.session)."""
+    session.prepare(cpu_devices=max(1, max_devices))
 
 
 def run_one(job: Job) -> Outcome:
     """One job, in this process (what a worker does)."""
-    from jaxmem.pipeline import analyze_model
 
     t0 = time.perf_counter()
     try:
@@ -88,7 +96,6 @@ def run_one(job: Job) -> Outcome:
 
 def _worker_main(read_fd: int, write_fd: int) -> None:
     """A worker: jobs in on one pipe, Outcomes out on the other, until told to stop."""
-    from multiprocessing.connection import Connection
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     jobs, results = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
@@ -106,7 +113,6 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
 def _forget() -> None:
     """A worker lives for many jobs: drop jax's caches of the last one (each job traces new
     functions; their compiled and traced forms would otherwise accumulate)."""
-    import sys
 
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
@@ -137,8 +143,6 @@ _WORKER = ("import sys\n"
 def _die_with_parent(parent: int) -> None:
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
@@ -152,18 +156,10 @@ class _Worker:
     stays the model code's); its stderr goes to a file, quoted when it dies."""
 
     def __init__(self):
-        import subprocess
-        import sys
-        import tempfile
-        from multiprocessing.connection import Connection
-
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the worker's stderr, closed in close()
-        # the jaxmem this process runs, first: `python -c` puts the working directory on sys.path, and a
-        # folder there named jaxmem (the clone's folder, seen from its parent) would shadow the package
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)}
+        env = session.child_environment()   # the jaxmem this process runs, first on its path
         self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, str(job_r), str(res_w), str(os.getpid())],
                                      pass_fds=(job_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=self.log, start_new_session=True, env=env)
@@ -303,7 +299,6 @@ def _ray_run(job: Job) -> Outcome:  # runs on a Ray worker
 def _bounded(fn, seconds: float, what: str) -> None:
     """fn() (ray.init on an address) in a thread, given up after `seconds`: ray.init retries a
     cluster that does not answer for minutes. Its errors are the user's (the cluster they named)."""
-    import threading
 
     box: dict = {}
 
@@ -337,7 +332,7 @@ class RayPool:
         # retries a cluster that does not answer (read when ray is imported)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         try:
-            import ray
+            import ray  # noqa: PLC0415 - optional: pip install 'jaxmem[ray]'
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'jaxmem[ray]'") from None
         self._ray = ray
@@ -347,8 +342,6 @@ class RayPool:
         self._owns = not ray.is_initialized()
         if self._owns:
             if address:
-                from jaxmem import env as env_mod
-
                 env_mod.check_ray_address(address, option)   # malformed or unreachable: minutes in ray.init
                 _bounded(lambda: ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
                                           logging_level=logging.ERROR),
@@ -423,14 +416,8 @@ class Progress:
     Silent when stderr is not a terminal (logs stay clean) or when disabled."""
 
     def __init__(self, total: int, enabled: bool = True, what: str = "rows"):
-        import sys
-
         self._p = None
         if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-            from rich.progress import Progress as RichProgress
-
             self._p = RichProgress(TextColumn(f"{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                    TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"),
                                    console=Console(stderr=True), transient=True)
@@ -453,7 +440,6 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     jobs = list(jobs)
     if not jobs:
         return []
-    from jaxmem.program import layouts
 
     # what the CLI does before jax starts, for callers that did not (a no-op when already set)
     sizes = []
@@ -470,7 +456,6 @@ def run_jobs(jobs: Iterable[Job], *, n_jobs: int | None = None, executor: str = 
     positions: dict[int, deque[int]] = {}
     for i, j in enumerate(jobs):
         positions.setdefault(id(j), deque()).append(i)
-    from jaxmem import scratch
 
     try:
         for j in jobs:

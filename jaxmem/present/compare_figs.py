@@ -13,10 +13,13 @@ same two figures drawn with matplotlib (Agg), colours shared with the single-rep
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from jaxmem import files
+from jaxmem.compiler.steptime import band
 from jaxmem.present.html import COLORS, e
-from jaxmem.units import fmt_bytes
+from jaxmem.units import fmt_bytes, fmt_seconds
 
 # the parts of a bar, in order: (label, colour, breakdown keys); "other" takes every key not named
 PARTS = (("params", COLORS["params"], ("params",)),
@@ -48,7 +51,6 @@ def _scale(cells) -> int:
 
 def step_band(report) -> tuple[float, float, float] | None:
     """(estimate, low, high) seconds of a row's estimated step time, or None."""
-    from jaxmem.compiler.steptime import band
 
     return band(report.step_time if report is not None else None)
 
@@ -60,7 +62,6 @@ def _step_scale(cells) -> float:
 def bars_svg(cells, width: int = 1160) -> str:
     """The rows' stacked bars against their usable memory, and beside each its estimated step time with
     its band (the rows are chosen by time), as one SVG."""
-    from jaxmem.units import fmt_seconds
 
     cells = list(cells)
     row_h, pad_l, pad_r, top = 34, 300, 330, 34
@@ -223,8 +224,6 @@ def render_html(cells) -> str:
 
 
 def write_html(cells, path) -> Path:
-    from jaxmem import files
-
     p = Path(path)
     files.write_output(p, render_html(cells).encode("utf-8"), option="--html")   # never through a link
     return p
@@ -232,12 +231,9 @@ def write_html(cells, path) -> Path:
 
 def write_png(cells, path, *, dpi: int = 110) -> Path:
     """The bars, and the search curves when there was a search, as one PNG."""
-    import io
 
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    from jaxmem import files
+    import matplotlib  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
+    from matplotlib.figure import Figure  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
 
     cells = list(cells)
     rows = searched(cells)

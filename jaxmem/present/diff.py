@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 
+from rich.markup import escape
+from rich.table import Table
+
+from jaxmem.plan.diff import diff, kind
+from jaxmem.present.render import make_console
 from jaxmem.units import fmt_bytes
 
 
@@ -17,12 +22,6 @@ def _short(value) -> str:
 
 
 def print_diff(d, top: int = 10) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from jaxmem.plan.diff import kind
-    from jaxmem.present.render import make_console
-
     console = make_console()
     growth = "" if d.growth is None else f" ({d.growth:+.1%})"
     console.print(f"jaxmem diff  {escape(d.old_path)} -> {escape(d.new_path)}")
@@ -61,7 +60,6 @@ def print_diff(d, top: int = 10) -> None:
 
 def show(old_path: str, new_path: str, *, max_growth: float | None, top: int, as_json: bool) -> bool:
     """`jaxmem diff`: diff the two reports and print the result; True when the gate is exceeded."""
-    from jaxmem.plan.diff import diff
 
     d = diff(old_path, new_path, max_growth=max_growth)
     if as_json:

@@ -17,6 +17,7 @@ import re
 from jaxmem import display
 from jaxmem.present import compare_figs, html
 from jaxmem.present.html import e
+from jaxmem.present.render import _step_estimate
 from jaxmem.report import verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds
 
@@ -89,7 +90,6 @@ def _verdict_cell(r) -> str:
 
 def _step(r) -> str:
     """The estimated step time with its band, `412 ms (398-431 ms)`."""
-    from jaxmem.present.render import _step_estimate
 
     return _step_estimate(r)
 

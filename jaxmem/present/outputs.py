@@ -67,13 +67,15 @@ def write(outputs: list[tuple[str, str | None, Callable[[Any, str], Any]]], resu
 
 def report_outputs(html_path: str | None, png_path: str | None) -> list:
     """analyze's side outputs of a Report."""
-    from jaxmem.present import html, png
+    # the writers import jax; outputs is jax-free at import: used before jax starts (jaxmem.session)
+    from jaxmem.present import html, png  # noqa: PLC0415
 
     return [("--html", html_path, html.write), ("--png", png_path, png.write_png)]
 
 
 def compare_outputs(html_path: str | None, png_path: str | None) -> list:
     """compare's side outputs of its rows."""
-    from jaxmem.present import compare_figs
+    # the writers import jax; outputs is jax-free at import: used before jax starts (jaxmem.session)
+    from jaxmem.present import compare_figs  # noqa: PLC0415
 
     return [("--html", html_path, compare_figs.write_html), ("--png", png_path, compare_figs.write_png)]

@@ -3,8 +3,10 @@ breakdown as one stacked bar; colours and scales shared with the HTML report."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from jaxmem import files
 from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
 from jaxmem.report import VERDICT_TEXT, Report, breakdown_in_order, verdict_of
 from jaxmem.units import fmt_bytes
@@ -12,7 +14,7 @@ from jaxmem.units import fmt_bytes
 
 def write_png(report: Report, path, *, dpi: int = 110) -> Path:
     """A static figure: the curve with its peak marked, and the breakdown as one stacked bar."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
 
     # Model names and module paths are the user's text: a `$` prints as a `$` instead of starting mathtext.
     with matplotlib.rc_context({"text.parse_math": False}):
@@ -20,7 +22,8 @@ def write_png(report: Report, path, *, dpi: int = 110) -> Path:
 
 
 def _write_png(report: Report, path, *, dpi: int) -> Path:
-    from matplotlib.figure import Figure  # no pyplot: no global state, no display; savefig renders with Agg
+    # no pyplot: no global state, no display; savefig renders with Agg (matplotlib: only when a picture is drawn)
+    from matplotlib.figure import Figure  # noqa: PLC0415
 
     r = report
     p = Path(path)
@@ -89,9 +92,6 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
     for s in ("top", "right", "left"):
         bx.spines[s].set_visible(False)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
-    import io
-
-    from jaxmem import files
 
     buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
     fig.savefig(buf, format="png", dpi=dpi)

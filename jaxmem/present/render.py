@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from jaxmem.compiler import versions
+from jaxmem.compiler.steptime import band, peaks_text, tied_with
+from jaxmem.plan.compare import probe_count
+from jaxmem.program.splits import header
 from jaxmem.report import BREAKDOWN_HELP, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds, si
 
@@ -23,7 +28,6 @@ def make_console() -> Console:
     rich falls back to 80 columns when stdout is not a terminal, which cut instruction names
     (`gemm_fusion_d…`); COLUMNS, when set, still wins.
     """
-    import os
 
     c = Console()
     if not c.is_terminal and not os.environ.get("COLUMNS"):
@@ -105,7 +109,6 @@ def runtime_lines(r) -> list[str]:
 
 def _step_estimate(r: Report | None) -> str:
     """`412 ms (398-431 ms)`: the estimate and its band (the spread of the rates it rests on)."""
-    from jaxmem.compiler.steptime import band
 
     b = band((r.step_time or {}) if r is not None else None)
     if b is None:
@@ -117,7 +120,6 @@ def _step_estimate(r: Report | None) -> str:
 def _time_ranks(reports: list) -> dict[int, str]:
     """id(report) -> its rank by estimated step time, fastest first: `1`, `2`, `=2` (tied with row
     2: the bands overlap), for the reports with an estimate."""
-    from jaxmem.compiler.steptime import band, tied_with
 
     have = sorted((r for r in reports if r is not None and band(r.step_time) is not None),
                   key=lambda r: r.step_time["estimate_s"])
@@ -129,8 +131,6 @@ def _time_ranks(reports: list) -> dict[int, str]:
 
 
 def _peaks(st: Mapping[str, Any]) -> str:
-    from jaxmem.compiler.steptime import peaks_text
-
     if st.get("compute_peaks"):
         return peaks_text(st["compute_peaks"])
     # a report saved before the estimate read each dot's rate: one peak for every FLOP
@@ -221,7 +221,6 @@ def _print_header(r: Report, console: Console) -> None:
     console.print(Text.assemble(("jaxmem ", "bold"), (r.model, "bold cyan"), f"  on {t.devices} x {where}{hosts}"))
     opts = r.options
     if r.mesh_roles:  # each axis with its role and what it splits, on a line of its own
-        from jaxmem.program.splits import header
 
         explicit = "  (axes Explicit)" if opts.get("axis_types") == "explicit" else ""
         console.print(f"mesh {header(r.mesh_roles)}{explicit}")
@@ -328,7 +327,6 @@ def _print_warnings_and_peak(r: Report, console: Console) -> None:
 def _print_footer(r: Report, console: Console) -> None:
     """How long lowering and compiling took, and the versions and XLA flags it ran with."""
     tim = r.timings
-    from jaxmem.compiler import versions
 
     console.print(f"[dim]lowered in {tim.get('lower_s', 0):.1f} s, compiled in {tim.get('compile_s', 0):.1f} s, "
                   f"total {tim.get('total_s', 0):.1f} s; {escape(versions.summary(r.versions, r.xla_flags))}[/dim]")
@@ -368,7 +366,6 @@ def _proof(cell) -> str:
     budget = next((p.usable_bytes for p in s.probes if p.usable_bytes), None)
     margin = (f" (budget {fmt_bytes(int(budget * (1 - s.margin)))}: usable less a {s.margin:.0%} margin)"
               if budget else "")
-    from jaxmem.plan.compare import probe_count
 
     return ", ".join(parts) + margin + f"; {probe_count(s)}"
 
@@ -442,7 +439,6 @@ def render_advice(a, console: Console | None = None) -> None:
         for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
                           ("step (est., band)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
             table.add_column(col, justify=just)
-        from jaxmem.compiler.steptime import band, tied_with
 
         ties = tied_with([band(c.report.step_time if c.report is not None else None) for c in fitting])
         for i, c in enumerate(fitting, 1):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+
+from jaxmem.present.render import make_console
+from jaxmem.truth.monitor import monitor_lines
 from jaxmem.units import fmt_bytes
 
 
 def verify_lines(result, mesh: str, layout: str) -> list[str]:
     """`jaxmem verify`: predicted against measured, per device and at the peak, and how it was measured."""
-    from jaxmem.truth.monitor import monitor_lines
 
     m = result.method
     lines = [f"{result.report.model} on {m['devices']} x {m['device']} ({m['backend']}), mesh {mesh}, layout {layout}",
@@ -64,9 +67,6 @@ def cache_lines(d: dict, *, cleared: bool) -> list[str]:
 
 def print_gpus(rows: list[dict]) -> None:
     """`jaxmem gpus`: the catalogue as a table (rows: jaxmem.compiler.targets.catalogue_rows)."""
-    from rich.table import Table
-
-    from jaxmem.present.render import make_console
 
     t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
     for col in ("name", "device", "memory", "compute capability", "aliases"):

@@ -9,6 +9,7 @@ import html
 
 from jaxmem import files
 from jaxmem.errors import UserError
+from jaxmem.units import fmt_bytes
 
 _CHARTS = (("utilization_pct", "GPU utilization", "%", 1.0),
            ("memory_used_bytes", "memory used", "GiB", 1 / 2**30),
@@ -18,8 +19,6 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 def _fmt(n) -> str:
-    from jaxmem.units import fmt_bytes
-
     return fmt_bytes(n)
 
 

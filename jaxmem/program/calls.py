@@ -31,8 +31,11 @@ import re
 import sys
 import types
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax._src import source_info_util
 
 from jaxmem.errors import UserError, clip
 from jaxmem.program import patterns
@@ -110,7 +113,6 @@ def _split_static(args: tuple, kwargs: dict, keep=lambda x: False):
 def linen_calls(remat_at: str | None, policy, log: CallLog):
     """While active, the linen module calls are recorded in `log`, and those `remat_at` finds are
     checkpointed with `policy`."""
-    import flax.linen as nn
 
     pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
 
@@ -152,7 +154,6 @@ def linen_calls(remat_at: str | None, policy, log: CallLog):
 def _lifted_base(cls) -> str | None:
     """The module class a linen lifted transform made this one of (nn.scan(Layer) is a class
     ScanLayer subclassing Layer), None for a module class of the model's own."""
-    import flax.linen as nn
 
     base = cls.__mro__[1] if len(cls.__mro__) > 1 else None
     if base is None or base is nn.Module or not issubclass(base, nn.Module):
@@ -164,8 +165,6 @@ def _lifted_base(cls) -> str | None:
 def _scope_count() -> int | None:
     """Named scopes open now (the model's and jaxmem's), None where jax does not say."""
     try:
-        from jax._src import source_info_util
-
         return sum(type(e).__name__ == "Scope" for e in source_info_util.current_name_stack().stack)
     except Exception:  # noqa: BLE001 -- a jax without this private API: jaxmem's names go in unconditionally
         return None
@@ -175,7 +174,7 @@ def _scope_count() -> int | None:
 def nnx_calls(model, *, remat_at: str | None, policy, log: CallLog, scopes: bool = True):
     """While active, each NNX module class in `model`'s graph has its ``__call__`` wrapped: a named
     scope of the module's path (`scopes`), and the checkpoint where `remat_at` finds it."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     pattern = patterns.compile_pattern(remat_at, "--remat-at") if remat_at is not None else None
     calls = _NnxCalls(nnx, model, pattern, policy, log, scopes)
@@ -363,7 +362,6 @@ def with_collective_axis(once, batch, mutable, groups: int, batch_axes: tuple[st
     spmd = None if not batch_axes else batch_axes if len(batch_axes) > 1 else batch_axes[0]
     grouped = jax.tree.map(lambda x: x.reshape((groups, x.shape[0] // groups) + x.shape[1:]), batch)
     losses, new = jax.vmap(lambda b: once(b, mutable), axis_name=name, spmd_axis_name=spmd)(grouped)
-    import jax.numpy as jnp
 
     merged = jax.tree.map(lambda x: x.mean(0).astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x[0], new)
     return losses.mean(), merged

@@ -21,6 +21,7 @@ import math
 import re
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -87,7 +88,7 @@ def _qtype(base_dtype: str | None):
 
 def provider(ft: FineTune):
     """qwix's (Q)LoRA provider: adapters on the targets; the base quantized everywhere qwix can."""
-    import qwix
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     # --lora-targets is searched in the module path (like --freeze in the param path), by RE2: the
     # provider decides each path (patterns.lookup_rule) and qwix full-matches ".*" or nothing
@@ -116,10 +117,10 @@ def _selecting(provider, ft: FineTune, n_rules: int):
 
 
 def _provider_class():
-    import qwix
-    from qwix._src.providers import lora as qwix_lora
-    from qwix._src.providers import ptq as qwix_ptq
-    from qwix._src.utils import flax_util
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from qwix._src.providers import lora as qwix_lora  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from qwix._src.providers import ptq as qwix_ptq  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     def lora_rule(provider, op: str, rhs):
         """The LoraRule of this op and the name of its weight, or None when it takes no adapter.
@@ -198,8 +199,7 @@ def _provider_class():
 def _in_embed(flax_util) -> bool:
     """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head); `flax_util`
     is qwix's (qwix._src.utils.flax_util)."""
-    import flax.linen as nn
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     return isinstance(flax_util.get_current_module(), (nn.Embed, nnx.Embed))
 
@@ -253,7 +253,7 @@ def _LoraProvider(rules):  # noqa: N802 (a class made on first use: qwix is impo
 
 def wrap_linen(model, ft: FineTune):
     """The linen model with qwix's adapters (and quantized base) intercepting its ops."""
-    import qwix
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     return qwix.apply_lora_to_model(model, provider(ft))
 
@@ -265,8 +265,8 @@ def wrap_nnx(make_model, ft: FineTune, loss, batch):
     knows only ``loss(model, batch)``, so the inputs of that first call are captured from
     the loss and handed to ``qwix.apply_lora_to_model`` (all under ``nnx.eval_shape``).
     """
-    import qwix
-    from flax import nnx
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     def build():
         model = make_model()
@@ -295,7 +295,7 @@ def _shape_rngs():
     a 0-d leaf to slice (``IndexError: tuple index out of range``). jaxmem builds the model under
     ``nnx.eval_shape``, where only shapes matter: these RNGs give a constant key and hold nothing, so
     each layer's adapters are created inside the scan and come out stacked like the layer's weights."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     class ShapeRngs(nnx.Rngs):
         def __getattr__(self, name):
@@ -434,7 +434,6 @@ def _is_qwix_scale(path) -> bool:
 
 
 def _example_path(params) -> str:
-
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     return path_str(flat[0][0]) if flat else ""
 

@@ -27,6 +27,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax.core import lift
+from flax.core.scope import in_filter
+from flax.linen import fp8_ops
+
+from jaxmem.program import finetune, patterns
 
 COLLECTION = "_overwrite_with_gradient"   # Flax fp8_ops.OVERWRITE_WITH_GRADIENT: scanned models list it
 HISTORY = 1024   # Flax's Fp8DotGeneralBase.amax_history_length (MaxText's and TE's default too)
@@ -40,15 +45,13 @@ _META_NAME = re.compile(rf"(?:dot_general|einsum)\d+_(?:{'|'.join(META.values())
 
 
 def _provider_class():
-    from flax.linen import fp8_ops
-    from qwix._src import qconfig
-    from qwix._src.utils import flax_util
+    from qwix._src import qconfig  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     class Fp8Provider(qconfig.QuantizationProvider):
         """Every dot_general/einsum whose right operand is a weight of the module, in FP8."""
 
         def _get_current_rule_and_op_id(self, op_name, **kwargs):   # fp8_exclude decided by RE2
-            from jaxmem.program import patterns
 
             return patterns.lookup_rule(self, super()._get_current_rule_and_op_id, op_name, **kwargs)
 
@@ -96,11 +99,10 @@ def _provider_class():
 
 def provider(exclude: str | None = None):
     """Every module's weight matmuls in FP8, but those of modules whose path `exclude` finds."""
-    from qwix._src import qconfig
+    from qwix._src import qconfig  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     provider = _provider_class()([qconfig.QuantizationRule(module_path=".*")])
     if exclude is not None:   # each module path decided by RE2 (patterns.lookup_rule), never by qwix's `re`
-        from jaxmem.program import patterns
 
         rx = patterns.compile_pattern(exclude, "Workload(fp8_exclude=...)")
         provider.jaxmem_paths = {0: lambda path: rx.search(path) is None}
@@ -109,7 +111,7 @@ def provider(exclude: str | None = None):
 
 def wrap_linen(model, exclude: str | None = None):
     """The linen model with its dense/einsum weights' matmuls in FP8."""
-    import qwix
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     return qwix.quantize_model(model, provider(exclude))
 
@@ -117,10 +119,8 @@ def wrap_linen(model, exclude: str | None = None):
 def wrap_nnx(make_model, loss, batch, exclude: str | None = None):
     """An NNX model with its dense/einsum weights' matmuls in FP8, built abstractly (qwix creates
     the FP8 variables on a first call, with the inputs the loss gives the model)."""
-    import qwix
-    from flax import nnx
-
-    from jaxmem.program import finetune
+    import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     nnx.variable_type_from_name(COLLECTION, allow_register=True)   # the Variable type qwix makes its state of
 
@@ -152,8 +152,6 @@ def scans_carry_state():
     ``nn.scan`` hands ``flax.core.lift.scan`` to its module class when it is called, which scan code
     does in the enclosing ``__call__``; a scan made once at import keeps the model's own axes.
     """
-    from flax.core import lift
-    from flax.core.scope import in_filter
 
     orig = lift.scan
 

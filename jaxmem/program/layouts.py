@@ -217,8 +217,9 @@ def build_mesh(devices, mesh: MeshSpec, axis_types: str = "auto"):
     """The jax Mesh for `mesh` over the first devices, in order: one rule for the
     compile-only devices analyze predicts on and the local ones verify measures on. Its axes are
     all Auto or all Explicit (--axis-types), as jax.make_mesh's are."""
-    import numpy as np
-    from jax.sharding import AxisType, Mesh
+    # numpy and jax here: this module is jax-free at import (meshes are parsed before jax starts, jaxmem.session)
+    import numpy as np  # noqa: PLC0415
+    from jax.sharding import AxisType, Mesh  # noqa: PLC0415
 
     if len(devices) < mesh.size:
         raise UserError(f"the mesh {mesh} needs {mesh.size} devices; there are {len(devices)}")

@@ -33,7 +33,7 @@ def compile_pattern(pattern: str, flag: str, label: str | None = None):
         re.compile(pattern)
     except (re.error, RecursionError, OverflowError) as e:
         raise UserError(f"{shown} is not a valid regular expression ({clip(str(e))})") from None
-    import re2
+    import re2  # noqa: PLC0415 - RE2 loads only for a pattern
 
     options = re2.Options()
     options.log_errors = False   # the UserError says it; no second copy on stderr from RE2's logger
@@ -58,7 +58,7 @@ def lookup_rule(provider, lookup: Callable, op_name: str, **kwargs):
     deciders: dict[int, Callable[[str], bool]] = getattr(provider, "jaxmem_paths", None) or {}
     if not deciders:
         return lookup(op_name, **kwargs)
-    from qwix._src.utils import flax_util
+    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
     path = "/".join(map(str, flax_util.get_current_module_path()))
     saved = provider._rules

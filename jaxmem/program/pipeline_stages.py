@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
 from jaxmem.program.divisors import divisors
+from jaxmem.program.tree import path_str
 
 SCHEDULES = ("gpipe", "circular")
 # primitives a parameter passes through unchanged on its way into the scan (casts, placement)
@@ -377,7 +378,6 @@ def pipelined(loss_fn: Callable, sched: Schedule, mesh, batch_axes: tuple[str, .
 def layer_leaves(loss_fn: Callable, st, sched: Schedule) -> tuple[frozenset[str], int]:
     """(the paths of the parameters that are the stacked layers, L): the loss traced once on one
     microbatch, abstractly, and its layer scan found."""
-    from jaxmem.program.tree import path_str
 
     micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct((st.micro_size,) + tuple(x.shape[1:]), x.dtype)
                          if x.shape else x, st.batch)

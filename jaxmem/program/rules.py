@@ -321,7 +321,7 @@ def _rule(r, origin: str) -> Rule:
 
 def _yaml(text: str, source: str):
     try:
-        import yaml
+        import yaml  # noqa: PLC0415 - optional: PyYAML, only for .yaml rules
     except ImportError:
         return _flow_list(text, source)
     try:

@@ -11,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxmem import errors
 from jaxmem.program import layouts
 from jaxmem.program import rules as rules_mod
 from jaxmem.program.state import AbstractState
@@ -226,7 +229,6 @@ def in_context(mesh):
     that read pxla.thread_resources see: eformer's get_incontext_mesh), then jax.set_mesh (or
     jax.sharding.use_mesh where this jax has that instead): bare-PartitionSpec constraints and
     get_abstract_mesh() resolve to it, as in the user's training run."""
-    import warnings
 
     with contextlib.ExitStack() as stack:
         with warnings.catch_warnings():   # jax >= 0.7 deprecates `with mesh:`; trainers still use it
@@ -264,7 +266,6 @@ def target_devices(mesh):
 @contextlib.contextmanager
 def tracing(mesh, rules):
     """The context the step is traced in: the mesh (:func:`in_context`) and the logical-axis rules."""
-    import flax.linen as nn
 
     with in_context(mesh), nn.logical_axis_rules(rules):
         yield
@@ -278,7 +279,6 @@ def model_constraints(jaxpr) -> dict[str, Any]:
     with_sharding_constraint / nn.with_logical_constraint calls, not jaxmem's): `count` (in the
     step, the backward's included), and each place (`at`: file:line in function, the first frame
     outside jax/flax) with its spec, the most used first."""
-    from jaxmem import errors
 
     sites: dict[tuple[str, str], int] = {}
     count = 0
@@ -360,8 +360,6 @@ def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool
     ``__call__`` of the module classes it accepts.
     """
     if model is None:
-        import flax.linen as nn
-
         def interceptor(next_fun, args, kwargs, context):
             out = next_fun(*args, **kwargs)
             if which is not None:
@@ -374,7 +372,7 @@ def module_outputs(model, fn: Callable[[Any], Any], which: Callable[[type], bool
             yield
         return
 
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     saved = {}
     classes = {type(m) for _, m in nnx.iter_graph(model) if isinstance(m, nnx.Module)}

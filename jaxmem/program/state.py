@@ -15,13 +15,17 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
+from jaxmem import errors
 from jaxmem.errors import UserError, located
-from jaxmem.program import finetune, fp8
+from jaxmem.program import calls, finetune, fp8
 from jaxmem.program.options import FineTune, StepOptions
 from jaxmem.program.tree import is_float
 from jaxmem.program.workload import Workload
@@ -76,8 +80,6 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
         model, params, mutable, param_names, own = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
                                                                  call_context, build_context)
     else:
-        import flax.linen as nn
-
         own = None
         if not isinstance(wl.model, nn.Module):
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
@@ -138,20 +140,16 @@ def optimizer(wl: Workload, opts: StepOptions):
 
 
 def is_nnx(wl: Workload) -> bool:
-    import flax.linen as nn
-
     if isinstance(wl.model, nn.Module):
         return False   # decided without importing flax.nnx (0.2 s a linen analysis need not pay)
     try:
-        from flax import nnx
+        from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
     except ImportError:  # pragma: no cover
         return False
     return isinstance(wl.model, nnx.Module) or callable(wl.model)
 
 
 def _abstract_linen(wl: Workload, model, batch):
-    import flax.linen as nn
-
     # abstract keys: no array is made (under an explicit mesh of compile-only devices none could be)
     rngs = jax.eval_shape(lambda: {c: jax.random.key(0) for c in ("params", *wl.rng_collections)})
     loss = wl.loss
@@ -178,8 +176,7 @@ def _abstract_linen(wl: Workload, model, batch):
 
 def _abstract_nnx(wl: Workload, ft: FineTune, batch, precision: str = "fp32",
                   call_context: Callable[[], Any] | None = None, build_context: Callable[[], Any] | None = None):
-    from flax import nnx
-    from jax.sharding import PartitionSpec as P
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     model = wl.model
     make = (lambda: model) if isinstance(model, nnx.Module) else (lambda: wl.model(nnx.Rngs(0)))
@@ -224,10 +221,7 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
     """The NNX `model` with the state it creates on its first call (EasyDeL's models add a cached RoPE
     table then): one abstract call through `loss(model, batch)` (an init trace, no arrays), kept
     only when it added state. Its errors are the step's (the same call fails there)."""
-    from flax import nnx
-
-    from jaxmem import errors
-    from jaxmem.program import calls
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     graphdef, before_state = nnx.split(model)
     made: dict[str, Any] = {}
@@ -256,8 +250,6 @@ def first_called(model, loss, batch, call_context: Callable[[], Any] | None = No
 
 
 def _explicit_context() -> bool:
-    from jax.sharding import AxisType
-
     return any(t == AxisType.Explicit for t in getattr(jax.sharding.get_abstract_mesh(), "axis_types", ()) or ())
 
 

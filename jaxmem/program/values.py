@@ -13,8 +13,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.compiler.targets import resolve_gpu_name
 from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program import patterns
+from jaxmem.program.layouts import parse_mesh
 from jaxmem.program.options import (
     BASE_DTYPES,
     LAYOUTS,
@@ -175,10 +177,6 @@ def grid_value(kind: str, v: str) -> None:
         if v not in OPTIMIZER_NAMES:
             raise ValueError(f"unknown optimizer; known: {', '.join(OPTIMIZER_NAMES)}")
     elif kind == "mesh":
-        from jaxmem.program.layouts import parse_mesh
-
         parse_mesh(v, need_roles=False)   # the axes' roles may come with --axis-roles: checked with it
     elif kind == "gpu":
-        from jaxmem.compiler.targets import resolve_gpu_name
-
         resolve_gpu_name(v)

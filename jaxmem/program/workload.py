@@ -27,7 +27,7 @@ from typing import Any
 
 from jaxmem.errors import UserError, clip, describe
 from jaxmem.program import patterns
-from jaxmem.program.options import REMAT_POLICIES, StepChoice  # noqa: F401  (public here too)
+from jaxmem.program.options import REMAT_POLICIES, StepChoice, offloaded_names, remat_problem  # noqa: F401  (public here too)
 from jaxmem.report import ReportWarning
 
 
@@ -44,9 +44,7 @@ def remat_policy(name: str, save: tuple[str, ...] | list[str] = ()):
     ``checkpoint_name``): what they save lives in pinned host memory until the backward pass.
     `save`: checkpoint names kept on the device on top of the policy (MaxText's named policies).
     """
-    import jax
-
-    from jaxmem.program.options import offloaded_names, remat_problem
+    import jax  # noqa: PLC0415 - jax-free at import: `import jaxmem` loads this module
 
     problem = remat_problem(name)
     if problem:
@@ -153,7 +151,7 @@ class Workload:
             raise UserError(f"{source}: Workload has no `loss`; give loss(model, batch) -> scalar.")
 
     def _check_arrays(self, source: str) -> None:
-        import jax
+        import jax  # noqa: PLC0415 - jax-free at import: `import jaxmem` loads this module
 
         trees = [("batch", self.batch)] + ([("state", self.state)] if self.is_custom_step else [])
         for name, tree in trees:
@@ -275,7 +273,7 @@ def running_user_code(source: str | Path):
                             "without a verdict. A model file must not exit: remove the call, or put it under "
                             "`if __name__ == \"__main__\":`.") from None
         except KeyboardInterrupt as e:
-            from jaxmem import scratch
+            from jaxmem import scratch  # noqa: PLC0415 - its signal machinery: not at `import jaxmem`
 
             if scratch.interrupted_by_signal():
                 raise
@@ -349,7 +347,7 @@ def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none
 
 
 def _load_workload(path: Path, remat: str, model_args: dict[str, Any], remat_at: str | None = None) -> Workload:
-    from jaxmem import hf
+    from jaxmem import hf  # noqa: PLC0415 - the config.json decoder imports jax; this module is jax-free
 
     config = hf.config_file(path)
     if config is not None:   # a Hugging Face config.json: jaxmem's Flax decoder is its workload() (jaxmem/hf)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 
 from jaxmem.stop.state import STATE
@@ -99,8 +100,6 @@ while True:
 def start(run_dir: str):
     """The helper process and the write end of its wake-up pipe, or (None, None) where it cannot start
     (then the in-process cleanup is all there is)."""
-    import subprocess
-
     wake_r, wake_w = os.pipe()
     try:
         helper = subprocess.Popen([sys.executable, "-S", "-c", _HELPER, run_dir, str(os.getpid()), str(GRACE_S),

@@ -5,9 +5,11 @@ land where Python ignores exceptions; the main thread is then interrupted again 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import threading
+import time
 
 from jaxmem.stop.state import STATE
 
@@ -26,8 +28,6 @@ def _reraise_until_unwound(signum: int) -> None:
     """The CLI's insistence: code on the way may catch the Interrupted (a bare `except:`) and go on;
     raised again every REPEAT_S until the scope unwinds, the command ends as the signal (128 + N),
     within a second, instead of running on until the helper's SIGKILL."""
-    import time
-
     while True:
         time.sleep(REPEAT_S)
         if STATE["ending"]:
@@ -38,8 +38,6 @@ def _reraise_until_unwound(signum: int) -> None:
 
 def raise_in_main(signum: int) -> None:
     """Once, from a thread, after the callback that swallowed it has returned."""
-    import time
-
     time.sleep(0.01)   # let the callback and the hook return first
     signal_main(signum)
 
@@ -51,9 +49,6 @@ def signal_main(signum: int) -> None:
     a gc callback, reached again after jax swallowed the first interrupt: CI saw SIGKILL); the signal
     ends that call with EINTR. Not a signal every time: a C extension being initialized (an import)
     may not retry a call that a signal interrupts."""
-    import _thread
-    import time
-
     seen = STATE["handled"]
     with contextlib.suppress(Exception):
         _thread.interrupt_main(signal.Signals(signum))

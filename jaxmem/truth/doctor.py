@@ -39,6 +39,15 @@ import subprocess
 import sys
 from typing import Any
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxmem.compiler import calibration, targets
+from jaxmem.errors import UserError
+from jaxmem.pipeline import AnalyzeOptions, analyze_workload
+from jaxmem.truth.measure import calibration_workload
+
 EXIT_CHECK_FAILED = 3
 # Files the NVIDIA kernel driver creates: present means a driver is installed even if NVML cannot be loaded.
 DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
@@ -85,7 +94,7 @@ def _text(v) -> str:
 
 def check_gpus(require_gpu: bool = False) -> Check:
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 - NVML loads only where a GPU is looked at
     except ImportError:
         return Check("gpus", "fail", "nvidia-ml-py (NVML's Python bindings) is not installed",
                      "pip install nvidia-ml-py (a jaxmem dependency: reinstall jaxmem)")
@@ -267,9 +276,6 @@ def check_versions(gpu_present: bool) -> Check:
 def smoke_child() -> dict:
     """In a fresh process: a tiny Flax model and batch on the default device, one jitted forward and
     backward; where everything lives. Printed as one JSON line."""
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
 
     backend = jax.default_backend()
     dev = jax.devices()[0]
@@ -412,8 +418,6 @@ def check_memory_settings(gpus: list[dict], env=None) -> Check:
 
 def check_calibration(gpus: list[dict]) -> Check:
     """The calibration file analyze reads: valid, and does it cover the GPUs here?"""
-    from jaxmem.compiler import calibration
-    from jaxmem.errors import UserError
 
     path = calibration.user_path()
     try:
@@ -442,10 +446,6 @@ def check_calibration(gpus: list[dict]) -> Check:
 
 def check_deviceless() -> Check:
     """One tiny deviceless compile per catalogue GPU (the compile cache off: it must really compile)."""
-    from jaxmem.compiler import targets
-    from jaxmem.errors import UserError
-    from jaxmem.pipeline import AnalyzeOptions, analyze_workload
-    from jaxmem.truth.measure import calibration_workload
 
     done, failed = {}, {}
     for key in targets.CATALOGUE:

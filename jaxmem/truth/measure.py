@@ -39,15 +39,26 @@ peak since the process started (arguments included), with
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+import traceback
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.errors import UserError
-from jaxmem.program.workload import StepChoice
+from jaxmem.program import layouts, step
+from jaxmem.program.workload import StepChoice, Workload, load_workload
+from jaxmem.truth import monitor
 
 BUILTIN_PREFIX = "builtin:"
 MALLOC_MMAP_THRESHOLD = 65536
@@ -76,8 +87,6 @@ class Case(StepChoice):
 
     @property
     def n_devices(self) -> int:
-        from jaxmem.program import layouts
-
         return layouts.mesh_size(self.mesh)
 
 
@@ -162,12 +171,7 @@ def reset_peak_rss() -> None:
 
 def calibration_workload(width: int = 256, batch: int = 64):
     """A trivial training step (a 2-layer MLP): what calibration runs to see the runtime's own cost."""
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-    import optax
 
-    from jaxmem.program.workload import Workload
 
     class Tiny(nn.Module):
         @nn.compact
@@ -182,8 +186,6 @@ def calibration_workload(width: int = 256, batch: int = 64):
 
 
 def load_case_workload(case: Case):
-    from jaxmem.program.workload import load_workload
-
     if case.model_file.startswith(BUILTIN_PREFIX):
         name = case.model_file[len(BUILTIN_PREFIX):]
         if name != "calibration":
@@ -194,7 +196,6 @@ def load_case_workload(case: Case):
 
 def build_case(case: Case, devices):
     """The same step `analyze` builds, on `devices` (local ones)."""
-    from jaxmem.program import layouts, step
 
     wl = load_case_workload(case)
     mesh_spec = layouts.parse_mesh(case.mesh, case.axis_roles)
@@ -211,9 +212,6 @@ def random_args(built, seed: int = 0):
     1 Mi-element pool of random numbers at a random offset: no device compiles
     anything to make its data, and no host array is larger than one shard.
     """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
 
     leaves, treedef = jax.tree.flatten(built.args)
     cats = [leaf.category for leaf in built.leaves] if len(built.leaves) == len(leaves) else [""] * len(leaves)
@@ -264,7 +262,6 @@ def _compile(built, xla_defaults: bool = False):
     """The same lower + compile as `jaxmem analyze` (jaxmem.compiler.compiled), so the measured program is the
     predicted one; with `xla_defaults`, the same step compiled with XLA's default options instead (what a
     user's plain jax.jit gets: on CPU, YNNPACK fusions on)."""
-    from jaxmem.compiler import compiled as compiled_mod
 
     if xla_defaults:
         lowered, _ = compiled_mod.lower(built)
@@ -305,9 +302,6 @@ def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
     argument bytes per device). Shared by jaxmem's own measurement and the hand-written
     steps of benchmarks/handwritten, so both are measured by the same code.
     """
-    import gc
-
-    import jax
 
     n = len(devices)
     args_per_device = per_device_bytes(arrays, devices)
@@ -336,10 +330,6 @@ def peak_of_one_cpu_run(compiled, args, arrays, devices) -> dict:
 
 
 def measure_cpu(case: Case) -> dict:
-    import gc
-
-    import jax
-
     t0 = time.perf_counter()
     built = build_case(case, jax.devices("cpu"))
     devices = list(built.mesh.devices.flat)
@@ -369,7 +359,6 @@ def _more_steps_for_the_monitor(compiled, args, out, seconds: float | None = Non
     training rather than one short burst. Only for jaxmem's built step, whose outputs
     (trainable, opt_state, mutable, rng, loss) feed the next step's donated arguments
     (trainable, frozen, opt_state, mutable, rng, batch); a custom step runs once."""
-    import jax
 
     if not (isinstance(out, (tuple, list)) and len(out) == 5 and len(args) == 6):
         return 0
@@ -394,11 +383,9 @@ def measure_gpu(case: Case) -> dict:
     """
     # NOTE: not yet run on a GPU here (no GPU was available to this project); the NVML side is
     # tested against a fake of the NVML calls (tests/test_monitor.py).
-    from jaxmem.truth import monitor
 
     nvml_ids = [monitor.nvml_index(i) for i in range(case.n_devices)]  # the mesh takes the first n GPUs
     used_before = monitor.device_used_bytes(nvml_ids)  # before jax starts: other processes' memory
-    import jax
 
     t0 = time.perf_counter()
     devices = jax.devices("gpu")
@@ -458,7 +445,6 @@ def _child_main() -> int:
     except UserError as e:
         result = {"user_error": str(e)}
     except Exception as e:  # noqa: BLE001 -- reported to the parent, which raises MeasureError
-        import traceback
 
         result = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"}
     sys.stdout.write("\n" + json.dumps(result) + "\n")

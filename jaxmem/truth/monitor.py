@@ -38,7 +38,7 @@ class NvmlUnavailable(RuntimeError):
 def nvml():
     """The pynvml module, initialized; NvmlUnavailable when the driver's NVML cannot be loaded."""
     try:
-        import pynvml
+        import pynvml  # noqa: PLC0415 - NVML loads only where a GPU is looked at
     except ImportError as e:  # nvidia-ml-py is a dependency; a broken install says so
         raise NvmlUnavailable(f"nvidia-ml-py is not installed ({e}): pip install nvidia-ml-py") from None
     try:

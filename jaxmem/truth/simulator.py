@@ -49,11 +49,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import flax.linen as nn
 import jax
 import numpy as np
+import optax
 
-from jaxmem.program import layouts
+from jaxmem.program import layouts, step
 from jaxmem.program.state import override_batch
+from jaxmem.program.step import OPTIMIZERS
 from jaxmem.truth.classic import TransformerDims, model_config, transformer_dims
 
 _FFN = ("ffn_dim", "mlp_dim", "intermediate_size", "n_inner", "d_ff")
@@ -147,7 +150,6 @@ def transformer_layer_params(d: TransformerDims, ls: LayerShape) -> int:
 
 def _abstract(wl, batch):
     """(params, mutable state) as ShapeDtypeStructs, and the layer trace of one forward pass."""
-    from jaxmem.program import step
 
     layers = _LayerTrace()
     params, rest = (_abstract_nnx if step.is_nnx(wl) else _abstract_linen)(wl, batch, layers)
@@ -186,7 +188,7 @@ def _output_bytes(out) -> int:
 
 def _abstract_nnx(wl, batch, layers: _LayerTrace):
     """An NNX model's params and other state, every module class's __call__ wrapped for the trace."""
-    from flax import nnx
+    from flax import nnx  # noqa: PLC0415 - flax.nnx (0.7 s) loads only for NNX models
 
     def run(b):
         model = wl.model if isinstance(wl.model, nnx.Module) else wl.model(nnx.Rngs(0))
@@ -221,7 +223,6 @@ def _abstract_nnx(wl, batch, layers: _LayerTrace):
 
 def _abstract_linen(wl, batch, layers: _LayerTrace):
     """A linen model's params and other collections, every __call__ intercepted for the trace."""
-    import flax.linen as nn
 
     def interceptor(next_fun, args, kwargs, context):
         if context.method_name != "__call__":
@@ -268,9 +269,6 @@ def estimate(wl, *, mesh: str, layout: str, precision: str, optimizer: str | Non
              batch_size: int | None = None, overhead_bytes: int = 0, softmax_bytes: int = 4,
              zero_stage: int | None = None) -> SimulatorEstimate:
     """The simulator's per-device estimate for the step jaxmem analyzes with these options."""
-    import optax
-
-    from jaxmem.program.step import OPTIMIZERS
 
     spec = layouts.parse_mesh(mesh)
     d = spec.data_size                       # the devices the batch splits over

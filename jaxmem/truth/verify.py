@@ -20,10 +20,17 @@ import platform
 import statistics
 from typing import Any
 
-from jaxmem.compiler import calibration
+import flax
+import jax
+import jaxlib
+
+from jaxmem.compiler import calibration, targets
 from jaxmem.errors import UserError
+from jaxmem.pipeline import analyze_file
 from jaxmem.program.workload import StepChoice
 from jaxmem.truth import measure
+from jaxmem.truth.monitor import throttle_warning
+from jaxmem.units import fmt_bytes
 
 # Host memory a CPU measurement needs besides the step itself: the Python process,
 # jax and the compiled program (about 0.5 GB measured here), with room to spare.
@@ -86,8 +93,6 @@ class VerifyResult:
 
     @property
     def warnings(self) -> list[str]:
-        from jaxmem.truth.monitor import throttle_warning
-
         w = throttle_warning(self.monitor or {})
         return [w] if w else []
 
@@ -120,7 +125,6 @@ def relative_error(predicted: int, measured: int) -> float:
 
 def local_backend(gpu: str | None) -> str:
     """'cpu' or 'gpu': where verify can run the step. None means the attached GPU, else the CPU."""
-    from jaxmem.compiler import targets
 
     key = (gpu or "").strip().lower()
     if key == "cpu":
@@ -136,7 +140,6 @@ def local_backend(gpu: str | None) -> str:
 
 def catalogue_key(device_kind: str) -> str | None:
     """The catalogue GPU a local device is (its CUDA name, exactly or as a prefix), if any."""
-    from jaxmem.compiler import targets
 
     kind = device_kind.strip().lower()
     for spec in targets.CATALOGUE.values():
@@ -160,7 +163,6 @@ def mem_available() -> int | None:
 
 def check_capacity(report, backend: str) -> None:
     """Refuse (UserError) when the local backend cannot hold the case; say how much it needs."""
-    from jaxmem.units import fmt_bytes
 
     per_device = report.per_device_peak_bytes
     n = report.target.devices
@@ -188,15 +190,11 @@ def case_for(path: str, opts, backend: str) -> measure.Case:
 
 def predict(path: str, opts):
     """analyze's Report for the local backend (what verify compares)."""
-    from jaxmem.pipeline import analyze_file
 
     backend = local_backend(opts.gpu)
     gpu = opts.gpu if opts.gpu else ("local" if backend == "gpu" else "cpu")
     if backend == "gpu" and gpu.lower() not in ("local", "cpu"):
         # a catalogue GPU, compiled for devicelessly: only comparable on that very GPU
-        import jax
-
-        from jaxmem.compiler import targets
 
         kind = jax.devices("gpu")[0].device_kind
         if catalogue_key(kind) != targets.resolve_gpu_name(gpu):
@@ -245,10 +243,6 @@ class Calibration:
 
 
 def _versions() -> str:
-    import flax
-    import jax
-    import jaxlib
-
     return f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}"
 
 
@@ -313,7 +307,6 @@ def _calibrate_gpu(sizes, repeats, today) -> tuple[calibration.Entry, list[dict]
     * one NCCL communicator (outside), with 2+ GPUs: the same step data-parallel over all of
       them (one all-reduce group: one communicator) -- its out-of-pool memory minus the context.
     """
-    from jaxmem.compiler import targets
 
     n_gpus = targets.local_gpu_count()
     runs, in_pool, context = [], [], []
@@ -369,8 +362,6 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         entry, runs, kind = _calibrate_gpu(sizes, repeats, today)
     path = ""
     if save:
-        from jaxmem.compiler import targets
-
         kinds = [kind]
         key = catalogue_key(kind) if kind != "cpu" else None
         if key and targets.CATALOGUE[key].description != kind:  # analyze --gpu <catalogue name> looks it up so
@@ -378,7 +369,3 @@ def calibrate(gpu: str | None = None, devices: tuple[int, ...] | None = None, si
         path = str(calibration.save(kinds, entry))
     return Calibration(entry, kind, tuple(runs), path)
 
-
-def gpu_env_for_parent() -> None:
-    """Before jax starts in a verifying process: do not let it preallocate the GPU the child measures on."""
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
