@@ -1,6 +1,8 @@
 """compile_step: the Artifacts of one compile, and the fast options that cannot change the answer."""
 import json
+import types
 
+import numpy as np
 import pytest
 
 from conftest import build_step
@@ -41,3 +43,16 @@ def test_fast_options_leave_the_buffer_assignment_identical(models_dir, model, p
     # the Artifacts are plain JSON (the cache stores them so)
     assert fast.dump and "ENTRY" in fast.hlo_text and not fast.cached
     assert compiled.Artifacts.from_json(json.loads(json.dumps(fast.to_json()))) == fast
+
+
+def test_a_fast_option_the_user_sets_in_xla_flags_is_theirs(monkeypatch):
+    """A compile option overrides XLA_FLAGS: the fast options jaxmem adds leave out what the user set."""
+    gpu_step = types.SimpleNamespace(mesh=types.SimpleNamespace(devices=np.array([types.SimpleNamespace(
+        platform="cuda")])))
+    name = next(iter(compiled.FAST_GPU_OPTIONS))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    assert compiled.compile_options(gpu_step) == compiled.FAST_GPU_OPTIONS
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 --{name}=1")
+    options = compiled.compile_options(gpu_step)
+    assert name not in options and options == {k: v for k, v in compiled.FAST_GPU_OPTIONS.items() if k != name}
+    assert compiled.compile_options(gpu_step, fast=False) == {}

@@ -198,11 +198,19 @@ _STATIC_PEAK_NOTE = ("jaxlib {}'s memory_analysis() leaves the temporaries out o
                      "lower bound, is not affected; without --no-explain it is XLA's peak from the dump)")
 
 
+def fast_gpu_options(flags: str | None = None) -> dict:
+    """FAST_GPU_OPTIONS less those the user's XLA_FLAGS (or `flags`) set: a compile option overrides
+    XLA_FLAGS, and a flag the user sets must win (it is reported as passed to the compile)."""
+    text = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    named = set(re.findall(r"--(xla_\w+)", text))
+    return {k: v for k, v in FAST_GPU_OPTIONS.items() if k not in named}
+
+
 def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
     """The compiler options compile_step uses for `built` (without the dump options)."""
     options = _base_options(built)
     if fast and _gpu(built):
-        options = {**options, **FAST_GPU_OPTIONS}
+        options = {**options, **fast_gpu_options()}
     return options
 
 
