@@ -10,8 +10,8 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.cli import _options, main
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import advise as advise_mod
 from jaxmem.plan import meshes
 
@@ -212,7 +212,8 @@ def test_advise_searches_meshes_in_the_models_own_axis_names_with_their_roles():
     assert ax["layout"] == [("fsdp_tp", "rows=4,cols=2,seq=1")]   # the model's tensor axis, not a new model=2
     assert meshes.carve(base.mesh, "context", 2, base.axis_roles) == "rows=4,cols=1,seq=2"
     assert meshes.carve(base.mesh, "expert", 2, base.axis_roles) == "rows=4,cols=1,seq=1,expert=2"
-    opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "rows=4,cols=2,seq=1")), ("devices", "rows=16,cols=1,seq=1")))
+    opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "rows=4,cols=2,seq=1")),
+                                    ("devices", "rows=16,cols=1,seq=1")))
     assert (opts.mesh, opts.axis_roles) == ("rows=8,cols=2,seq=1", "rows=fsdp,cols=tensor,seq=context")
     assert "--axis-roles rows=fsdp,cols=tensor,seq=context" in command_line("m.py", opts)
     hsdp = meshes.hsdp("rows=16,cols=1", 2, "rows=fsdp,cols=tensor")
