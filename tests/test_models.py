@@ -548,7 +548,7 @@ def test_easydel_qwen3_analyzes_through_its_own_compute_loss_with_exact_paramete
     r = CliRunner().invoke(cli.main, ["analyze", str(wrapper), "--arg", "size=tiny", "--arg", "seq_len=32", "--gpu",
                                       "h100", "--mesh", "dp=1,fsdp=8,ep=1,tp=1,sp=1", "--json", "--no-explain"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)   # qwix and EasyDeL warn on stderr
     n = d["param_count"]
     # embedding, 2 layers (q, k, v, o, gate/up/down, 2 norms, q/k norms), the final norm, and the lm_head
     # kernel EasyDeL's Qwen3ForCausalLM holds even with tied embeddings (the call uses the embedding's transpose)
@@ -569,7 +569,7 @@ def test_tunix_llama_with_qwix_lora_the_tunix_way_keeps_adamw_state_for_the_adap
     r = CliRunner().invoke(cli.main, ["analyze", str(wrapper), "--arg", "size=tiny", "--arg", "seq_len=32", "--arg",
                                       "lora=16", "--gpu", "h100", "--mesh", "fsdp=8,tp=1", "--json", "--no-explain"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)   # qwix and EasyDeL warn on stderr
     r_, dm, f, heads, kv, hd = 16, 64, 128, 4, 2, 16
     # per layer, (elements per device): q/k/v a (D, r) over fsdp, b (r, N, H) whole; o a (N, H, r) whole,
     # b (r, D) over fsdp; gate/up a (D, r) over fsdp, b (r, F) whole; down a (F, r) whole, b (r, D) over fsdp
