@@ -259,8 +259,9 @@ def device_queries(target: Callable[[], list]):
 
     def targets() -> list | None:   # the target's devices; None where jax's own answer is the target's
         if not made:
+            made.append([])   # while the target is made (it may ask jax which GPUs are attached): jax's answers
             devices = list(target())
-            made.append(devices if devices and devices[0].platform != orig["devices"]()[0].platform else [])
+            made[0] = devices if devices and devices[0].platform != orig["devices"]()[0].platform else []
         return made[0] or None
 
     def ours(backend) -> list | None:
