@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 import shlex
 
 import pytest
 from click.testing import CliRunner
 
-from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.cli import _options, main
+from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import advise as advise_mod
+from jaxmem.plan import meshes
 
 # The tiny Llama with activations large enough to matter: on one H100 its step peaks at ~149 MiB
 # as given (dp, fp32, no remat), ~77 MiB with 8 microbatches; a budget of ~80 MiB separates them.
 TINY = ["models/llama.py", "--arg", "preset=tiny", "--arg", "seq_len=256", "--batch", "8", "--gpu", "h100",
         "--mesh", "data=1", "--layout", "dp"]
 FRACTION = "0.000988"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +199,36 @@ def test_rows_whose_step_time_bands_overlap_are_tied():
 
     bands = [(1.0, 0.95, 1.05), (1.04, 1.0, 1.1), (1.5, 1.4, 1.6), None, (1.55, 1.45, 1.65)]
     assert tied_with(bands) == [None, 0, None, None, 2]
+
+
+def test_advise_searches_meshes_in_the_models_own_axis_names_with_their_roles():
+    """--axis-roles (API axis_roles=): the candidates' meshes keep the model's axis names, a role's axis the
+    mesh has at size 1 (tunix's tp=1, EasyDeL's sp=1) is grown in its own name, and each candidate's
+    options carry the roles its command needs."""
+    base = AnalyzeOptions(mesh="rows=8,cols=1,seq=1", axis_roles="rows=fsdp,cols=tensor,seq=context",
+                          layout="fsdp", precision="fp32", remat="none")
+    ax = advise_mod.axes(base, 64)
+    assert ax["devices"] == ["rows=16,cols=1,seq=1"]
+    assert ax["layout"] == [("fsdp_tp", "rows=4,cols=2,seq=1")]   # the model's tensor axis, not a new model=2
+    assert meshes.carve(base.mesh, "context", 2, base.axis_roles) == "rows=4,cols=1,seq=2"
+    assert meshes.carve(base.mesh, "expert", 2, base.axis_roles) == "rows=4,cols=1,seq=1,expert=2"
+    opts = advise_mod._apply(base, (("layout", ("fsdp_tp", "rows=4,cols=2,seq=1")),
+                                    ("devices", "rows=16,cols=1,seq=1")))
+    assert (opts.mesh, opts.axis_roles) == ("rows=8,cols=2,seq=1", "rows=fsdp,cols=tensor,seq=context")
+    assert "--axis-roles rows=fsdp,cols=tensor,seq=context" in command_line("m.py", opts)
+    hsdp = meshes.hsdp("rows=16,cols=1", 2, "rows=fsdp,cols=tensor")
+    assert hsdp == "data=2,rows=8,cols=1" and meshes.roles_for("rows=fsdp,cols=tensor", hsdp) == "rows=fsdp,cols=tensor"
+
+
+def test_advise_cli_takes_axis_roles_and_its_candidates_compile_in_the_models_axes(cache):
+    model = str(FIXTURES / "trainers" / "own_axes.py")
+    res = _run(["advise", model, "--gpu", "h100", "--mesh", "rows=2,cols=1", "--axis-roles", "rows=fsdp,cols=tensor",
+                "--all", "--changes", "devices,layout", "--jobs", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    cands = {c["label"]: c for c in d["candidates"]}
+    assert {c["status"] for c in cands.values()} == {"ok"}, cands
+    meshes_run = {shlex.split(c["command"])[shlex.split(c["command"]).index("--mesh") + 1] for c in cands.values()}
+    assert {"rows=4,cols=1", "rows=1,cols=2"} <= meshes_run   # twice the devices; the model's tensor axis grown
+    assert all({a.split("=")[0] for a in m.split(",")} == {"rows", "cols"} for m in meshes_run), meshes_run
+    assert all("--axis-roles rows=fsdp,cols=tensor" in c["command"] for c in cands.values())

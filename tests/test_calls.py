@@ -3,6 +3,7 @@ without a remat hook (NNX in a Python loop, linen under nn.scan), placed where t
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import pytest
@@ -176,3 +177,13 @@ def test_an_nnx_models_own_axis_name_is_bound_too(tmp_path):
     assert r.options["collective_axis"] == "devices"
     one = _run(str(f), mesh="data=1")   # one device: one group, the axis of size 1
     assert one.options["collective_axis"] == "devices"
+
+
+def test_remat_block_finds_the_scanned_block_of_an_nnx_scan_over_nnx_vmap_layers():
+    """Layers stacked by nnx.vmap and run by nnx.scan (fixtures/nnx_scan_vmap.py, as Flax's docs stack them):
+    the block advise and compare --remats checkpoint is the scanned Block."""
+    from jaxmem.analysis import run
+    from jaxmem.program.options import AnalyzeOptions
+
+    model = str(pathlib.Path(__file__).resolve().parent / "fixtures" / "nnx_scan_vmap.py")
+    assert run.remat_block(model, AnalyzeOptions(gpu="h100", mesh="data=1")) == "^Block$"

@@ -40,6 +40,41 @@ def test_in_context_sets_the_mesh_every_way_a_trainer_does():
     assert pxla.thread_resources.env.physical_mesh.empty and jax.devices()[0].platform == "cpu"
 
 
+def test_device_queries_answer_as_the_target_machine_and_make_it_only_when_asked():
+    """What eformer's create_mesh and EasyDeL's config ask (default_backend, device_count(backend),
+    devices(backend), local_devices) answer with the target's devices, made on the first question."""
+    mesh = _mesh()
+    asked = []
+
+    def target():   # making it may ask jax which GPUs are attached (--gpu unset): jax's own answer then
+        asked.append(jax.devices()[0].platform)
+        return list(mesh.devices.flat)
+
+    with sharding.device_queries(target):
+        assert not asked
+        assert jax.default_backend() == "gpu" and asked == ["cpu"]
+        backend = jax.default_backend()
+        assert jax.device_count(backend) == jax.local_device_count() == 2
+        assert jax.devices(backend) == jax.local_devices() == list(mesh.devices.flat)
+        assert jax.devices("cpu")[0].platform == "cpu"   # another backend asked by name: this process's own
+        assert asked == ["cpu"]
+    assert jax.default_backend() == "cpu" and jax.device_count() == len(jax.devices("cpu"))
+
+
+def test_a_model_that_builds_its_own_mesh_as_easydel_does_analyzes_on_the_target():
+    """EasyDeL's way (fixtures/trainers/own_mesh.py): the config made in workload() records
+    jax.default_backend(), __init__ builds a mesh from jax.device_count/devices(backend), each call
+    device_puts a table onto it. Before, that mesh held this process's CPU and the step failed
+    ("incompatible devices"); now it is the target's, and the parameter bytes are exact."""
+    r = CliRunner().invoke(main, ["analyze", str(TRAINERS / "own_mesh.py"), "--gpu", "h100", "--mesh", "dp=1,fsdp=4",
+                                  "--json", "--no-explain"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    n = 128 * 64 + 64 * 128 + 128   # Embed(128, 64), Linear(64, 128) with its bias
+    assert d["param_count"] == n
+    assert d["breakdown"]["params"] == 4 * n // 4   # fp32, every leaf split over fsdp=4
+
+
 def test_model_constraints_lists_the_models_own_calls_not_jaxmems():
     mesh = _mesh()
 

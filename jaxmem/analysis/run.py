@@ -12,7 +12,7 @@ from jaxmem.analysis import checks, stages
 from jaxmem.compiler import cache, targets
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.errors import UserError
-from jaxmem.program import layouts, sizes, step
+from jaxmem.program import layouts, sharding, sizes, step
 from jaxmem.program.options import AnalyzeOptions
 from jaxmem.program.workload import Workload, load_workload, running_user_code, workload_of
 
@@ -21,7 +21,7 @@ def analyze_file(path: str, opts: AnalyzeOptions, *, prestart: bool = True) -> r
     """prestart: start the compile's child process before tracing (jaxmem.compiler.early_stop);
     sweep workers say no, every core being busy."""
     t0 = time.perf_counter()
-    with scratch.phase("loading the model file"):
+    with scratch.phase("loading the model file"), as_on_target(opts):
         wl = load_workload(path, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
         config = hf.info_if_config(path)   # a config.json's model_type and parameter count (report.hf_config)
     return hf.with_config(analyze_workload(wl, opts, source=str(path), t_start=t0, prestart=prestart), config)
@@ -33,8 +33,23 @@ def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> repo
     if isinstance(model, (str, os.PathLike)):
         return analyze_file(os.fspath(model), opts, prestart=prestart)
     t0 = time.perf_counter()
-    wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args), remat_at=opts.remat_at)
+    with as_on_target(opts):
+        wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args), remat_at=opts.remat_at)
     return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
+
+
+def as_on_target(opts: AnalyzeOptions):
+    """The model's workload() runs as on the machine trained on: jax's device queries answer with the
+    target's devices (jaxmem.program.sharding.device_queries), made when the model first asks. A
+    library's config that records jax.default_backend() when the user's code makes it (EasyDeL's), or a
+    mesh built from jax.devices() there, is then the trainer's, as it is while the step is traced."""
+    def devices() -> list:
+        if targets.resolve_gpu_name(opts.gpu) in ("cpu", "local"):   # jax's own devices are the target's
+            return []
+        return list(targets.make_target(opts.gpu, layouts.parse_mesh(opts.mesh, opts.axis_roles).size,
+                                        opts.hosts).devices)
+
+    return sharding.device_queries(devices)
 
 
 def analyze_workload(wl: Workload, opts: AnalyzeOptions, source: str = "<workload>", t_start: float | None = None,
@@ -62,11 +77,12 @@ def remat_block(model, opts: AnalyzeOptions) -> str | None:
     found by tracing its step once (no compile). None when the model places its own checkpoints,
     names them itself (Workload.remat_at), or has no repeated block. `model`: a model file's path, or
     what the Python API takes besides (a Workload, a function returning one)."""
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        wl = load_workload(path, remat="none", **dict(opts.model_args))
-    else:
-        wl, path = workload_of(model, model_args=dict(opts.model_args))
+    with as_on_target(opts):
+        if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
+            wl = load_workload(path, remat="none", **dict(opts.model_args))
+        else:
+            wl, path = workload_of(model, model_args=dict(opts.model_args))
     if wl.remat_hook or wl.remat_at is not None or wl.is_custom_step:
         return None
     mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)

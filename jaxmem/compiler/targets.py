@@ -9,6 +9,7 @@ XLA:GPU's scheduler and rematerialization budget about 80% of it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -99,13 +100,9 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
                       stats.get("bytes_limit"), False, tuple(devs[:n_devices]))
     spec = CATALOGUE[key]
     topo_str, hosts = topology_string(n_devices, hosts)
-    # jax-free at import: used before jax starts (jaxmem.session)
-    from jax.experimental import topologies  # noqa: PLC0415
-
     try:
-        topo = topologies.get_topology_desc(platform="cuda", target_config=spec.target_config(), topology=topo_str)
+        devices = _deviceless_devices(spec.target_config(), topo_str)
     except Exception as e:  # noqa: BLE001 -- the plugin missing is an install problem, not a bug
-
         if env.jax_started_without_switch():  # installed, but refused when jax started: say so, not "install"
             raise env.started_too_early(f"cannot build a deviceless {spec.key} topology") from None
         raise UserError(
@@ -113,7 +110,18 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
             "Deviceless GPU compilation needs the CUDA plugin of your jax: "
             "pip install 'jax[cuda12]==<your jax version>' (or jax[cuda13]; Linux)."
         ) from None
-    return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, tuple(topo.devices), hosts)
+    return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, devices, hosts)
+
+
+@functools.cache
+def _deviceless_devices(target_config: str, topology: str) -> tuple:
+    """The compile-only devices of one topology, made once per process: every mesh built for the same
+    target holds the same devices (a mesh the model's own code built from jax.devices() while its
+    workload() ran is the step's mesh then, not another topology's equal-looking one)."""
+    # jax-free at import: used before jax starts (jaxmem.session)
+    from jax.experimental import topologies  # noqa: PLC0415
+
+    return tuple(topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=topology).devices)
 
 
 def ensure_host_devices(n: int) -> None:

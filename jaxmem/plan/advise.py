@@ -89,7 +89,9 @@ class Candidate:
         # a mesh is named as the command compiles it (a context change combined with more devices runs
         # the devices' mesh, not the context probe's)
         mesh = getattr(self.options, "mesh", None)
-        return ", ".join(_describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v) for k, v in self.changes)
+        roles = getattr(self.options, "axis_roles", None)
+        return ", ".join(_describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v, roles)
+                         for k, v in self.changes)
 
     @property
     def fits(self) -> bool:
@@ -117,20 +119,20 @@ class Candidate:
         return command_line(path, self.options)
 
 
-def _describe(axis: str, value) -> str:
+def _describe(axis: str, value, roles: str | None = None) -> str:
     if axis == "accum":
         return f"accumulate {value} microbatches"
     if axis == "devices":
-        return f"{layouts.parse_mesh(value).size} devices (mesh {value})"
+        return f"{layouts.mesh_size(value)} devices (mesh {value})"
     if axis == "layout":
         lo, mesh = value
         return f"layout {lo}" + (f" (mesh {mesh})" if "model" in mesh and lo == "fsdp_tp" else "")
     if axis in MESH_CHANGES:
-        spec = layouts.parse_mesh(value)
+        spec = layouts.parse_mesh(value, meshes.roles_for(roles, value))
         if axis == "hsdp":
             return f"HSDP: fsdp within a host, data across hosts (mesh {value})"
         if axis == "pipeline":
-            return f"pipeline parallelism over {spec.axis_size('stage')} stages (mesh {value})"
+            return f"pipeline parallelism over {spec.axis_size(spec.axis_of('stage'))} stages (mesh {value})"
         return f"{axis} parallelism over {spec.axis_size(spec.axis_of(axis))} (mesh {value})"
     if axis == "offload":
         return "optimizer state offloaded to host memory"
@@ -149,7 +151,7 @@ def _display(axis: str, value):
         lo, mesh = value
         return {"layout": lo, "mesh": mesh}
     if axis == "devices":
-        return {"mesh": value, "devices": layouts.parse_mesh(value).size}
+        return {"mesh": value, "devices": layouts.mesh_size(value)}
     if axis in MESH_CHANGES:
         return {"mesh": value}
     if axis == "lora":
@@ -230,15 +232,15 @@ def _global_batch(report) -> int | None:
 def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[str, list]:
     """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis).
     `report` (the original's) decides the mesh changes that answer what dominates it."""
-    spec = layouts.parse_mesh(base.mesh)
+    spec = layouts.parse_mesh(base.mesh, base.axis_roles)
     out: dict[str, list] = {}
     # layout: more state sharding than the original
     ladder = list(LAYOUT_LADDER)
     start = ladder.index(base.layout) + 1 if base.layout in ladder else (2 if base.layout == "tp" else 3)
     lay = []
     for lo in ladder[start:]:
-        if lo == "fsdp_tp" and spec.model_axis is None:
-            split = meshes.split_model_axis(base.mesh)
+        if lo == "fsdp_tp" and (spec.model_axis is None or spec.axis_size(spec.model_axis) == 1):
+            split = meshes.split_model_axis(base.mesh, base.axis_roles)
             if split is None:
                 continue
             lay.append(("fsdp_tp", split))
@@ -261,7 +263,7 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
     # devices: twice the data-parallel devices, the global batch kept
     dev = []
     if global_batch and global_batch % (spec.data_size * 2 * base.accum) == 0 and spec.batch_axes:
-        dev.append(meshes.scale_data(base.mesh, 2))
+        dev.append(meshes.scale_data(base.mesh, 2, base.axis_roles))
     out["devices"] = dev
     # fine-tuning: only for a full fine-tune as given
     out["offload"] = ["optimizer"] if base.offload is None else []
@@ -304,17 +306,19 @@ def mesh_changes(base: AnalyzeOptions, report) -> dict[str, list[str]]:
         net = sum(r["time_s"] for r in st.get("collectives", ())
                   if r["kind"] in ("all-gather", "reduce-scatter") and r["link"] == "network")
         if net > max(st.get("compute_s", 0.0), st.get("memory_s", 0.0)):
-            out["hsdp"] = [m for m in [meshes.hsdp(base.mesh, getattr(report.target, "hosts", 1))] if m]
+            hosts = getattr(report.target, "hosts", 1)
+            out["hsdp"] = [m for m in [meshes.hsdp(base.mesh, hosts, base.axis_roles)] if m]
     seq = getattr(report, "sequence_length", None)   # reports saved before these fields have neither
     acts = report.breakdown.get("activations_and_temporaries", 0)
     if seq and seq >= LONG_SEQUENCE and 2 * acts >= report.per_device_peak_bytes:
-        out["context"] = [m for k in (2, 4) if seq % k == 0 for m in [meshes.carve(base.mesh, "context", k)] if m]
+        out["context"] = [m for k in (2, 4) if seq % k == 0
+                          for m in [meshes.carve(base.mesh, "context", k, base.axis_roles)] if m]
     if set(getattr(report, "logical_names", ())) & {"exp", "expert", "experts"}:
-        out["expert"] = [m for k in (2, 4, 8) for m in [meshes.carve(base.mesh, "expert", k)] if m]
+        out["expert"] = [m for k in (2, 4, 8) for m in [meshes.carve(base.mesh, "expert", k, base.axis_roles)] if m]
     b = report.breakdown
     xla_peak = report.per_device_peak_bytes - b.get("runtime_overhead", 0)
     if 2 * (b.get("params", 0) + b.get("optimizer_state", 0) + b.get("gradients", 0)) >= xla_peak:
-        out["pipeline"] = [m for k in (2, 4) for m in meshes.pipelined(base.mesh, k)]
+        out["pipeline"] = [m for k in (2, 4) for m in meshes.pipelined(base.mesh, k, base.axis_roles)]
     return out
 
 
@@ -345,15 +349,16 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...],
         return None
     mesh = new_meshes[0] if new_meshes else base.mesh
     if "_devices" in kw:
-        factor = layouts.parse_mesh(kw.pop("_devices")).size // layouts.parse_mesh(base.mesh).size
-        mesh = meshes.scale_data(mesh, factor)
+        factor = layouts.mesh_size(kw.pop("_devices")) // layouts.mesh_size(base.mesh)
+        mesh = meshes.scale_data(mesh, factor, meshes.roles_for(base.axis_roles, mesh))
         if mesh is None:
             return None
     hosts = base.hosts
     if hosts is not None and mesh != base.mesh:
-        n_old, n_new = layouts.parse_mesh(base.mesh).size, layouts.parse_mesh(mesh).size
+        n_old, n_new = layouts.mesh_size(base.mesh), layouts.mesh_size(mesh)
         hosts = max(1, hosts * n_new // n_old)
-    return dataclasses.replace(base, mesh=mesh, hosts=hosts, explain=False, **kw)
+    return dataclasses.replace(base, mesh=mesh, hosts=hosts, explain=False,
+                               axis_roles=meshes.roles_for(base.axis_roles, mesh), **kw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -541,7 +546,8 @@ def _divides(base: AnalyzeOptions, changes, global_batch: int | None) -> bool:
     if not global_batch:
         return True
     opts = _apply(base, changes)
-    return opts is not None and global_batch % (layouts.parse_mesh(opts.mesh).data_size * opts.accum) == 0
+    return opts is not None and \
+        global_batch % (layouts.parse_mesh(opts.mesh, opts.axis_roles).data_size * opts.accum) == 0
 
 
 # Which kind of plan a combination is: the same training on the same GPUs first, then with its

@@ -232,7 +232,7 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
     if find.kind == "devices":
         if opts.batch is None:
             raise UserError("--find-devices needs --batch N: the global batch the devices must hold")
-        if opts.batch % (opts.accum * meshes.other_batch(opts.mesh)):
+        if opts.batch % (opts.accum * meshes.other_batch(opts.mesh, opts.axis_roles)):
             raise UserError(f"--batch {opts.batch} is not a multiple of --accum {opts.accum} x the other data axes")
 
 
@@ -258,7 +258,7 @@ class _RowSearch:
         else:
             self.granule = 0
             assert opts.batch is not None  # (_check: --find-devices needs --batch)
-            per = opts.batch // (opts.accum * meshes.other_batch(opts.mesh))
+            per = opts.batch // (opts.accum * meshes.other_batch(opts.mesh, opts.axis_roles))
             self.values = sorted(search_mod.divisors(per, DEVICES_LIMIT), reverse=True)
             self.search = search_mod.Search(lambda k: self.values[k], len(self.values), lambda d: 1.0 / d,
                                             degree=1, first=(0, 3))
@@ -278,7 +278,7 @@ class _RowSearch:
         if self.find.kind == "seq":
             assert self.find.arg is not None  # (_check: --find-seq names the argument)
             return dataclasses.replace(self.opts, model_args=self.opts.model_args + ((self.find.arg, v),))
-        return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v))
+        return dataclasses.replace(self.opts, mesh=meshes.with_data_size(self.opts.mesh, v, self.opts.axis_roles))
 
     def what(self, k: int) -> str:
         v = self.value(k)

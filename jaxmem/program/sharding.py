@@ -241,26 +241,74 @@ def in_context(mesh):
         yield
 
 
-@contextlib.contextmanager
 def target_devices(mesh):
-    """jax.devices() is the mesh's (the target's) devices, as on the machine trained on: model code
-    that asks which platform it runs on (tunix's shard() skips its constraints when jax.devices()[0]
-    is a CPU) answers as there. The deviceless target's devices are not jax's default backend's here."""
-    devices = list(mesh.devices.flat)
-    orig = jax.devices
-    if not devices or devices[0].platform == orig()[0].platform:
-        yield
-        return
+    """jax's device queries answer with the mesh's (the target's) devices: :func:`device_queries`."""
+    return device_queries(lambda: list(mesh.devices.flat))
 
-    def the_targets(backend=None):
-        # the default backend ("" or None, as eformer's create_mesh asks) or the target's platform
-        return devices if not backend or str(backend).lower() in ("gpu", "cuda", devices[0].platform) else orig(backend)
 
-    jax.devices = the_targets
+@contextlib.contextmanager
+def device_queries(target: Callable[[], list]):
+    """jax's device queries answer as on the machine trained on: `jax.devices()`, `jax.local_devices()`,
+    their counts and `jax.default_backend()` are the target's devices and platform. Model code that asks
+    which platform it runs on (tunix's shard() skips its constraints when jax.devices()[0] is a CPU) or
+    builds its own mesh from the devices it sees (EasyDeL's config takes jax.default_backend(), eformer's
+    create_mesh jax.device_count() and jax.devices(backend)) gets the trainer's answer, not this
+    process's CPU. `target` is called on the first query (a model that asks nothing makes no target);
+    when its devices are this process's own platform's, every query is jax's own. jax's internals
+    (which call xla_bridge, not these names) are untouched."""
+    orig = {name: getattr(jax, name) for name in DEVICE_QUERIES}
+    made: list[list] = []
+
+    def targets() -> list | None:   # the target's devices; None where jax's own answer is the target's
+        if not made:
+            made.append([])   # while the target is made (it may ask jax which GPUs are attached): jax's answers
+            devices = list(target())
+            made[0] = devices if devices and devices[0].platform != orig["devices"]()[0].platform else []
+        return made[0] or None
+
+    def ours(backend) -> list | None:
+        # asked for the default backend ("" or None, as eformer's create_mesh asks) or the target's platform
+        devices = targets()
+        return devices if devices and (not backend or str(backend).lower() in ("gpu", "cuda", devices[0].platform)) \
+            else None
+
+    def local(devices: list, process_index=None) -> list:
+        index = devices[0].process_index if process_index is None else process_index
+        return [d for d in devices if d.process_index == index]
+
+    def devices(backend=None):
+        d = ours(backend)
+        return orig["devices"](backend) if d is None else list(d)
+
+    def device_count(backend=None):
+        d = ours(backend)
+        return orig["device_count"](backend) if d is None else len(d)
+
+    def local_devices(process_index=None, backend=None, host_id=None):
+        d = ours(backend)
+        return orig["local_devices"](process_index, backend, host_id) if d is None or host_id is not None \
+            else local(d, process_index)
+
+    def local_device_count(backend=None):
+        d = ours(backend)
+        return orig["local_device_count"](backend) if d is None else len(local(d))
+
+    def default_backend():
+        d = targets()
+        return orig["default_backend"]() if d is None else d[0].platform
+
+    answers = {"devices": devices, "device_count": device_count, "local_devices": local_devices,
+               "local_device_count": local_device_count, "default_backend": default_backend}
+    for name, fn in answers.items():
+        setattr(jax, name, fn)
     try:
         yield
     finally:
-        jax.devices = orig
+        for name, fn in orig.items():
+            setattr(jax, name, fn)
+
+
+DEVICE_QUERIES = ("devices", "device_count", "local_devices", "local_device_count", "default_backend")
 
 
 @contextlib.contextmanager
