@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import build_step
-from jaxmem.compiler import steptime, targets
+from jaxmem.compiler import kernels, steptime, targets
+from jaxmem.compiler import rates as rates_mod
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective
 
@@ -141,8 +142,6 @@ def test_estimate_states_its_parts_band_and_sources(llama_costs):
     assert st["communication_s"] == 0 and st["collectives"] == []          # one device: nothing to communicate
     # one device, no collectives: the step is its kernels one after another, except XLA's async slice / update
     # fusions of the scan's stacks (fusion-start), which run beside them on a stream of their own
-    from jaxmem.compiler import kernels
-
     perf = targets.PERFORMANCE["h100"]
     r = steptime.rates("h100", perf)
     beside = sum(steptime.kernel_time(k, perf, r) * k.runs for k in kernels.kernels(module)
@@ -307,8 +306,6 @@ ENTRY %main (s: bf16[4,512,512], x: bf16[2048,2048]) -> bf16[2048,2048] {
 
 
 def test_an_async_fusion_hides_behind_the_gemm_and_a_known_trip_count_launches_no_condition():
-    from jaxmem.compiler import kernels
-
     module = hlo_text.parse_module(ASYNC_LOOP)
     assert module.trip_counts == {"w": 4}
     perf = targets.PERFORMANCE["h100"]
@@ -480,3 +477,20 @@ def test_cublaslt_fp8_gemms_are_costed_as_fp8_dots():
     # XLA turns FP8 dots of GEMM size into __cublas$lt$matmul$f8 calls: their FLOPs are the dot's, at the fp8 rate
     m = hlo_text.parse_module(FP8_GEMM)
     assert steptime.dot_flops(m) == (("fp8", 1, 2.0 * 16 * 32 * 64),)
+
+
+def test_a_ring_collective_pays_nccl_latency_per_ring_step_more_between_hosts():
+    # NCCL's tuning model: base + one hop latency per ring step, the steps between hosts at the network's
+    perf = targets.PERFORMANCE["h100"]
+    r = steptime.rates("h100", perf)
+    st = steptime.estimate(ALL_REDUCE_16, mesh_axes=(("data", 16),), hosts=2, gpu="h100")
+    (row,) = st["collectives"]
+    assert row["link"] == "network"
+    steps, inter = 2 * 15, 2 * 1       # a 16-rank ring all-reduce over 2 hosts
+    latency = rates_mod.RING_BASE_LATENCY_S + (steps - inter) * r.ring_step_intra_s + inter * r.ring_step_network_s
+    wire = 4 * 2**20 * 2 * 15 / 16
+    busbw = min(perf.intra_host_bandwidth, 8 * perf.inter_host_bandwidth) * r.network_fraction
+    assert st["communication_s"] == pytest.approx(latency + wire / busbw, rel=1e-12)
+    assert r.ring_step_network_s > r.ring_step_intra_s
+    # the same bytes in a 32-rank ring over 4 hosts wait longer
+    assert latency < rates_mod.RING_BASE_LATENCY_S + 56 * r.ring_step_intra_s + 6 * r.ring_step_network_s

@@ -113,6 +113,16 @@ NETWORK_FRACTION = Rate(0.92, 0.94, 0.96, "NVIDIA/nccl-tests issue #290 (NVIDIA)
 COLLECTIVE_LATENCY_S = {"intra": Rate(8e-6, 12e-6, 20e-6, "nccl-tests small-message latency within an NVLink host"),
                         "network": Rate(20e-6, 30e-6, 50e-6, "NVIDIA/nccl-tests issue #232: 2 MiB all-reduce "
                                                              "across two hosts 93-113 us")}
+# a ring collective's latency grows with its ring: NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc,
+# ncclTopoTuneModel) charges a base latency plus one hardware latency per ring step (n-1 steps for all-gather /
+# reduce-scatter, 2(n-1) for all-reduce), the steps between hosts at the network's: Ring/Simple hwLat across
+# NCCL versions NVLink 3.4-5.7 us, network 6.6-14 us per step, baseLat 8.4 us
+RING_BASE_LATENCY_S = 8.4e-6
+RING_STEP_LATENCY_S = {"intra": Rate(3.4e-6, 3.4e-6, 5.7e-6, "NVIDIA/nccl src/graph/tuning.cc hwLat, NVLink Ring/"
+                                                              "Simple: 3.4-5.7 us per step across versions (baseLat "
+                                                              "8.4 us)"),
+                       "network": Rate(6.6e-6, 9.6e-6, 14e-6, "NVIDIA/nccl src/graph/tuning.cc hwLat, NET Ring/Simple: "
+                                                               "6.6-14 us per step across versions")}
 # compute beside communication: an NCCL kernel holds SMs (one thread block per channel) and HBM bandwidth
 # while it runs, so the kernels XLA overlaps with a collective run slower than alone. Measured on H100 /
 # A100 / MI250 / MI210 with GPT and LLaMA layers: 18.9% slower on average, at most 40.0% (Characterizing
@@ -136,6 +146,7 @@ RATE_SOURCES = {
     "network": NETWORK_FRACTION.source,
     "latency": COLLECTIVE_LATENCY_S["network"].source,
     "overlap": OVERLAP_SLOWDOWN.source,
+    "ring_latency": RING_STEP_LATENCY_S["intra"].source + "; " + RING_STEP_LATENCY_S["network"].source,
 }
 # NVLink SHARP needs an NVSwitch with multicast (Hopper and later, 4+ GPUs): these catalogue cards
 _NVLS_CARDS = frozenset({"h100", "h200", "b200", "gh200", "gb200"})
@@ -163,6 +174,8 @@ class Rates:
     sm_count: int
     nvls: bool
     overlap_slowdown: float = 0.0   # share by which a kernel slows while a collective runs beside it
+    ring_step_intra_s: float = 3.4e-6
+    ring_step_network_s: float = 9.6e-6
 
 
 def rates(gpu: str, perf, end: str = "central") -> Rates:
@@ -188,6 +201,8 @@ def rates(gpu: str, perf, end: str = "central") -> Rates:
         sm_count=spec.core_count if spec is not None else 132,
         nvls=gpu in _NVLS_CARDS,
         overlap_slowdown=_pick(OVERLAP_SLOWDOWN, slow),
+        ring_step_intra_s=_pick(RING_STEP_LATENCY_S["intra"], slow),
+        ring_step_network_s=_pick(RING_STEP_LATENCY_S["network"], slow),
     )
 
 
@@ -230,12 +245,27 @@ def collective_time(c: Collective, perf, r: Rates, devices_per_host: int, nvls: 
     wire = _wire_factor(c) * c.bytes
     if link == "network":
         busbw = bw * r.network_fraction
-        latency = r.latency_network_s
+        latency = ring_latency(c, devices_per_host, r)
     elif nvls and c.kind == "all-reduce" and c.group_size >= 4:
         busbw, latency, link = bw * r.nvls_fraction, r.latency_intra_s, link + " (NVLS)"
     else:
-        busbw, latency = bw * r.nvlink_fraction, r.latency_intra_s
+        busbw, latency = bw * r.nvlink_fraction, ring_latency(c, devices_per_host, r)
     return latency + wire / busbw, link
+
+
+def ring_latency(c: Collective, devices_per_host: int, r: Rates) -> float:
+    """NCCL's ring latency for collective `c` (RING_STEP_LATENCY_S): base + a hop latency per ring step, the
+    steps between hosts at the network's; a collective-permute is one step."""
+    n = c.group_size
+    hosts = max((len({d // devices_per_host for d in g}) for g in c.replica_groups), default=1)
+    if c.kind in ("collective-permute", "collective-broadcast"):
+        steps, inter = 1, int(hosts > 1)
+    elif c.kind == "all-reduce":
+        steps, inter = 2 * (n - 1), 2 * (hosts - 1)
+    else:
+        steps, inter = n - 1, hosts - 1
+    inter = min(inter, steps)
+    return RING_BASE_LATENCY_S + (steps - inter) * r.ring_step_intra_s + inter * r.ring_step_network_s
 
 
 def communication_rows(colls: list[Collective], perf, r: Rates, devices_per_host: int) -> list[dict]:

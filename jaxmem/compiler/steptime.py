@@ -68,6 +68,7 @@ from jaxmem.compiler.rates import (  # noqa: F401  (the achieved rates, re-expor
     NVLS_ALLREDUCE_FRACTION,
     OVERLAP_SLOWDOWN,
     RATE_SOURCES,
+    RING_STEP_LATENCY_S,
     Rate,
     Rates,
     _link,
