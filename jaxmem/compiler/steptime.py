@@ -94,7 +94,7 @@ RULE = ("estimate = the step's kernels in XLA's schedule order, each max(its FLO
         "beside them; host copies at "
         "PCIe bandwidth; loops x trip count. Band: every rate at the ends of its published range")
 LEAVES_OUT = ("host-side work (input pipeline, Python dispatch), GPU clocks below boost under power limits, "
-              "bandwidth shared by concurrent collectives and compute, stragglers across hosts, shapes far from "
+              "contention beside collectives beyond its measured average, stragglers across hosts, shapes far from "
               "the measured ones (rates are per kernel class, not per shape beyond wave quantization)")
 
 
