@@ -227,10 +227,9 @@ def kernels(module: hlo_text.Module) -> list[Kernel]:
         return [_array_bytes(by_name[n].shape) if n in by_name else 0 for n in _operand_names(ins)]
 
     out: list[Kernel] = []
-    skipped = unevaluated_conditions(module)
-    for cname in sorted(control_computations(module)):   # a fixed order: the sums are the same in every process
+    for cname in sorted(control_computations(module) - unevaluated_conditions(module)):   # a fixed order
         runs = mult.get(cname, 0)
-        if not runs or cname in skipped:
+        if not runs:
             continue
         for ins in module.computations[cname].instructions:
             op = ins.opcode

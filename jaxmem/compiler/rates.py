@@ -308,90 +308,104 @@ def simulate(module: hlo_text.Module, ks: list, colls: list[Collective], perf, r
     A kernel that runs while a collective is in flight is slowed by ``r.overlap_slowdown``. A ``while`` runs its
     body trip-count times; a conditional its longest branch.
     """
-    by_kernel = {(k.computation, k.name): k for k in ks}
-    coll_by = {(c.computation, c.name): c for c in colls}
-    times: dict[tuple[str, str], float] = {}
-    memo: dict[str, tuple[float, float]] = {}
-    slow = 1.0 + r.overlap_slowdown
-
-    def kt(k) -> float:
-        key = (k.computation, k.name)
-        if key not in times:
-            times[key] = kernel_time(k, perf, r)
-        return times[key]
-
-    def run(cname: str) -> tuple[float, float]:
-        """(seconds one run of computation `cname` takes, of which the overlap slowdown)."""
-        if cname in memo:
-            return memo[cname]
-        comp = module.computations.get(cname)
-        if comp is None:
-            return 0.0, 0.0
-        tc = tm = ta = 0.0     # the compute, communication and async-fusion streams
-        extra = 0.0            # seconds the compute stream lost to collectives running beside it
-        ends: dict[str, float] = {}
-        for ins in comp.instructions:
-            key = (cname, ins.name)
-            if key in coll_by:
-                c = coll_by[key]
-                t, _ = collective_time(c, perf, r, devices_per_host, r.nvls)
-                if ins.opcode.endswith("-start") or ins.opcode == "async-start":
-                    start = max(tc, tm)
-                    tm = start + t
-                    ends[ins.name] = tm
-                else:
-                    tc = tm = max(tc, tm) + t
-                continue
-            if ins.opcode in _START_DONE:
-                ops = re.findall(r"%([\w.\-]+)", ins.operands)
-                if ops and ops[0] in ends:
-                    tc = max(tc, ends.pop(ops[0]))
-                continue
-            if ins.opcode == "while":
-                called = dict(ins.called)
-                known = module.trip_counts.get(ins.name)
-                trips = known or 1
-                body, cond = called.get("body"), called.get("condition")
-                if known:
-                    cond = None     # XLA:GPU runs a known trip count without evaluating the condition
-                # a collective started before the loop may run on behind it (XLA schedules some so)
-                b, c_ = run(body) if body else (0.0, 0.0), run(cond) if cond else (0.0, 0.0)
-                tc = tc + trips * b[0] + (trips + 1) * c_[0]
-                extra += trips * b[1] + (trips + 1) * c_[1]
-                continue
-            if ins.opcode in ("conditional", "call"):
-                branches = [c for a, c in ins.called if c in module.computations and a != "to_apply"] \
-                    if ins.opcode == "conditional" else [c for _, c in ins.called if c in module.computations]
-                if branches:
-                    longest = max((run(b) for b in branches), key=lambda x: x[0])
-                    tc += longest[0]
-                    extra += longest[1]
-                continue
-            k = by_kernel.get(key)
-            if k is not None and k.klass != "collective":
-                if ins.opcode in _ASYNC_KERNELS:
-                    # an async fusion (XLA's async dynamic-slice / dynamic-update-slice fusions of loop-
-                    # carried stacks) runs on a stream of its own from its start, waited for at its done
-                    ta = max(ta, tc) + kt(k)
-                    ends[ins.name] = ta
-                else:
-                    t = kt(k)
-                    window = tm - tc    # a collective in flight on the communication stream
-                    if window > 0 and slow > 1.0:
-                        # the overlapped part of the kernel runs `slow` times longer (SMs and HBM shared)
-                        d = t * slow if t * slow <= window else window + (t - window / slow)
-                        extra += d - t
-                        t = d
-                    tc += t
-        out = max(tc, tm, ta, *ends.values()) if ends else max(tc, tm, ta)
-        memo[cname] = (out, extra)
-        return out, extra
-
-    step, slowdown = run(module.entry)
+    sim = _Schedule(module, ks, colls, perf, r, devices_per_host)
+    step, slowdown = sim.run(module.entry)
     busy: dict[str, float] = defaultdict(float)     # class -> seconds its kernels run per step
     for k in ks:
         if k.klass != "collective":
-            busy[k.klass] += kt(k) * k.runs
+            busy[k.klass] += sim.kt(k) * k.runs
     for c in colls:
         busy["collective"] += collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop
     return {"step_s": step, "busy": dict(busy), "overlap_slowdown_s": slowdown}
+
+
+class _Stream:
+    """One run of a computation: the compute, communication and async-fusion streams' clocks."""
+
+    def __init__(self) -> None:
+        self.tc = self.tm = self.ta = 0.0
+        self.extra = 0.0            # seconds the compute stream lost to collectives running beside it
+        self.ends: dict[str, float] = {}
+
+    def compute(self, t: float, slow: float) -> None:
+        """A kernel of `t` seconds on the compute stream; the part overlapping a collective in flight runs
+        `slow` times longer (SMs and HBM shared)."""
+        window = self.tm - self.tc
+        if window > 0 and slow > 1.0:
+            d = t * slow if t * slow <= window else window + (t - window / slow)
+            self.extra += d - t
+            t = d
+        self.tc += t
+
+    def end(self) -> float:
+        return max(self.tc, self.tm, self.ta, *self.ends.values())
+
+
+class _Schedule:
+    """simulate's state: kernel times and each computation's (time, overlap slowdown), memoized."""
+
+    def __init__(self, module: hlo_text.Module, ks: list, colls: list[Collective], perf, r: Rates,
+                 devices_per_host: int):
+        self.module, self.perf, self.r, self.dph = module, perf, r, devices_per_host
+        self.by_kernel = {(k.computation, k.name): k for k in ks}
+        self.coll_by = {(c.computation, c.name): c for c in colls}
+        self.times: dict[tuple[str, str], float] = {}
+        self.memo: dict[str, tuple[float, float]] = {}
+        self.slow = 1.0 + r.overlap_slowdown
+
+    def kt(self, k) -> float:
+        key = (k.computation, k.name)
+        if key not in self.times:
+            self.times[key] = kernel_time(k, self.perf, self.r)
+        return self.times[key]
+
+    def run(self, cname: str) -> tuple[float, float]:
+        """(seconds one run of computation `cname` takes, of which the overlap slowdown)."""
+        if cname in self.memo:
+            return self.memo[cname]
+        comp = self.module.computations.get(cname)
+        if comp is None:
+            return 0.0, 0.0
+        s = _Stream()
+        for ins in comp.instructions:
+            key = (cname, ins.name)
+            if key in self.coll_by:
+                t, _ = collective_time(self.coll_by[key], self.perf, self.r, self.dph, self.r.nvls)
+                if ins.opcode.endswith("-start") or ins.opcode == "async-start":
+                    s.tm = max(s.tc, s.tm) + t
+                    s.ends[ins.name] = s.tm
+                else:
+                    s.tc = s.tm = max(s.tc, s.tm) + t
+            elif ins.opcode in _START_DONE:
+                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                if ops and ops[0] in s.ends:
+                    s.tc = max(s.tc, s.ends.pop(ops[0]))
+            elif ins.opcode in ("while", "conditional", "call"):
+                t, extra = self._control(ins)
+                s.tc += t
+                s.extra += extra
+            elif (k := self.by_kernel.get(key)) is not None and k.klass != "collective":
+                if ins.opcode in _ASYNC_KERNELS:
+                    # an async fusion (XLA's async dynamic-slice / dynamic-update-slice fusions of loop-
+                    # carried stacks) runs on a stream of its own from its start, waited for at its done
+                    s.ta = max(s.ta, s.tc) + self.kt(k)
+                    s.ends[ins.name] = s.ta
+                else:
+                    s.compute(self.kt(k), self.slow)
+        self.memo[cname] = (s.end(), s.extra)
+        return self.memo[cname]
+
+    def _control(self, ins) -> tuple[float, float]:
+        """(seconds, overlap slowdown) of a while (its body x trip count; a known trip count runs no
+        condition on XLA:GPU), a conditional (its longest branch) or a call."""
+        comps = self.module.computations
+        if ins.opcode == "while":
+            called = dict(ins.called)
+            known = self.module.trip_counts.get(ins.name)
+            trips = known or 1
+            body, cond = called.get("body"), None if known else called.get("condition")
+            b = self.run(body) if body else (0.0, 0.0)
+            c = self.run(cond) if cond else (0.0, 0.0)
+            return trips * b[0] + (trips + 1) * c[0], trips * b[1] + (trips + 1) * c[1]
+        branches = [c for a, c in ins.called if c in comps and (a != "to_apply" or ins.opcode == "call")]
+        return max((self.run(b) for b in branches), key=lambda x: x[0]) if branches else (0.0, 0.0)

@@ -366,8 +366,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
                             "bytes": sum(k.bytes * k.runs for k in mine),
                             "flops": sum(k.flops * k.runs for k in mine)})
     return {
-        "label": "estimate",
-        "available": True,
+        "label": "estimate", "available": True,
         "estimate_s": sim["step_s"] + host_s,
         "low_s": ends["fast"]["step_s"] + host_s,
         "high_s": ends["slow"]["step_s"] + host_s,
@@ -376,8 +375,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str) -> 
         "compute_s": compute_s,
         "memory_s": memory_s,
         "communication_s": comm_s,
-        # the kernels' lost time beside collectives in flight (OVERLAP_SLOWDOWN), then what is left
-        "overlap_slowdown_s": sim["overlap_slowdown_s"],
+        "overlap_slowdown_s": sim["overlap_slowdown_s"],    # lost beside collectives in flight (OVERLAP_SLOWDOWN)
         "exposed_communication_s": max(sim["step_s"] - compute_s - memory_s - sim["overlap_slowdown_s"], 0.0),
         "host_transfer_s": host_s,
         "host_transfer_bytes": host_bytes,
