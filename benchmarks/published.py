@@ -216,7 +216,7 @@ WHY_H200 = (
     "16-32 channels, NVLS 258 MiB per 8-GPU NVSwitch, tree across hosts; runtime.md, NCCL's buffers). It fits at the "
     "low end and at the estimate (1.14 GiB to spare), not at the high end: tight on nccl_communicators. Before "
     "NCCL was modelled from its allocations the verdict was DOES NOT FIT (issue 37: 1.3 GiB per NVLS communicator, "
-    "a measurement of NCCL before 2.21). The step estimate is compute-bound at peak rate (ratio 0.65).")
+    "a measurement of NCCL before 2.21). Step time: steptime-accuracy.md (ratio 0.80).")
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
@@ -248,12 +248,9 @@ RECIPES: tuple[Recipe, ...] = (
         precision=_MAXTEXT_PRECISION,
         approximations="scanned layers (the recipe: scan off); MaxText's minimal_flash of the time = "
                        "checkpoint_dots_with_no_batch_dims + the named 'context', reproduced as such",
-        why=("the verdict agrees, with room (38.57 of 71.20 GiB). The step estimate is compute-bound at "
-             "the H100's peak rate; the published time is 51% of that peak at XLA's FLOP count (the line "
-             "above): the kernels ran at about half of peak, which the peak-rate rule leaves out (ratio "
-             "0.62). With XLA attention the peak is 8.26 GiB higher and the estimate memory-bound on the "
-             "(B, H, T, T) scores (1.016 s, ratio 1.41): the closer step time of the all-XLA-attention run "
-             "(commit 0088011, 1.39) came from a kernel the recipe did not run."),
+        why=("the verdict agrees, with room (38.57 of 71.20 GiB). The published time is 51% of the H100's "
+             "peak at XLA's FLOP count (the line above); the per-kernel estimate is 0.83 of it "
+             "(steptime-accuracy.md). With XLA attention the peak is 8.26 GiB higher."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-1vm",
@@ -281,9 +278,8 @@ RECIPES: tuple[Recipe, ...] = (
              "saved activations under minimal_flash at the peak: two bf16(32, 4, 4096, 11008) MLP stacks "
              "of 10.75 GiB and six bf16 stacks of 4 GiB of (32, 4, 4096, 4096) elements. With XLA "
              "attention it would not fit (79.77 GiB, 17.14 GiB more: the kernel behind the all-XLA-"
-             "attention run's disagreement, commit 0088011). The step estimate is compute-bound at peak "
-             "rate; the published "
-             "492 TFLOP/s (MaxText's count) is 51% of that peak at XLA's count (ratio 0.56)."),
+             "attention run's disagreement, commit 0088011). The published 492 TFLOP/s (MaxText's count) is "
+             "51% of the peak at XLA's count; the per-kernel estimate is 0.81 of the published time."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-16vm",
@@ -310,10 +306,10 @@ RECIPES: tuple[Recipe, ...] = (
                        "state and activations; the 16-way gradient all-reduce across hosts is missing from "
                        "the step-time estimate. Scanned layers (the recipe: scan off)",
         why=("the verdict agrees (the same per-device program as the 1-host row). The step ratio is "
-             "outside 0.5-1.5 for a cost outside the compiled program: the published 16-host time is 0.453"
+             "outside 0.75-1.33 (0.61) for a cost outside the compiled program: the published 16-host time is 0.453"
              " s (31%) longer than the 1-host time for the same per-device program; what 16 hosts add to "
              "it is the 16-way cross-host gradient all-reduce (HSDP), which the FSDP-8 compile does not "
-             "have (not measured apart). Against the 1-host time the same estimate is 0.56."),
+             "have (not measured apart). Against the 1-host time the same estimate is 0.81."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-64gpu",
@@ -326,9 +322,8 @@ RECIPES: tuple[Recipe, ...] = (
         step_s=6.999, step_how="published step time (table); the log line says 7.908 s",
         args=_DGXC_L2_ARGS, mesh="data=64", layout="fsdp", batch=128,
         approximations="the custom policy's names reproduced with remat_save",
-        why=("the verdict agrees (56.62 of 74.36 GiB). The step estimate is compute-bound at peak rate; "
-             "the published 6.999 s is 61% of that peak at XLA's count (ratio 0.75; against the README's "
-             "log line, 7.908 s, 0.67)."),
+        why=("the verdict agrees (56.62 of 74.36 GiB). The published 6.999 s is 61% of the peak at XLA's count; "
+             "the per-kernel estimate is 0.86 of it (against the README's log line, 7.908 s, 0.76)."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-512gpu",
@@ -343,8 +338,8 @@ RECIPES: tuple[Recipe, ...] = (
                        "all-reduce across replicas is missing from the step-time estimate",
         why=("the verdict agrees (47.96 GiB). The recipe's XLA flags add 2.37 GiB here (45.59 GiB without "
              "them: pipelined collectives, double-buffered loops, 2 GiB combine thresholds, XLA's "
-             "rematerialization off). Step ratio 0.74: the published time is 60% of peak at XLA's count, "
-             "and the 4-way all-reduce across replicas is not in the estimate."),
+             "rematerialization off). Step ratio 0.85 (the published time is 60% of peak at XLA's count); "
+             "the 4-way all-reduce across replicas is not in the compiled program."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-32gpu",
@@ -385,8 +380,8 @@ RECIPES: tuple[Recipe, ...] = (
              "`--top` puts the peak at "
              "the loss: two 20 GiB stacks (the saved query projections, bf16(80, 2, 8192, 64, 128), and "
              "bf16(80, 2, 8192, 8192) layer activations), the f32 logits (7.83 GiB), their bf16 copy (3.91"
-             " GiB) and the gathered LM head (1.96 GiB). The step estimate is compute-bound at peak rate; "
-             "the published time is 59% of that peak at XLA's count (ratio 0.65)."),
+             " GiB) and the gathered LM head (1.96 GiB). The published time is 59% of the peak at XLA's count; "
+             "the per-kernel estimate is 0.85 of it."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-64gpu",
@@ -421,9 +416,8 @@ RECIPES: tuple[Recipe, ...] = (
         why=("the verdict agrees (68.30 of 74.36 GiB). The same recipe in bf16 (row 7) peaks at 67.97 GiB: FP8 "
              "adds 0.33 GiB here (the E4M3 copies of inputs and weights the backward pass keeps beside the bf16 "
              "ones), not the saving FP8 is sometimes assumed to give: master weights, gradients and Adam moments "
-             "stay fp32. Published 9.074 s against 15.563 s in bf16 (0.58x); jaxmem's estimate 5.752 s against "
-             "10.184 s (0.56x), compute-bound at the FP8 peak for the FP8 dots; the published time is 56% of that "
-             "peak at XLA's count (ratio 0.63, as the bf16 row's 0.65)."),
+             "stay fp32. Published 9.074 s against 15.563 s in bf16 (0.58x); jaxmem's per-kernel estimate 7.714 s "
+             "against 13.222 s (0.58x); ratio 0.85, as the bf16 row's."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-fp8-256gpu",
@@ -437,8 +431,9 @@ RECIPES: tuple[Recipe, ...] = (
         args=_DGXC_L3_ARGS, mesh="data=256", layout="fsdp", batch=512,
         approximations=_FP8_APPROX,
         why=("the verdict agrees (64.73 of 74.36 GiB: the fp32 state over 256 devices, 3.57 GiB less than at "
-             "128). Published 9.488 s (the README's bf16 run at 256 GPUs: 15.444 s, 0.61x); the estimate 5.754 s "
-             "(ratio 0.61)."),
+             "128). Published 9.488 s (the README's bf16 run at 256 GPUs: 15.444 s, 0.61x); the per-kernel "
+             "estimate 7.667 s (ratio 0.81), 0.047 s under the 128-GPU row's where the published time is 0.414 s "
+             "over it: the two estimates lie within each other's band (tied)."),
     ),
     Recipe(
         key="axlearn-fuji-7b-v2-256gpu",
@@ -459,10 +454,9 @@ RECIPES: tuple[Recipe, ...] = (
                        "estimate. AXLearn's names mapped to MaxText's (q/k/v/o_proj, context)",
         why=("the verdict agrees, with 3.62 GiB to spare at the assumed 0.75 (the fraction AXLearn used on"
              " p5 is not stated). The step-time comment names fuji-7B-v2, not fuji-7B-v2-flash, so the row"
-             " runs XLA attention; its estimate is memory-bound on the (B, H, T, T) traffic and lands on "
-             "the published time (1.03). With attention=cudnn (the -flash config) the estimate is "
-             "compute-bound at 0.916 s (ratio 0.51) and the peak 40.36 GiB. Which kernel ran is not "
-             "stated, so the close ratio is not evidence for the rule."),
+             " runs XLA attention; its per-kernel estimate is memory-bound on the (B, H, T, T) traffic (ratio "
+             "1.48). With attention=cudnn (the -flash config) the estimate is 1.285 s (0.72) and the peak "
+             "40.36 GiB. Which kernel ran is not stated; the two bracket the published time."),
     ),
     Recipe(
         key="axlearn-fuji-70b-v2-512gpu",
@@ -487,10 +481,13 @@ RECIPES: tuple[Recipe, ...] = (
              "beside four 10 GiB stacks of saved activations, XLA's own rematerialization fails "
              "(xla_remat_failed), and 69.92 GiB is over even the "
              "0.85 of AXLearn's GCP A3 jobs (67.24 GiB usable); with attention=cudnn (fuji-70B-v2-flash) "
-             "the peak is 55.01 GiB and it fits at 0.75. The step ratio is low because the run was slow: "
-             "the published time is 35% of peak at XLA's count (the DGXC MaxText 70B rows: 59-61%; "
-             "fuji.py's own TODO for 7B: 'need to match 1.5s/step perf on TransformerEngine'), and the "
-             "4-way all-reduce across replicas is not in the estimate."),
+             "the peak is 55.01 GiB and it fits at 0.75. So the run that ran did not hold XLA attention's "
+             "(B, H, T, T) scores; the row keeps XLA attention because the source names no kernel, and says so. "
+             "The step time sits between the two kernels: with XLA attention the estimate is 0.80 of the "
+             "published 12.9 s; with cuDNN's (the same command with --arg attention=cudnn, jax 0.12.0.1: "
+             "6.547 s) 0.51: the run's attention was a flash-style kernel (no score buffer) much slower than "
+             "cuDNN's (fuji.py's own TODO for 7B: 'need to match 1.5s/step perf on TransformerEngine'). The "
+             "4-way all-reduce across replicas is not in the compiled program."),
     ),
     Recipe(
         key="axlearn-fuji-70b-v2-256gpu",
@@ -573,7 +570,7 @@ RECIPES: tuple[Recipe, ...] = (
         attention="xla", model="models/llama.py",
         args=(("n_layers", 96), ("d_model", 12288), ("n_heads", 96), ("n_kv_heads", 96), ("head_dim", 128),
               ("ffn_dim", 32768), ("vocab_size", 50260), ("tie_embeddings", True), ("seq_len", 2048)),
-        mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="fp32",
+        mesh="data=12,stage=16,tensor=4", layout="tp", batch=1536, remat="full", precision="bf16",
         pipeline="gpipe", microbatches=64, stage_remat=True,
         approximations="models/gpt2.py has GPT-3's block (LayerNorm, GELU, biases, learned positions) but runs "
                        "its layers as a Python loop, which jaxmem does not pipeline (exit 2): compiled with "
@@ -586,22 +583,23 @@ RECIPES: tuple[Recipe, ...] = (
                        "tensor=4 under --layout tp, in that order so that each 8-GPU host holds 2 stages x 4 "
                        "tensor shards as Pax's ICI mesh [2,1,1,4] does. MICROBATCH_SIZE=24 of the global 1536 as "
                        "--microbatches 64 with --pipeline gpipe (CIRCULAR_REPEAT=1); SAVE_NOTHING as --stage-remat "
-                       "(praxis checkpoints the stage body at its input) over --remat full; FPROP_DTYPE float32 as --precision fp32. Pax runs the embedding and softmax data-"
+                       "(praxis checkpoints the stage body at its input) over --remat full; bf16 compute "
+                       "(--precision bf16) where the config's FPROP_DTYPE says float32: the record rules float32 out "
+                       "twice (see why). "
+                       "Pax runs the embedding and softmax data-"
                        "parallel over (stage, replica, data), 8 sequences per device; jaxmem runs them on every "
                        "stage for its replica's 128 sequences. jaxmem's AdamW for Pax's Adam with weight decay",
-        why=("DISAGREES (88.90 GiB of 71.33). With --stage-remat as Pax's SAVE_NOTHING, a stage keeps the input of "
-             "each iteration as Pax does (`--top`: f32(79, 1, 2, 2048, 12288) = 14.81 GiB); the rest is the fp32 "
-             "state (params 10.70, Adam moments 21.40 GiB), a 12 GiB f32(64, 2, 2048, 12288) buffer of the "
-             "replica's 64 microbatches around the stage loop, and 2.25 GiB f32 buffers of the stage's 6-layer "
-             "weights (their gradients accumulated over the loop, and copies). Without --stage-remat (the "
-             "shipped Llama's per-layer remat only) every layer's input is kept per microbatch: 169.48 GiB. An "
-             "earlier jaxmem gathered the whole global batch's hidden states onto every device inside the stage "
-             "loop (two 144 GiB buffers, 444 GiB): found with this row and fixed. The record is itself odd for "
-             "fp32 compute: 6 N T B is 4.29 PFLOP per GPU per step, in 45.714 s 94 TFLOP/s, 60% of the A100's "
-             "156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed forward and the 19% bubble (with them, "
-             "about 99%), so the run likely computed in bf16 or differed from this config; the source does not "
-             "say. The step estimate (ratio 2.93) counts every stage's 79 iterations of fp32 work at the TF32 "
-             "rate plus the recompute."),
+        why=("the verdict agrees in bf16. The config's FPROP_DTYPE is float32, but the record rules it out twice, "
+             "each without the step-time model's rates: (1) speed: 6 N T B is 4.29 PFLOP per GPU per step, in "
+             "45.714 s 94 TFLOP/s, 60% of the A100's 156 TFLOP/s TF32 peak before SAVE_NOTHING's recomputed "
+             "forward and the 19% bubble (with them, about 99%); (2) memory: the float32 program does not fit "
+             "(88.90 GiB of 71.33: a stage's input per iteration f32(79, 1, 2, 2048, 12288) = 14.81 GiB, a 12 GiB "
+             "f32 buffer of the replica's 64 microbatches around the stage loop, beside the fp32 state), though "
+             "the run ran. So the row computes in bf16 (fp32 weights and Adam moments as before). Without "
+             "--stage-remat every layer's input is kept per microbatch. The step estimate's kernels (GEMMs and "
+             "memory-bound) come to about the published time; what is left is communication the program holds "
+             "and the run cannot have had: XLA leaves the data-parallel all-reduce of each stage's gradient "
+             "inside the 79-iteration stage loop (steptime-accuracy.md, the row's note)."),
     ),
     Recipe(
         key="gpurecipes-maxtext-llama31-70b-h200-256gpu",

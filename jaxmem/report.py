@@ -136,6 +136,7 @@ class StepTime(TypedDict, total=False):
     memory_s: float
     communication_s: float
     exposed_communication_s: float
+    overlap_slowdown_s: float          # compute slowed beside collectives in flight (rates.OVERLAP_SLOWDOWN)
     host_transfer_s: float
     host_transfer_bytes: int
     bound: str

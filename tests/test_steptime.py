@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import build_step
-from jaxmem.compiler import steptime, targets
+from jaxmem.compiler import kernels, steptime, targets
+from jaxmem.compiler import rates as rates_mod
 from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import Collective
 
@@ -139,12 +140,20 @@ def test_estimate_states_its_parts_band_and_sources(llama_costs):
     assert (kind, passes) == ("tf32", 1) and 0 < dots < cost.flops
     assert [r["kind"] for r in st["compute_peaks"]] == ["tf32", "non-dot"]
     assert st["communication_s"] == 0 and st["collectives"] == []          # one device: nothing to communicate
-    # one device, no collectives: the step is its kernels one after another
-    assert st["estimate_s"] == pytest.approx(st["compute_s"] + st["memory_s"], rel=1e-9)
+    # one device, no collectives: the step is its kernels one after another, except XLA's async slice / update
+    # fusions of the scan's stacks (fusion-start), which run beside them on a stream of their own
+    perf = targets.PERFORMANCE["h100"]
+    r = steptime.rates("h100", perf)
+    beside = sum(steptime.kernel_time(k, perf, r) * k.runs for k in kernels.kernels(module)
+                 if k.opcode == "fusion-start")
+    assert beside > 0
+    busy = st["compute_s"] + st["memory_s"]
+    assert busy - beside - 1e-12 <= st["estimate_s"] < busy
+    assert st["overlap_slowdown_s"] == 0
     assert st["low_s"] < st["estimate_s"] < st["high_s"]
     classes = {c["class"]: c for c in st["kernel_classes"]}
     assert set(classes) == {"gemm", "memory"}
-    assert sum(c["time_s"] for c in classes.values()) == pytest.approx(st["estimate_s"], rel=1e-9)
+    assert sum(c["time_s"] for c in classes.values()) == pytest.approx(busy, rel=1e-9)
     # every kernel at least the launch floor: a tiny step is launch-bound, not free
     assert classes["memory"]["time_s"] >= classes["memory"]["launches"] * steptime.LAUNCH_FLOOR_S.central * 0.999
     assert st["bytes_accessed"] == pytest.approx(classes["gemm"]["bytes"] + classes["memory"]["bytes"])
@@ -224,8 +233,13 @@ def test_an_async_collective_hides_behind_the_compute_scheduled_between_its_star
     assert t_ag < t_gemm            # the gather fits behind the GEMM
     assert "NVLS" in link            # an 8-GPU all-reduce inside an H100 host runs on NVLink SHARP
     st = steptime.estimate(module, mesh_axes=(("data", 8),), hosts=1, gpu="h100")
-    # the gather is hidden, the synchronous all-reduce is not
-    assert st["estimate_s"] == pytest.approx(t_gemm + t_ar + t_copy, rel=1e-9)
+    # the gather is hidden, the synchronous all-reduce is not; the GEMM runs `slow` times longer while the
+    # gather runs beside it (OVERLAP_SLOWDOWN: NCCL holds SMs and HBM bandwidth)
+    slow = 1 + r.overlap_slowdown
+    lost = t_ag * (1 - 1 / slow)
+    assert r.overlap_slowdown == steptime.OVERLAP_SLOWDOWN.central > 0
+    assert st["estimate_s"] == pytest.approx(t_gemm + lost + t_ar + t_copy, rel=1e-9)
+    assert st["overlap_slowdown_s"] == pytest.approx(lost, rel=1e-9)
     assert st["exposed_communication_s"] == pytest.approx(t_ar, rel=1e-6)
     # the GEMM at the MAMF share of the peak (4096 x 4096 fills its waves: 512 tiles on 132 SMs, 97%)
     assert t_gemm == pytest.approx(2 * 4096**3 / (perf.bf16_flops * r.gemm_fraction * 512 / (4 * 132)), rel=1e-9)
@@ -234,12 +248,78 @@ def test_an_async_collective_hides_behind_the_compute_scheduled_between_its_star
 def test_each_rate_constant_names_its_public_source_and_orders_its_band():
     rates = [*steptime.GEMM_FRACTION.values(), steptime.ATTENTION_FWD_FRACTION, steptime.ATTENTION_BWD_FRACTION,
              steptime.HBM_FRACTION, steptime.LAUNCH_FLOOR_S, steptime.NVLINK_FRACTION,
-             steptime.NVLS_ALLREDUCE_FRACTION, steptime.NETWORK_FRACTION, *steptime.COLLECTIVE_LATENCY_S.values()]
+             steptime.NVLS_ALLREDUCE_FRACTION, steptime.NETWORK_FRACTION, *steptime.COLLECTIVE_LATENCY_S.values(),
+             steptime.OVERLAP_SLOWDOWN]
     for r in rates:
         assert r.low <= r.central <= r.high and len(r.source) > 20
     perf = targets.PERFORMANCE["h100"]
     fast, slow = steptime.rates("h100", perf, "fast"), steptime.rates("h100", perf, "slow")
     assert fast.gemm_fraction > slow.gemm_fraction and fast.hbm > slow.hbm and fast.launch_s < slow.launch_s
+
+
+# A loop of known trip count whose body starts an async dynamic-slice fusion (XLA's async slices of a stacked
+# buffer) before a GEMM and waits for it after: the slice runs on its own stream behind the GEMM, and the
+# loop's condition is never launched (XLA:GPU's WhileThunk runs a known trip count without it).
+ASYNC_LOOP = """HloModule m, is_scheduled=true
+
+%slice (p0: bf16[4,512,512], p1: s32[]) -> bf16[1,512,512] {
+  %p0 = bf16[4,512,512]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  ROOT %ds = bf16[1,512,512]{2,1,0} dynamic-slice(%p0, %p1, %z, %z), dynamic_slice_sizes={1,512,512}
+}
+
+%cmp (q: s32[]) -> pred[] {
+  %q = s32[] parameter(0)
+  %k = s32[] constant(4)
+  ROOT %lt = pred[] compare(%q, %k), direction=LT
+}
+
+%cn (c: (s32[], bf16[4,512,512], bf16[2048,2048])) -> pred[] {
+  %c = (s32[], bf16[4,512,512]{2,1,0}, bf16[2048,2048]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  ROOT %f = pred[] fusion(%i), kind=kLoop, calls=%cmp
+}
+
+%bd (b: (s32[], bf16[4,512,512], bf16[2048,2048])) -> (s32[], bf16[4,512,512], bf16[2048,2048]) {
+  %b = (s32[], bf16[4,512,512]{2,1,0}, bf16[2048,2048]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %stack = bf16[4,512,512]{2,1,0} get-tuple-element(%b), index=1
+  %x = bf16[2048,2048]{1,0} get-tuple-element(%b), index=2
+  %fs = ((bf16[4,512,512], s32[]), bf16[1,512,512], u32[]) fusion-start(%stack, %i), kind=kLoop, calls=%slice
+  %d = bf16[2048,2048]{1,0} dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %fd = bf16[1,512,512]{2,1,0} fusion-done(%fs)
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  ROOT %t = (s32[], bf16[4,512,512]{2,1,0}, bf16[2048,2048]{1,0}) tuple(%n, %stack, %d)
+}
+
+ENTRY %main (s: bf16[4,512,512], x: bf16[2048,2048]) -> bf16[2048,2048] {
+  %s = bf16[4,512,512]{2,1,0} parameter(0)
+  %x = bf16[2048,2048]{1,0} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[4,512,512]{2,1,0}, bf16[2048,2048]{1,0}) tuple(%zero, %s, %x)
+  %w = (s32[], bf16[4,512,512], bf16[2048,2048]) while(%init), condition=%cn, body=%bd, backend_config={"known_trip_count":{"n":"4"}}
+  ROOT %r = bf16[2048,2048]{1,0} get-tuple-element(%w), index=2
+}
+"""
+
+
+def test_an_async_fusion_hides_behind_the_gemm_and_a_known_trip_count_launches_no_condition():
+    module = hlo_text.parse_module(ASYNC_LOOP)
+    assert module.trip_counts == {"w": 4}
+    perf = targets.PERFORMANCE["h100"]
+    r = steptime.rates("h100", perf)
+    ks = kernels.kernels(module)
+    assert {k.name for k in ks} == {"fs", "d", "n"}      # no kernel of the condition
+    by = {k.name: k for k in ks}
+    t = {n: steptime.kernel_time(k, perf, r) for n, k in by.items()}
+    assert t["fs"] < t["d"]
+    st = steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100")
+    # per trip: the GEMM and the add on the compute stream; the slice beside them, waited for at its done
+    assert st["estimate_s"] == pytest.approx(4 * (t["d"] + t["n"]), rel=1e-9)
+    # with the slice charged on the compute stream (as before), the step would be longer by its time
+    assert st["estimate_s"] < 4 * (t["d"] + t["n"] + t["fs"])
 
 
 # One dot per way the compiled program says how it computes: operand types, operand_precision, algorithm,
@@ -411,3 +491,20 @@ def test_the_cost_kept_with_the_printed_text_is_used_not_parsed_again():
     assert steptime.whole_cost({**kept, "utilization0{}": 1.0}) is None
     st = steptime.estimate(m, mesh_axes=(("data", 1),), hosts=1, gpu="h100", whole_cost=kept)
     assert st["xla_flops_loops_once"] == 1e9 and st["xla_bytes_accessed"] == 5e6
+
+
+def test_a_ring_collective_pays_nccl_latency_per_ring_step_more_between_hosts():
+    # NCCL's tuning model: base + one hop latency per ring step, the steps between hosts at the network's
+    perf = targets.PERFORMANCE["h100"]
+    r = steptime.rates("h100", perf)
+    st = steptime.estimate(ALL_REDUCE_16, mesh_axes=(("data", 16),), hosts=2, gpu="h100")
+    (row,) = st["collectives"]
+    assert row["link"] == "network"
+    steps, inter = 2 * 15, 2 * 1       # a 16-rank ring all-reduce over 2 hosts
+    latency = rates_mod.RING_BASE_LATENCY_S + (steps - inter) * r.ring_step_intra_s + inter * r.ring_step_network_s
+    wire = 4 * 2**20 * 2 * 15 / 16
+    busbw = min(perf.intra_host_bandwidth, 8 * perf.inter_host_bandwidth) * r.network_fraction
+    assert st["communication_s"] == pytest.approx(latency + wire / busbw, rel=1e-12)
+    assert r.ring_step_network_s > r.ring_step_intra_s
+    # the same bytes in a 32-rank ring over 4 hosts wait longer
+    assert latency < rates_mod.RING_BASE_LATENCY_S + 56 * r.ring_step_intra_s + 6 * r.ring_step_network_s

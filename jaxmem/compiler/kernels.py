@@ -20,7 +20,8 @@ is read for the same reason). Here, per kernel of the optimized, scheduled progr
   ``conditional``, ``call``) and async ``*-done`` halves launch nothing and move nothing;
 * collectives are costed on their links (:mod:`jaxmem.compiler.steptime`), copies to and from
   pinned host memory over PCIe (``steptime.host_transfer_bytes``), not here;
-* a kernel in a loop body runs once per trip (``Module.multiplicity``).
+* a kernel in a loop body runs once per trip (``Module.multiplicity``); the condition of a loop with a
+  known trip count launches nothing (XLA:GPU's WhileThunk runs the body that many times).
 
 The kernel classes the step-time model rates differently: ``gemm`` (cuBLAS / cuBLASLt custom calls,
 Triton GEMM fusions, any fusion holding a dot), ``attention`` (cuDNN fused attention), ``memory``
@@ -44,11 +45,13 @@ _FREE = frozenset({
     "after-all", "partition-id", "replica-id", "opt-barrier", "optimization-barrier", "add-dependency",
     "domain", "fusion-done", "async-done", "copy-done", "all-gather-done", "all-reduce-done",
     "collective-permute-done", "reduce-scatter-done", "send-done", "recv-done", "get-dimension-size",
+    "all-to-all-done", "ragged-all-to-all-done", "collective-broadcast-done",
     "iota",   # XLA folds iotas into their users' fusions; a bare one is cheap
 })
 COLLECTIVE_OPS = frozenset({
     "all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter", "reduce-scatter-start",
-    "all-to-all", "ragged-all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
+    "all-to-all", "all-to-all-start", "ragged-all-to-all", "ragged-all-to-all-start", "collective-permute",
+    "collective-permute-start", "collective-broadcast", "collective-broadcast-start",
     "send", "recv",
 })
 _HOST = frozenset({"copy-start"})   # host offload copies: steptime.host_transfer_bytes
@@ -284,11 +287,25 @@ class _Reader:
         return Kernel(ins.name, cname, op, "memory", runs, moved)
 
 
+def unevaluated_conditions(module: hlo_text.Module) -> set[str]:
+    """The condition computations of loops with a known trip count: XLA:GPU's WhileThunk then runs the body
+    that many times and never launches the condition (xla/backends/gpu/runtime/while_thunk.cc,
+    ``if (trip_count_.has_value())``)."""
+    trips = module.trip_counts
+    out = set()
+    for ins in module.instructions():
+        if ins.opcode == "while" and trips.get(ins.name):
+            cond = dict(ins.called).get("condition")
+            if cond:
+                out.add(cond)
+    return out
+
+
 def kernels(module: hlo_text.Module) -> list[Kernel]:
     """Every kernel launch site of the step with its class, bytes and FLOPs (see the module docstring)."""
     reader = _Reader(module)
     out: list[Kernel] = []
-    for cname in sorted(control_computations(module)):   # a fixed order: the sums are the same in every process
+    for cname in sorted(control_computations(module) - unevaluated_conditions(module)):   # a fixed order
         runs = module.multiplicity.get(cname, 0)
         if not runs:
             continue

@@ -114,6 +114,24 @@ NETWORK_FRACTION = Rate(0.92, 0.94, 0.96, "NVIDIA/nccl-tests issue #290 (NVIDIA)
 COLLECTIVE_LATENCY_S = {"intra": Rate(8e-6, 12e-6, 20e-6, "nccl-tests small-message latency within an NVLink host"),
                         "network": Rate(20e-6, 30e-6, 50e-6, "NVIDIA/nccl-tests issue #232: 2 MiB all-reduce "
                                                              "across two hosts 93-113 us")}
+# a ring collective's latency grows with its ring: NCCL's own tuning model (NVIDIA/nccl src/graph/tuning.cc,
+# ncclTopoTuneModel) charges a base latency plus one hardware latency per ring step (n-1 steps for all-gather /
+# reduce-scatter, 2(n-1) for all-reduce), the steps between hosts at the network's: Ring/Simple hwLat across
+# NCCL versions NVLink 3.4-5.7 us, network 6.6-14 us per step, baseLat 8.4 us
+RING_BASE_LATENCY_S = 8.4e-6
+RING_STEP_LATENCY_S = {"intra": Rate(3.4e-6, 3.4e-6, 5.7e-6, "NVIDIA/nccl src/graph/tuning.cc hwLat, NVLink Ring/"
+                                                              "Simple: 3.4-5.7 us per step across versions (baseLat "
+                                                              "8.4 us)"),
+                       "network": Rate(6.6e-6, 9.6e-6, 14e-6, "NVIDIA/nccl src/graph/tuning.cc hwLat, NET Ring/Simple: "
+                                                               "6.6-14 us per step across versions")}
+# compute beside communication: an NCCL kernel holds SMs (one thread block per channel) and HBM bandwidth
+# while it runs, so the kernels XLA overlaps with a collective run slower than alone. Measured on H100 /
+# A100 / MI250 / MI210 with GPT and LLaMA layers: 18.9% slower on average, at most 40.0% (Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning, arXiv:2507.03114, 2025);
+# the fast end of the band assumes none (the paper's "ideal" baseline).
+OVERLAP_SLOWDOWN = Rate(0.0, 0.189, 0.40, "arXiv:2507.03114 (2025), compute beside overlapped communication on "
+                                          "H100/A100/MI250/MI210, GPT and LLaMA layers: 18.9% slower on average, "
+                                          "40.0% at most")
 # wave quantization: a GEMM's output is cut into tiles, one per SM at a time; the last wave runs partly
 # empty (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
 # quantization). cuBLAS's large-GEMM tiles on Hopper/Ampere: 128 x 256 (the guide's example size).
@@ -128,6 +146,8 @@ RATE_SOURCES = {
     "nvls": NVLS_ALLREDUCE_FRACTION.source,
     "network": NETWORK_FRACTION.source,
     "latency": COLLECTIVE_LATENCY_S["network"].source,
+    "overlap": OVERLAP_SLOWDOWN.source,
+    "ring_latency": RING_STEP_LATENCY_S["intra"].source + "; " + RING_STEP_LATENCY_S["network"].source,
 }
 # NVLink SHARP needs an NVSwitch with multicast (Hopper and later, 4+ GPUs): these catalogue cards
 _NVLS_CARDS = frozenset({"h100", "h200", "b200", "gh200", "gb200"})
@@ -154,6 +174,9 @@ class Rates:
     latency_network_s: float
     sm_count: int
     nvls: bool
+    overlap_slowdown: float = 0.0   # share by which a kernel slows while a collective runs beside it
+    ring_step_intra_s: float = 3.4e-6
+    ring_step_network_s: float = 9.6e-6
 
 
 def rates(gpu: str, perf, end: str = "central") -> Rates:
@@ -177,6 +200,9 @@ def rates(gpu: str, perf, end: str = "central") -> Rates:
         latency_network_s=_pick(COLLECTIVE_LATENCY_S["network"], slow),
         sm_count=spec.core_count if spec is not None else 132,
         nvls=gpu in _NVLS_CARDS,
+        overlap_slowdown=_pick(OVERLAP_SLOWDOWN, slow),
+        ring_step_intra_s=_pick(RING_STEP_LATENCY_S["intra"], slow),
+        ring_step_network_s=_pick(RING_STEP_LATENCY_S["network"], slow),
     )
 
 
@@ -219,12 +245,27 @@ def collective_time(c: Collective, perf, r: Rates, devices_per_host: int, nvls: 
     wire = _wire_factor(c) * c.bytes
     if link == "network":
         busbw = bw * r.network_fraction
-        latency = r.latency_network_s
+        latency = ring_latency(c, devices_per_host, r)
     elif nvls and c.kind == "all-reduce" and c.group_size >= 4:
         busbw, latency, link = bw * r.nvls_fraction, r.latency_intra_s, link + " (NVLS)"
     else:
-        busbw, latency = bw * r.nvlink_fraction, r.latency_intra_s
+        busbw, latency = bw * r.nvlink_fraction, ring_latency(c, devices_per_host, r)
     return latency + wire / busbw, link
+
+
+def ring_latency(c: Collective, devices_per_host: int, r: Rates) -> float:
+    """NCCL's ring latency for collective `c` (RING_STEP_LATENCY_S): base + a hop latency per ring step, the
+    steps between hosts at the network's; a collective-permute is one step."""
+    n = c.group_size
+    hosts = max((len({d // devices_per_host for d in g}) for g in c.replica_groups), default=1)
+    if c.kind in ("collective-permute", "collective-broadcast"):
+        steps, inter = 1, int(hosts > 1)
+    elif c.kind == "all-reduce":
+        steps, inter = 2 * (n - 1), 2 * (hosts - 1)
+    else:
+        steps, inter = n - 1, hosts - 1
+    inter = min(inter, steps)
+    return RING_BASE_LATENCY_S + (steps - inter) * r.ring_step_intra_s + inter * r.ring_step_network_s
 
 
 def communication_rows(colls: list[Collective], perf, r: Rates, devices_per_host: int) -> list[dict]:
@@ -246,7 +287,13 @@ def communication_rows(colls: list[Collective], perf, r: Rates, devices_per_host
 
 
 _START_DONE = {"all-gather-done", "all-reduce-done", "reduce-scatter-done", "collective-permute-done", "async-done",
-               "fusion-done", "copy-done", "send-done", "recv-done"}
+               "fusion-done", "copy-done", "send-done", "recv-done", "all-to-all-done", "ragged-all-to-all-done",
+               "collective-broadcast-done"}
+
+
+# kernels XLA launches asynchronously on a stream of their own (a ``fusion-start`` is waited for at its
+# ``fusion-done``): they hide behind the compute XLA scheduled between the two, as collectives do
+_ASYNC_KERNELS = frozenset({"fusion-start", "async-start"})
 
 
 def simulate(module: hlo_text.Module, ks: list, colls: list[Collective], perf, r: Rates,
@@ -257,69 +304,108 @@ def simulate(module: hlo_text.Module, ks: list, colls: list[Collective], perf, r
     the compute stream, collectives on the communication stream. An async collective starts when its
     ``*-start`` is reached (and the communication stream is free) and is waited for at its ``*-done``:
     it hides behind exactly the compute XLA placed between the two. A synchronous collective waits for
-    both streams. A ``while`` runs its body trip-count times; a conditional its longest branch.
+    both streams. An async fusion (``fusion-start`` ... ``fusion-done``) runs on a third stream the same way.
+    A kernel that runs while a collective is in flight is slowed by ``r.overlap_slowdown``. A ``while`` runs its
+    body trip-count times; a conditional its longest branch.
     """
-    by_kernel = {(k.computation, k.name): k for k in ks}
-    coll_by = {(c.computation, c.name): c for c in colls}
-    times: dict[tuple[str, str], float] = {}
-    memo: dict[str, float] = {}
-
-    def kt(k) -> float:
-        key = (k.computation, k.name)
-        if key not in times:
-            times[key] = kernel_time(k, perf, r)
-        return times[key]
-
-    def run(cname: str) -> float:
-        if cname in memo:
-            return memo[cname]
-        comp = module.computations.get(cname)
-        if comp is None:
-            return 0.0
-        tc = tm = 0.0
-        ends: dict[str, float] = {}
-        for ins in comp.instructions:
-            key = (cname, ins.name)
-            if key in coll_by:
-                c = coll_by[key]
-                t, _ = collective_time(c, perf, r, devices_per_host, r.nvls)
-                if ins.opcode.endswith("-start") or ins.opcode == "async-start":
-                    start = max(tc, tm)
-                    tm = start + t
-                    ends[ins.name] = tm
-                else:
-                    tc = tm = max(tc, tm) + t
-                continue
-            if ins.opcode in _START_DONE:
-                ops = re.findall(r"%([\w.\-]+)", ins.operands)
-                if ops and ops[0] in ends:
-                    tc = max(tc, ends.pop(ops[0]))
-                continue
-            if ins.opcode == "while":
-                called = dict(ins.called)
-                trips = module.trip_counts.get(ins.name) or 1
-                body, cond = called.get("body"), called.get("condition")
-                # a collective started before the loop may run on behind it (XLA schedules some so)
-                tc = tc + trips * (run(body) if body else 0.0) + (trips + 1) * (run(cond) if cond else 0.0)
-                continue
-            if ins.opcode in ("conditional", "call"):
-                branches = [c for a, c in ins.called if c in module.computations and a != "to_apply"] \
-                    if ins.opcode == "conditional" else [c for _, c in ins.called if c in module.computations]
-                if branches:
-                    tc += max(run(b) for b in branches)
-                continue
-            k = by_kernel.get(key)
-            if k is not None and k.klass != "collective":
-                tc += kt(k)
-        out = max(tc, tm, *ends.values()) if ends else max(tc, tm)
-        memo[cname] = out
-        return out
-
-    step = run(module.entry)
+    sim = _Schedule(module, ks, colls, perf, r, devices_per_host)
+    step, slowdown = sim.run(module.entry)
     busy: dict[str, float] = defaultdict(float)     # class -> seconds its kernels run per step
     for k in ks:
         if k.klass != "collective":
-            busy[k.klass] += kt(k) * k.runs
+            busy[k.klass] += sim.kt(k) * k.runs
     for c in colls:
         busy["collective"] += collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop
-    return {"step_s": step, "busy": dict(busy)}
+    return {"step_s": step, "busy": dict(busy), "overlap_slowdown_s": slowdown}
+
+
+class _Stream:
+    """One run of a computation: the compute, communication and async-fusion streams' clocks."""
+
+    def __init__(self) -> None:
+        self.tc = self.tm = self.ta = 0.0
+        self.extra = 0.0            # seconds the compute stream lost to collectives running beside it
+        self.ends: dict[str, float] = {}
+
+    def compute(self, t: float, slow: float) -> None:
+        """A kernel of `t` seconds on the compute stream; the part overlapping a collective in flight runs
+        `slow` times longer (SMs and HBM shared)."""
+        window = self.tm - self.tc
+        if window > 0 and slow > 1.0:
+            d = t * slow if t * slow <= window else window + (t - window / slow)
+            self.extra += d - t
+            t = d
+        self.tc += t
+
+    def end(self) -> float:
+        return max(self.tc, self.tm, self.ta, *self.ends.values())
+
+
+class _Schedule:
+    """simulate's state: kernel times and each computation's (time, overlap slowdown), memoized."""
+
+    def __init__(self, module: hlo_text.Module, ks: list, colls: list[Collective], perf, r: Rates,
+                 devices_per_host: int):
+        self.module, self.perf, self.r, self.dph = module, perf, r, devices_per_host
+        self.by_kernel = {(k.computation, k.name): k for k in ks}
+        self.coll_by = {(c.computation, c.name): c for c in colls}
+        self.times: dict[tuple[str, str], float] = {}
+        self.memo: dict[str, tuple[float, float]] = {}
+        self.slow = 1.0 + r.overlap_slowdown
+
+    def kt(self, k) -> float:
+        key = (k.computation, k.name)
+        if key not in self.times:
+            self.times[key] = kernel_time(k, self.perf, self.r)
+        return self.times[key]
+
+    def run(self, cname: str) -> tuple[float, float]:
+        """(seconds one run of computation `cname` takes, of which the overlap slowdown)."""
+        if cname in self.memo:
+            return self.memo[cname]
+        comp = self.module.computations.get(cname)
+        if comp is None:
+            return 0.0, 0.0
+        s = _Stream()
+        for ins in comp.instructions:
+            key = (cname, ins.name)
+            if key in self.coll_by:
+                t, _ = collective_time(self.coll_by[key], self.perf, self.r, self.dph, self.r.nvls)
+                if ins.opcode.endswith("-start") or ins.opcode == "async-start":
+                    s.tm = max(s.tc, s.tm) + t
+                    s.ends[ins.name] = s.tm
+                else:
+                    s.tc = s.tm = max(s.tc, s.tm) + t
+            elif ins.opcode in _START_DONE:
+                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                if ops and ops[0] in s.ends:
+                    s.tc = max(s.tc, s.ends.pop(ops[0]))
+            elif ins.opcode in ("while", "conditional", "call"):
+                t, extra = self._control(ins)
+                s.tc += t
+                s.extra += extra
+            elif (k := self.by_kernel.get(key)) is not None and k.klass != "collective":
+                if ins.opcode in _ASYNC_KERNELS:
+                    # an async fusion (XLA's async dynamic-slice / dynamic-update-slice fusions of loop-
+                    # carried stacks) runs on a stream of its own from its start, waited for at its done
+                    s.ta = max(s.ta, s.tc) + self.kt(k)
+                    s.ends[ins.name] = s.ta
+                else:
+                    s.compute(self.kt(k), self.slow)
+        self.memo[cname] = (s.end(), s.extra)
+        return self.memo[cname]
+
+    def _control(self, ins) -> tuple[float, float]:
+        """(seconds, overlap slowdown) of a while (its body x trip count; a known trip count runs no
+        condition on XLA:GPU), a conditional (its longest branch) or a call."""
+        comps = self.module.computations
+        if ins.opcode == "while":
+            called = dict(ins.called)
+            known = self.module.trip_counts.get(ins.name)
+            trips = known or 1
+            body, cond = called.get("body"), None if known else called.get("condition")
+            b = self.run(body) if body else (0.0, 0.0)
+            c = self.run(cond) if cond else (0.0, 0.0)
+            return trips * b[0] + (trips + 1) * c[0], trips * b[1] + (trips + 1) * c[1]
+        branches = [c for a, c in ins.called if c in comps and (a != "to_apply" or ins.opcode == "call")]
+        return max((self.run(b) for b in branches), key=lambda x: x[0]) if branches else (0.0, 0.0)
