@@ -41,6 +41,9 @@ import threading
 from typing import Any
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+# Those jaxmem was started with ignored (`nohup jaxmem ...` ignores SIGHUP, a shell's `jaxmem ... &` in a script
+# SIGINT): they stay ignored, as Python leaves an ignored SIGINT (a hang-up must not end a nohup'ed sweep).
+IGNORED_AT_START = frozenset(s for s in SIGNALS if signal.getsignal(s) is signal.SIG_IGN)
 # how long the main thread gets to unwind by itself before the helper ends the process, in seconds of
 # an idle machine: the helper multiplies it by the load per core when the signal comes (at most 30x)
 GRACE_S = 2.0
@@ -299,6 +302,8 @@ def run_scope(*, end_stuck: bool = True):
                 logging.getLogger(name).addFilter(_QUIET)
             _state["handler"] = on_signal
             for s in SIGNALS:
+                if s in IGNORED_AT_START:
+                    continue
                 with contextlib.suppress(OSError, ValueError):
                     saved_handlers[s] = signal.signal(s, on_signal)
             if wake_w is not None and end_stuck:
