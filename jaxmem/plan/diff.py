@@ -191,7 +191,7 @@ def _rows_sound(rows: list, name_key: str | None, size_key: str) -> bool:
         return True
     if set(map(type, rows)) != {dict}:
         return False
-    sizes = list(map(dict.get, rows, repeat(size_key)))
+    sizes: list[Any] = list(map(dict.get, rows, repeat(size_key)))   # ints, checked on the next line
     if set(map(type, sizes)) != {int} or min(sizes) < 0:   # bool is its own type, None is not int
         return False
     return name_key is None or set(map(type, map(dict.get, rows, repeat(name_key)))) == {str}
