@@ -5,6 +5,10 @@ Each row is the wall time of the call itself (no jax import); the table goes to
 benchmarks/results/hostile-scale.md.
 
     python benchmarks/hostile_scale.py
+    python benchmarks/hostile_scale.py --baseline /tmp/old   # diff's rows also run with that checkout's jaxmem
+
+`--baseline DIR`: a checkout (e.g. `git archive 7c99905 jaxmem | tar -x -C /tmp/old`) whose jaxmem
+diffs the same reports in the same run, so a loaded machine's times compare like with like.
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ def _report(n: int, shift: int, folder: pathlib.Path) -> pathlib.Path:
     return p
 
 
-def _time(argv: list[str]) -> tuple[float, float, int]:
+def _time(argv: list[str], tree: pathlib.Path = ROOT) -> tuple[float, float, int]:
     """(wall s, CPU s of the child, exit code) of `jaxmem ARGV` (CPU: what a loaded machine's wall hides)."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "jaxmem.cli", *argv], cwd=ROOT, capture_output=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # cwd=tree: `python -m` puts the working folder first on sys.path, before PYTHONPATH
+    r = subprocess.run([sys.executable, "-m", "jaxmem.cli", *argv], cwd=tree, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=900, env={**os.environ, "PYTHONPATH": str(tree)})
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -54,15 +59,25 @@ def _call(fn) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", type=pathlib.Path, default=None, help="a checkout whose jaxmem diffs too")
+    a = ap.parse_args()
+    trees = [("this checkout", ROOT)] + ([("baseline", a.baseline)] if a.baseline else [])
     rows = []
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         for n in (10_000, 40_000, 300_000):
             old, new = _report(n, 0, folder), _report(n, 7, folder)
-            secs, cpu, rc = _time(["diff", str(old), str(new), "--json"])
-            rows.append((f"jaxmem diff, {n:,} modules and {n:,} buffers ({old.stat().st_size / 2**20:.1f} MB each)",
-                         f"{secs:.2f} s ({cpu:.2f} s CPU)", f"exit {rc}"))
+            for mode in ("--json", "table"):
+                for label, tree in trees:
+                    secs, cpu, rc = _time(["diff", str(old), str(new), *([mode] if mode == "--json" else [])], tree)
+                    what = (f"jaxmem diff{' --json' if mode == '--json' else ''}, {n:,} modules and {n:,} buffers "
+                            f"({old.stat().st_size / 2**20:.1f} MB each){', ' + label if a.baseline else ''}")
+                    rows.append((what, f"{secs:.2f} s ({cpu:.2f} s CPU)", f"exit {rc}"))
+                    print(*rows[-1], f"load {os.getloadavg()[0]:.1f}", flush=True)
     sys.path.insert(0, str(ROOT))
     from jaxmem.program import pipeline_stages
 
@@ -80,7 +95,8 @@ def main() -> None:
            (f"`python benchmarks/hostile_scale.py` on {platform.node()} ({os.cpu_count()} cores, "
            f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d')}; load average {load_start:.1f} at the "
            f"start, {os.getloadavg()[0]:.1f} at the end (wall times on a loaded machine: the CPU column is the "
-           "command's own)."), "",
+           "command's own)" + (f"; baseline: {a.baseline}, the jaxmem before diff's rewrite, on the same reports in "
+                               "the same run" if a.baseline else "") + "."), "",
            "| case | wall | answer |", "|---|---:|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
     text = "\n".join(out) + "\n"
     print(text)

@@ -44,6 +44,8 @@ def _late_signals_end_the_process() -> None:
     from jaxmem import scratch  # noqa: PLC0415 - loaded by the run (jaxmem.session.scope), not by `jaxmem --help`
 
     for s in scratch.SIGNALS:   # the ones the run scope handles
+        if s in scratch.IGNORED_AT_START:   # nohup's SIGHUP stays ignored
+            continue
         with contextlib.suppress(OSError, ValueError):
             signal.signal(s, signal.SIG_DFL)
 

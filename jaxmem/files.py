@@ -22,8 +22,9 @@ import secrets
 import stat
 import sys
 from collections.abc import Callable
+from itertools import chain, compress, repeat
+from operator import is_, not_
 from pathlib import Path
-from typing import Any
 
 from jaxmem.errors import UserError
 
@@ -31,6 +32,7 @@ MAX_DEPTH = 100          # a rules file nests 3 deep, a saved comparison about 1
 MAX_NODES = 10_000_000   # values a parsed document may hold once YAML aliases are expanded
 MiB = 1 << 20
 _CONTAINERS = (dict, list, tuple)
+_CONTAINER_TYPES = frozenset(_CONTAINERS)
 
 
 def _kind(mode: int) -> str:
@@ -95,35 +97,42 @@ def read_user_file(path: str | os.PathLike, limit: int, what: str, fix: str) -> 
         raise UserError(f"{what} {path}: cannot read it ({e.strerror or e}); {fix}") from None
 
 
-def check_tree(doc, what: str) -> None:
+def check_tree(doc, what: str, *, each_level: Callable[[list], None] | None = None, text_keys: bool = False) -> None:
     """A parsed document nests at most MAX_DEPTH deep and holds at most MAX_NODES values (counted
     as expanded: a YAML alias counts each time it is used). UserError naming `what` otherwise.
-    Iterative: the check itself cannot overflow the stack."""
-    todo: list[tuple[Any, int]] = [(doc, 0)] if type(doc) in _CONTAINERS else []
+    Iterative: the check itself cannot overflow the stack.
+
+    The walk goes a level at a time in C's loops (map, chain, compress), not a Python step per
+    value: a 300,000-row report in a fraction of a second. `each_level` is given the values each
+    level holds (dicts' values, lists' and tuples' items), so a caller checks them in the same
+    walk. `text_keys`: every dict key is text (JSON), none a container (YAML's complex keys)."""
     nodes = 1
-    while todo:   # containers only, their scalars counted in bulk: a 300,000-row report in a fraction of a second
-        x, depth = todo.pop()
-        if x and depth + 1 > MAX_DEPTH:
+    depth = 0
+    level = [doc] if type(doc) in _CONTAINERS else []
+    while level:   # a level's values counted before they are gathered: an alias bomb stops here
+        if depth + 1 > MAX_DEPTH and any(level):   # a non-empty container this deep
             raise UserError(f"{what}: nested more than {MAX_DEPTH} levels deep; no file jaxmem reads nests so")
-        if type(x) is dict:   # keys and values count; a key is a container only in YAML (a tuple)
-            nodes += 2 * len(x)
-            for k, v in x.items():
-                if type(k) is tuple:
-                    todo.append((k, depth + 1))
-                if type(v) in _CONTAINERS:
-                    todo.append((v, depth + 1))
-        else:
-            nodes += len(x)
-            todo.extend((v, depth + 1) for v in x if type(v) in _CONTAINERS)
+        is_dict = list(map(is_, map(type, level), repeat(dict)))
+        dicts = list(compress(level, is_dict))
+        seqs = list(compress(level, map(not_, is_dict))) if len(dicts) < len(level) else []
+        nodes += 2 * sum(map(len, dicts)) + sum(map(len, seqs))   # a dict's keys and values count
         if nodes > MAX_NODES:
             raise UserError(f"{what}: more than {MAX_NODES:,} values (YAML aliases expanded); not a file jaxmem "
                             "writes or reads")
+        values = list(chain(chain.from_iterable(map(dict.values, dicts)), chain.from_iterable(seqs)))
+        if each_level is not None:
+            each_level(values)
+        level = list(compress(values, map(_CONTAINER_TYPES.__contains__, map(type, values))))
+        if not text_keys and tuple in set(map(type, chain.from_iterable(dicts))):
+            level += [k for k in chain.from_iterable(dicts) if type(k) is tuple]
+        depth += 1
 
 
-def loads_json(text: str | bytes, what: str):
+def loads_json(text: str | bytes, what: str, *, each_level: Callable[[list], None] | None = None):
     """json.loads, its nesting and its numbers bounded: a document nested past Python's recursion
     limit, or a number of more digits than Python converts (4300), is a UserError naming `what`;
-    a document that is not JSON raises ValueError (the caller's message: it may try YAML)."""
+    a document that is not JSON raises ValueError (the caller's message: it may try YAML).
+    `each_level`: as check_tree's."""
 
     try:
         doc = json.loads(text)
@@ -134,7 +143,7 @@ def loads_json(text: str | bytes, what: str):
             raise UserError(f"{what}: holds an integer of more than 4300 digits; no value jaxmem reads is that "
                             "large") from None
         raise
-    check_tree(doc, what)
+    check_tree(doc, what, each_level=each_level, text_keys=True)
     return doc
 
 

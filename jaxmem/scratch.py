@@ -28,9 +28,9 @@ from jaxmem.stop import signals as _signals
 from jaxmem.stop import state as _state
 from jaxmem.stop.helper import GRACE_S
 from jaxmem.stop.progress import phase
-from jaxmem.stop.state import SIGNALS, STATE, Interrupted, describe, interrupted_by_signal, received
+from jaxmem.stop.state import IGNORED_AT_START, SIGNALS, STATE, Interrupted, describe, interrupted_by_signal, received
 
-__all__ = ["GRACE_S", "SIGNALS", "Interrupted", "describe", "interrupted_by_signal", "phase", "received",
+__all__ = ["GRACE_S", "IGNORED_AT_START", "SIGNALS", "Interrupted", "describe", "interrupted_by_signal", "phase", "received",
            "run_scope"]
 
 _TEMP_VARS = ("TMPDIR", "TMP", "TEMP")

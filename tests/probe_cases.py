@@ -611,13 +611,17 @@ def run_in_subprocess(p: Probe, tmp: str, scratch: str, timeout: float = 300) ->
     t0 = time.perf_counter()
     t_signal, signalled, extra = None, False, []
     try:
-        def close_fds():   # in the child, before exec: it starts as after the shell's `N>&-`
-            for fd in p.close_fds:
+        def child_setup():   # in the child, before exec
+            # as a terminal's shell starts it, whatever this harness inherited (`nohup python
+            # benchmarks/probes.py` ignores SIGHUP, and a child would inherit that: no hang-up probe then)
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(s, signal.SIG_DFL)
+            for fd in p.close_fds:   # it starts as after the shell's `N>&-`
                 os.close(fd)
 
         command = [sys.executable, *p.argv] if p.argv else [sys.executable, "-m", "jaxmem.cli", *args]
         procs = [subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=ROOT,
-                                  preexec_fn=close_fds if p.close_fds else None) for _ in range(p.parallel)]
+                                  preexec_fn=child_setup) for _ in range(p.parallel)]
         proc = procs[0]
         watch = _Watch(procs)
         if p.signal:

@@ -101,3 +101,20 @@ def test_a_fifo_is_refused_at_once(tmp_path):
 def test_a_bad_max_growth_is_a_usage_error(value):
     r = _run(OLD, OLD, "--max-growth", value)
     assert r.exit_code == 2 and "--max-growth" in r.output
+
+
+def test_the_json_text_is_json_dumps_of_to_json_byte_for_byte(tmp_path):
+    """diff --json writes its rows from a template (Python 3.12's indented json.dumps is a loop in
+    Python): the text must stay what json.dumps(to_json(), indent=2) writes, for any name."""
+    d = json.loads(OLD.read_text())
+    names = ['quote " and \\ back', "tab\there", "üñí ✓", "[/bold]", "\x00\x1f", "a" * 300]
+    d["modules"] += [{"module_path": n, "bytes": 7 + i, "buffers": 1} for i, n in enumerate(names)]
+    d["breakdown"]["ünknown part"] = 3
+    d["top_buffers"].append({"module_path": names[0], "shape": [2, 3], "dtype": "f32", "category": "temp",
+                             "size": 24})
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps(d))
+    for a, b in ((OLD, p), (p, OLD), (OLD, OLD), (OLD, NEW)):
+        r = diff.diff(str(a), str(b), max_growth=0.01)
+        assert r.json_text() == json.dumps(r.to_json(), indent=2, allow_nan=False)
+    assert {m["name"] for m in json.loads(_run(OLD, p, "--json").output)["modules"]} >= set(names)

@@ -62,3 +62,36 @@ def test_tight_exits_0_and_does_not_fit_exits_3():
     assert over.returncode == 3, over.stderr
     out = json.loads(over.stdout.partition("atexit ran")[0])
     assert out["verdict"] == "does_not_fit" and out["fits"] is False
+
+
+_HANGUP_CHILD = """
+import os, signal, sys, time
+from jaxmem import exits, scratch
+with scratch.run_scope():
+    print("in the scope", flush=True)
+    os.kill(os.getpid(), signal.SIGHUP)   # the hang-up lands while the command runs
+    time.sleep(0.5)
+exits._late_signals_end_the_process()
+os.kill(os.getpid(), signal.SIGHUP)       # and again in the teardown
+time.sleep(0.2)
+print("finished", flush=True)
+"""
+
+
+def _hangup_child(ignored: bool) -> subprocess.CompletedProcess:
+    import signal
+
+    def setup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
+    return subprocess.run([sys.executable, "-c", _HANGUP_CHILD], capture_output=True, text=True, timeout=120,
+                          preexec_fn=setup, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+
+
+def test_a_hangup_ignored_at_start_stays_ignored_as_under_nohup():
+    """`nohup jaxmem compare ... &`: jaxmem's signal handling must not undo nohup (a hang-up would
+    end the sweep); without nohup the same hang-up stops the command."""
+    nohup = _hangup_child(ignored=True)
+    assert nohup.returncode == 0 and "finished" in nohup.stdout, (nohup.returncode, nohup.stdout, nohup.stderr)
+    plain = _hangup_child(ignored=False)
+    assert plain.returncode != 0 and "in the scope" in plain.stdout and "finished" not in plain.stdout, \
+        (plain.returncode, plain.stdout, plain.stderr)

@@ -63,7 +63,7 @@ def show(old_path: str, new_path: str, *, max_growth: float | None, top: int, as
 
     d = diff(old_path, new_path, max_growth=max_growth)
     if as_json:
-        print(json.dumps(d.to_json(), indent=2, allow_nan=False))   # strict JSON: load refused NaN
+        print(d.json_text())   # json.dumps(d.to_json(), indent=2, allow_nan=False): strict JSON, load refused NaN
     else:
         print_diff(d, top)
     return d.exceeded

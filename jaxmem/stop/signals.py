@@ -8,7 +8,7 @@ import signal
 from typing import Any
 
 from jaxmem.stop import helper, reraise
-from jaxmem.stop.state import SIGNALS, STATE, Interrupted
+from jaxmem.stop.state import IGNORED_AT_START, SIGNALS, STATE, Interrupted
 
 
 def handler(end_stuck: bool):
@@ -45,6 +45,8 @@ def install(on_signal, saved_handlers: dict[int, Any]) -> None:
     replaced (a signal landing half-way still finds the ones to give back)."""
     STATE["handler"] = on_signal
     for s in SIGNALS:
+        if s in IGNORED_AT_START:
+            continue
         with contextlib.suppress(OSError, ValueError):
             saved_handlers[s] = signal.signal(s, on_signal)
 

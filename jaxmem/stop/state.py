@@ -8,6 +8,9 @@ import signal
 from typing import Any
 
 SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+# Those jaxmem was started with ignored (`nohup jaxmem ...` ignores SIGHUP, a shell's `jaxmem ... &` in a script
+# SIGINT): they stay ignored, as Python leaves an ignored SIGINT (a hang-up must not end a nohup'ed sweep).
+IGNORED_AT_START = frozenset(s for s in SIGNALS if signal.getsignal(s) is signal.SIG_IGN)
 
 
 class Interrupted(KeyboardInterrupt):
