@@ -42,6 +42,13 @@ def _jax_side():
     return commands
 
 
+def _plain_side():
+    """The commands that need no jax (jaxmem.plain_commands): cache, diff, gpus."""
+    from jaxmem import plain_commands  # noqa: PLC0415 - loaded by the three commands that use it, not by --help
+
+    return plain_commands
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jaxmem")
 def main():
@@ -322,7 +329,7 @@ def cache_command(clear, trust_fp, as_json):
     """
 
     def go():
-        jx = _jax_side()
+        jx = _plain_side()
         cache = jx.cache
         if trust_fp is not None:
             cache.trust(trust_fp)
@@ -349,7 +356,7 @@ def diff(old_path, new_path, max_growth, top, as_json):
     or grown, and the options, versions, XLA flags that differ (docs/planning.md). Exit code: 0, or 4 with
     --max-growth when the peak grew by more than SHARE; 2 on a user error. Example: jaxmem diff old.json new.json"""
     def go():
-        if _jax_side().diff_view.show(old_path, new_path, max_growth=max_growth, top=top, as_json=as_json):
+        if _plain_side().diff_view.show(old_path, new_path, max_growth=max_growth, top=top, as_json=as_json):
             sys.exit(EXIT_GREW)
 
     _run(go)
@@ -368,7 +375,7 @@ def gpus(as_json):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    _jax_side().text.print_gpus(rows)
+    _plain_side().text.print_gpus(rows)
 
 
 @main.command()

@@ -30,7 +30,8 @@ from jaxmem.stop.helper import GRACE_S
 from jaxmem.stop.progress import phase
 from jaxmem.stop.state import IGNORED_AT_START, SIGNALS, STATE, Interrupted, describe, interrupted_by_signal, received
 
-__all__ = ["GRACE_S", "IGNORED_AT_START", "SIGNALS", "Interrupted", "describe", "interrupted_by_signal", "phase", "received",
+__all__ = ["GRACE_S", "IGNORED_AT_START", "SIGNALS", "Interrupted", "describe", "interrupted_by_signal", "phase",
+           "received",
            "run_scope"]
 
 _TEMP_VARS = ("TMPDIR", "TMP", "TEMP")

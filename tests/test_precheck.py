@@ -141,6 +141,20 @@ def test_the_gpu_catalogue_and_the_checks_import_no_jax():
     assert p.returncode == 0 and p.stdout.split(" ", 1)[1].strip() == "[]", p.stdout + p.stderr
 
 
+def test_cache_diff_and_gpus_answer_without_loading_jax(tmp_path):
+    """`jaxmem cache`, `diff` and `gpus` read files and tables only: jax, flax and the CUDA plugin stay unloaded
+    (they took 3 s of a 0.4 s answer when the commands' jax side was loaded for them)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXMEM_CACHE": str(tmp_path / "cache")}
+    report = tmp_path / "r.json"
+    report.write_text((ROOT / "tests" / "fixtures" / "golden" / "jax-0.10.2" / "mlp-data8-fsdp.json").read_text())
+    for args in (["cache", "--json"], ["gpus"], ["diff", str(report), str(report)]):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "jaxmem.cli", *args], capture_output=True,
+                           text=True, timeout=120, env=env)
+        loaded = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+        assert p.returncode == 0 and "jaxmem.session" in loaded, (args, p.stdout[-500:], p.stderr[-2000:])
+        assert not loaded & {"jax", "jaxlib", "flax"}, (args, sorted(loaded & {"jax", "jaxlib", "flax"}))
+
+
 def test_an_existing_folder_or_json_is_left_to_the_loader(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     precheck.model_file(tmp_path)                      # a config.json folder is a model too

@@ -57,15 +57,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import jax
-import jaxlib
-from jax._src.lib import xla_client as xc
-
 import jaxmem
 from jaxmem import env, files
 from jaxmem.compiler import cache_key, targets
 from jaxmem.compiler.artifacts import CompiledStats
-from jaxmem.compiler.partitioners import stable_program_text
 
 FORMAT = 4   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
 # early-stopped compile keeps its module's cost: an entry without it would cost its text differently; 4: XLA's
@@ -84,6 +79,9 @@ def cache_dir() -> Path:
 
 
 def _versions() -> dict[str, str]:
+    import jax  # noqa: PLC0415 - `jaxmem cache` (info, clear, trust) loads no jax: only the keys need it
+    import jaxlib  # noqa: PLC0415 - as jax above
+
     out = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "jaxmem": jaxmem.__version__, "format": str(FORMAT)}
     for dist in ("jax-cuda12-plugin", "jax-cuda12-pjrt"):
         try:
@@ -107,6 +105,8 @@ def _debug_options() -> str:
     reaches the deviceless compile that way). An ``XLA_FLAGS`` set after that parse (a library
     user changing ``os.environ`` mid-process) changes the variable, not the compile: keying the
     variable alone would store an unflagged compile under the flagged key."""
+
+    from jax._src.lib import xla_client as xc  # noqa: PLC0415 - as _versions: `jaxmem cache` loads no jax
 
     options = xc.CompileOptions()
     # the forced host-device count only sizes the CPU client (as in _xla_flags)
@@ -134,6 +134,8 @@ def program_text(lowered) -> str:
     without file:line locations: those name the caller's frames too (the line that called
     analyze), which change nothing XLA decides and nothing jaxmem reports. A custom-partitioned
     op's per-run callback key is replaced by what its callbacks are (jaxmem.compiler.partitioners)."""
+
+    from jaxmem.compiler.partitioners import stable_program_text  # noqa: PLC0415 - imports jax: as _versions
 
     return stable_program_text(_FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True)))
 

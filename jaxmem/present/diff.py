@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from jaxmem.plan.diff import diff, kind
-from jaxmem.present.render import make_console
+from jaxmem.present.console import make_console
 from jaxmem.units import fmt_bytes
 
 

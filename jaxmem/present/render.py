@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,25 +13,12 @@ from rich.text import Text
 from jaxmem.compiler import versions
 from jaxmem.compiler.steptime import band, peaks_text, tied_with
 from jaxmem.plan.compare import probe_count
+from jaxmem.present.console import PIPE_WIDTH, make_console  # noqa: F401  (re-exported where it was)
 from jaxmem.program.splits import header
 from jaxmem.report import BREAKDOWN_HELP, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds, si
 
 MODULE_ROWS = 15          # rows of the per-module table on a terminal; --json and --html keep every module
-PIPE_WIDTH = 1000         # stdout is a file or a pipe: no screen to fit, so no column is cut
-
-
-def make_console() -> Console:
-    """A terminal console; off a terminal (a pipe, a file, CI logs) one wide enough that nothing is cut.
-
-    rich falls back to 80 columns when stdout is not a terminal, which cut instruction names
-    (`gemm_fusion_d…`); COLUMNS, when set, still wins.
-    """
-
-    c = Console()
-    if not c.is_terminal and not os.environ.get("COLUMNS"):
-        c = Console(width=PIPE_WIDTH)
-    return c
 
 
 def module_rows(modules, limit: int | None = MODULE_ROWS) -> tuple[list[tuple[str, int, int]], tuple[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from jaxmem.present.render import make_console
+from jaxmem.present.console import make_console
 from jaxmem.truth.monitor import monitor_lines
 from jaxmem.units import fmt_bytes
 
