@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -339,8 +340,10 @@ except jaxmem.UserError as e:
 
 @pytest.mark.parametrize("mode", ["gc", "swallowed"])
 def test_an_interrupt_during_an_api_call_is_a_keyboard_interrupt(mode):
+    # started as from a terminal: SIGINT at its default (pytest-xdist's workers ignore it, and a Python started
+    # with SIGINT ignored keeps it ignored, jaxmem too: no interrupt to test then)
     r = subprocess.run([sys.executable, "-c", _SIGINT_CALLER, mode], capture_output=True, text=True, cwd=ROOT,
-                       timeout=300)
+                       timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert r.stdout.strip() == "KeyboardInterrupt", (r.stdout, r.stderr[-2000:])
     assert "Exception ignored" not in r.stderr
 
