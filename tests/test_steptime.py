@@ -146,9 +146,11 @@ def test_estimate_states_its_parts_band_and_sources(llama_costs):
     r = steptime.rates("h100", perf)
     beside = sum(steptime.kernel_time(k, perf, r) * k.runs for k in kernels.kernels(module)
                  if k.opcode == "fusion-start")
-    assert beside > 0
     busy = st["compute_s"] + st["memory_s"]
-    assert busy - beside - 1e-12 <= st["estimate_s"] < busy
+    if beside:
+        assert busy - beside - 1e-12 <= st["estimate_s"] < busy
+    else:   # an XLA that makes no async fusions of the stacks (jaxlib 0.10): one stream, one kernel after another
+        assert st["estimate_s"] == pytest.approx(busy, rel=1e-9)
     assert st["overlap_slowdown_s"] == 0
     assert st["low_s"] < st["estimate_s"] < st["high_s"]
     classes = {c["class"]: c for c in st["kernel_classes"]}
