@@ -13,7 +13,7 @@ from rich.text import Text
 from jaxmem.compiler import versions
 from jaxmem.compiler.steptime import band, peaks_text, tied_with
 from jaxmem.plan.compare import probe_count
-from jaxmem.present.console import PIPE_WIDTH, make_console  # noqa: F401  (re-exported where it was)
+from jaxmem.present.console import make_console
 from jaxmem.program.splits import header
 from jaxmem.report import BREAKDOWN_HELP, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes, fmt_seconds, si
