@@ -510,3 +510,19 @@ def test_a_ring_collective_pays_nccl_latency_per_ring_step_more_between_hosts():
     assert r.ring_step_network_s > r.ring_step_intra_s
     # the same bytes in a 32-rank ring over 4 hosts wait longer
     assert latency < rates_mod.RING_BASE_LATENCY_S + 56 * r.ring_step_intra_s + 6 * r.ring_step_network_s
+
+
+def test_the_per_iteration_reduction_check_reads_only_data_axes_repeated_every_iteration():
+    roles = {"data": {"role": "data"}, "stage": {"role": "stage"}, "tensor": {"role": "tensor"}}
+
+    def st(*colls):
+        return {"available": True, "estimate_s": 10.0, "pipeline": {"iterations": 9},
+                "collectives": [{"kind": k, "axes": a, "count": n, "bytes": 1e9, "time_s": 0.5} for k, a, n in colls]}
+
+    warned = steptime.check_pipeline_reductions(st(("all-reduce", ["data"], 18), ("all-reduce", ["tensor"], 90)), roles)
+    assert [w.kind for w in warned] == ["gradient_reduced_per_iteration"]
+    assert "18 collectives, 1.0 GB per device per step, 0.5 s" in warned[0].message and "1/9" in warned[0].message
+    # once per step (sunk out of the loop), on the tensor axis, or no pipeline: nothing to say
+    assert steptime.check_pipeline_reductions(st(("all-reduce", ["data"], 1)), roles) == []
+    assert steptime.check_pipeline_reductions(st(("all-reduce", ["tensor"], 90)), roles) == []
+    assert steptime.check_pipeline_reductions({**st(("all-reduce", ["data"], 18)), "pipeline": None}, roles) == []

@@ -19,7 +19,44 @@ def test_default_is_h100_without_a_gpu():
     assert targets.resolve_gpu_name(None) == "h100"
 
 
-@pytest.mark.parametrize("gpu", sorted(targets.CATALOGUE))
+def test_a_cloud_machine_type_is_its_card_with_the_hosts_own_network_and_memory():
+    from jaxmem.compiler import catalogue
+
+    assert targets.resolve_gpu_name("A3 High") == targets.resolve_gpu_name("a3-highgpu-8g") == "a3-highgpu-8g"
+    assert targets.resolve_gpu_name("p5") == "p5.48xlarge"
+    # the card's own name (what a device reports) still finds the card, not a host built on it
+    assert targets.resolve_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
+    for h in catalogue.CLOUD_HOSTS:
+        spec, card = targets.CATALOGUE[h.key], targets.CATALOGUE[h.card]
+        assert spec.target_config() == card.target_config() and spec.memory_bytes == card.memory_bytes, h.key
+        p, base = targets.performance(h.key), targets.performance(h.card)
+        assert (p.bf16_flops, p.hbm_bandwidth, p.intra_host_bandwidth) == (
+            base.bf16_flops, base.hbm_bandwidth, base.intra_host_bandwidth), h.key
+        assert p.inter_host_bandwidth == h.network_per_gpu and p.host_memory == h.host_memory, h.key
+        assert sum("inter_host_bandwidth" in f for f, _ in p.sources) == 1, h.key   # the host's source, not the DGX's
+    # A3 High: 4 x 200 Gb/s for 8 GPUs = 12.5 GB/s per GPU, a quarter of a DGX H100's NIC per GPU
+    assert targets.performance("a3-highgpu-8g").inter_host_bandwidth == 12.5e9
+    assert targets.performance("h100").inter_host_bandwidth == 50e9
+
+
+def test_a_gradient_all_reduce_across_a3_high_hosts_is_timed_at_their_nics():
+    from jaxmem.compiler import rates
+    from jaxmem.xla.collectives import Collective
+
+    # 16 replicas, one per host (device i of each of 16 hosts of 8): DP across hosts, as HSDP's data axis
+    groups = tuple(tuple(h * 8 + i for h in range(16)) for i in range(8))
+    c = Collective("all-reduce", 2 * 2**30, groups, ("data",), 1)
+    times = {}
+    for gpu in ("h100", "a3-highgpu-8g"):
+        perf = targets.performance(gpu)
+        r = rates.rates(gpu, perf)
+        times[gpu], link = rates.collective_time(c, perf, r, 8, r.nvls)
+        assert link == "network"
+    # the same bytes over a quarter of the bandwidth: about 4x the time (latency aside)
+    assert 3.5 < times["a3-highgpu-8g"] / times["h100"] <= 4.0
+
+
+@pytest.mark.parametrize("gpu", sorted(k for k in targets.CATALOGUE if targets.card_of(k) == k))
 def test_every_catalogue_gpu_compiles_a_sharded_step(gpu):
     # docs/how-it-works.md §1: a field newer than jaxlib's proto breaks text parsing; compile each config we ship.
     target = targets.make_target(gpu, 8)

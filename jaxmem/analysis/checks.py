@@ -53,6 +53,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("xla_rematerialized",), lambda m: compiled.check_rematerialized(m.remat_n, m.target.gpu, m.peak,
                                                                            m.written)),
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
+    Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

@@ -195,6 +195,61 @@ CATALOGUE: dict[str, GpuSpec] = {
         *_MORE_CARDS,
     )
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class CloudHost:
+    """A provider's machine type: a catalogue card in a host whose network (and memory) is not the
+    card's reference system's. What users book; `--gpu a3-highgpu-8g` compiles for the card and times
+    collectives across hosts at this host's NICs."""
+
+    key: str
+    card: str
+    network_per_gpu: float    # bytes/s per GPU, one way: the host's GPU NICs shared by its 8 GPUs
+    link: str
+    host_memory: int          # bytes per GPU: the machine type's memory / its GPUs
+    source: str
+    aliases: tuple[str, ...] = ()
+
+
+_GCP = "Google Cloud, Compute Engine docs 'GPU machine types' and 'Networking and GPU machines': "
+_AWS = "AWS EC2 accelerated computing instance types (P4/P5 pages): "
+CLOUD_HOSTS = (
+    CloudHost("a3-highgpu-8g", "h100", 800e9 / 8 / 8, "GPUDirect-TCPX, 4 x 200 Gb/s per 8 GPUs", 1872 * 10**9 // 8,
+              _GCP + "a3-highgpu-8g (A3 High): 8 H100 80GB, 4 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPX; "
+              "100 Gb/s = 12.5 GB/s per GPU each way), 1,872 GB of memory", ("a3-high", "a3")),
+    CloudHost("a3-megagpu-8g", "h100", 1600e9 / 8 / 8, "GPUDirect-TCPXO, 8 x 200 Gb/s per 8 GPUs",
+              1872 * 10**9 // 8,
+              _GCP + "a3-megagpu-8g (A3 Mega): 8 H100 80GB, 8 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPXO; "
+              "25 GB/s per GPU each way), 1,872 GB of memory", ("a3-mega",)),
+    CloudHost("a3-ultragpu-8g", "h200", 3200e9 / 8 / 8, "RoCE, 8 x ConnectX-7 400 Gb/s per 8 GPUs",
+              2952 * 10**9 // 8,
+              _GCP + "a3-ultragpu-8g (A3 Ultra): 8 H200 141GB, 8 x ConnectX-7 400 Gb/s (GPUDirect RDMA over RoCE; "
+              "50 GB/s per GPU each way), 2,952 GB of memory", ("a3-ultra",)),
+    CloudHost("p5.48xlarge", "h100", 3200e9 / 8 / 8, "EFA, 3,200 Gb/s per 8 GPUs", 2048 * 2**30 // 8,
+              _AWS + "p5.48xlarge: 8 H100 80GB, 3,200 Gb/s of EFA networking (50 GB/s per GPU each way), "
+              "2,048 GiB of memory", ("p5",)),
+    CloudHost("p5e.48xlarge", "h200", 3200e9 / 8 / 8, "EFA, 3,200 Gb/s per 8 GPUs", 2048 * 2**30 // 8,
+              _AWS + "p5e.48xlarge: 8 H200 141GB, 3,200 Gb/s of EFA networking (50 GB/s per GPU each way), "
+              "2,048 GiB of memory", ("p5e",)),
+    CloudHost("p4d.24xlarge", "a100-40g", 400e9 / 8 / 8, "EFA, 400 Gb/s per 8 GPUs", 1152 * 2**30 // 8,
+              _AWS + "p4d.24xlarge: 8 A100 40GB, 400 Gb/s of EFA networking (6.25 GB/s per GPU each way), "
+              "1,152 GiB of memory", ("p4d",)),
+    CloudHost("p4de.24xlarge", "a100-80g", 400e9 / 8 / 8, "EFA, 400 Gb/s per 8 GPUs", 1152 * 2**30 // 8,
+              _AWS + "p4de.24xlarge: 8 A100 80GB, 400 Gb/s of EFA networking (6.25 GB/s per GPU each way), "
+              "1,152 GiB of memory", ("p4de",)),
+)
+_HOST_KEYS = frozenset(h.key for h in CLOUD_HOSTS)
+
+
+def card_of(key: str) -> str:
+    """The catalogue card a key names: a cloud machine type's card, else the key itself."""
+    return next((h.card for h in CLOUD_HOSTS if h.key == key), key)
+
+
+# a machine type is its card's spec under its own name (appended: a loop that matches a device's
+# name finds the card first)
+CATALOGUE.update({h.key: dataclasses.replace(CATALOGUE[h.card], key=h.key, aliases=h.aliases) for h in CLOUD_HOSTS})
 _ALIASES = {a: s.key for s in CATALOGUE.values() for a in (s.key, *s.aliases)}
 
 
@@ -208,7 +263,7 @@ def _compact(name: str) -> str:
 
 
 # every alias, and each card's name as CUDA reports it, compacted
-_COMPACT = {**{_compact(s.description): s.key for s in CATALOGUE.values()},
+_COMPACT = {**{_compact(s.description): s.key for s in CATALOGUE.values() if s.key not in _HOST_KEYS},
             **{_compact(a): k for a, k in _ALIASES.items()}}
 DEFAULT_GPU = "h100"
 
@@ -475,6 +530,14 @@ PERFORMANCE.update({
         host_bandwidth=_PCIE5, fp8_flops=4.5e15, host_memory=_DGX_RAM),
 })
 
+# a machine type's rates are its card's, with the host's network and memory
+for _h in CLOUD_HOSTS:
+    _p = PERFORMANCE[_h.card]
+    PERFORMANCE[_h.key] = dataclasses.replace(
+        _p, inter_host_bandwidth=_h.network_per_gpu, inter_host_link=_h.link, host_memory=_h.host_memory,
+        sources=tuple(f for f in _p.sources if f[0] not in ("inter_host_bandwidth", "host_memory"))
+        + (("inter_host_bandwidth, host_memory", _h.source),))
+
 # Where the older catalogue entries' own figures come from (the new ones carry their GpuSpec.sources)
 _SPEC_SOURCES = {
     "a100-80g": "XLA's spec xla/backends/gpu/target_config/specs/a100_sxm_80.txtpb",
@@ -506,11 +569,12 @@ def catalogue_rows() -> list[dict]:
 
     def spec_sources(s: GpuSpec) -> list[dict]:
         pairs = s.sources or ((("memory_bytes, compute_capability, core_count, memory_bandwidth, l2_cache_size, "
-                               "clock_rate_ghz"), _SPEC_SOURCES[s.key]),)
+                               "clock_rate_ghz"), _SPEC_SOURCES[card_of(s.key)]),)
         return [{"fields": f, "source": src} for f, src in pairs]
 
     return [{"name": s.key, "description": s.description, "memory_bytes": s.memory_bytes,
              "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
              "default": s.key == DEFAULT_GPU, "performance": perf(s.key),
              "memory_bandwidth": s.memory_bandwidth, "sm_count": s.core_count, "sources": spec_sources(s),
+             **({"card": card_of(s.key)} if s.key in _HOST_KEYS else {}),
              } for s in CATALOGUE.values()]

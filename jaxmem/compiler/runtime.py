@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.compiler import calibration, targets
-from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target
+from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target, card_of
 from jaxmem.errors import UserError
 from jaxmem.report import ReportWarning
 from jaxmem.xla.collectives import collectives
@@ -274,7 +274,7 @@ def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str]
     s = NcclSettings.from_env(env)
     perf = targets.performance(target.gpu)
     domain = perf.nvlink_domain if perf is not None else None
-    nvls_card = spec is not None and spec.key in est["nvls_gpus"]
+    nvls_card = spec is not None and card_of(spec.key) in est["nvls_gpus"]
     cc = spec.compute_capability[0] if spec is not None else 9
     per_device = [[0, 0, 0] for _ in range(n)]
     count = [0] * n

@@ -426,6 +426,35 @@ def tied_with(bands: list[tuple[float, float, float] | None]) -> list[int | None
     return out
 
 
+def check_pipeline_reductions(step_time: Mapping[str, Any], roles: Mapping[str, Any]) -> list[ReportWarning]:
+    """gradient_reduced_per_iteration: a pipeline whose loop all-reduces the stages' gradients over the
+    data-parallel axes on every iteration. XLA's while-loop all-reduce code motion sinks an all-reduce
+    whose result is only added to an accumulator; a stage that scans over several layers writes each
+    layer's gradient into a stacked buffer instead, which the pass does not match (with one layer per
+    stage the all-reduce leaves the loop). A pipeline that sums its microbatches' gradients before
+    reducing them pays this once, not once per iteration."""
+    pipe = step_time.get("pipeline") if step_time.get("available") else None
+    if not pipe or not pipe.get("iterations"):
+        return []
+    iterations = pipe["iterations"]
+    dp = {name for name, r in roles.items() if r.get("role") in ("data", "fsdp")}
+    rows = [c for c in step_time.get("collectives", []) if c["kind"] in ("all-reduce", "reduce-scatter")
+            and c["axes"] and set(c["axes"]) <= dp and c["count"] >= iterations]
+    if not rows:
+        return []
+    count, gbytes, secs = (sum(c["count"] for c in rows), sum(c["bytes"] for c in rows),
+                           sum(c["time_s"] for c in rows))
+    axes = ", ".join(sorted({a for c in rows for a in c["axes"]}))
+    return [ReportWarning(
+        "gradient_reduced_per_iteration",
+        f"the pipeline loop reduces the stages' gradients over {axes} on each of its {iterations} iterations "
+        f"({count} collectives, {gbytes / 1e9:.1f} GB per device per step, {secs:.3g} s of communication in the "
+        f"{step_time['estimate_s']:.3g} s estimate): XLA moves such a reduction out of the loop only when each "
+        "stage runs one layer. The estimate is this program's; a pipeline that sums its microbatches' gradients "
+        "before reducing them (one reduction per step) would spend 1/"
+        f"{iterations} of it")]
+
+
 def check_precision(precision: str, step_time: Mapping[str, Any]) -> list[ReportWarning]:
     """precision_no_effect: --precision bf16/bf16-pure/fp8 whose matmuls still run in fp32: the model
     fixes its layers' dtype (dtype=jnp.float32), so the flag changed the casts, not the dots."""

@@ -23,6 +23,7 @@ from jaxmem.compiler.catalogue import (  # noqa: F401  (the catalogue's names, r
     GpuSpec,
     Performance,
     _compact,
+    card_of,
     catalogue_rows,
     performance,
 )

@@ -164,7 +164,9 @@ class Attention(nn.Module):
             if windowed:
                 i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
                 mask = mask & ((window == 0) | (i - j < window))
-            probs = jax.nn.softmax(jnp.where(mask, scores, -1e30), axis=-1).astype(v.dtype)
+            # an additive bias, as models/llama.py: a jnp.where on the scores would keep its full-shape mask
+            # and fill as the layer scan's loop-invariant residuals
+            probs = jax.nn.softmax(scores + jnp.where(mask, 0.0, -1e30), axis=-1).astype(v.dtype)
             if a.attn_dropout:
                 probs = nn.Dropout(a.attn_dropout)(probs, deterministic=not self.train)
             out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, D)

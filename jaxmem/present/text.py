@@ -71,9 +71,20 @@ def print_gpus(rows: list[dict]) -> None:
     t = Table(title="GPU targets (compiled for devicelessly)", title_justify="left")
     for col in ("name", "device", "memory", "compute capability", "aliases"):
         t.add_column(col)
+    hosts = Table(title="Cloud machine types (a card in a provider's host: its NICs time collectives across hosts)",
+                  title_justify="left")
+    for col in ("name", "card", "network per GPU", "host memory per GPU", "aliases"):
+        hosts.add_column(col)
     for r in rows:
+        if r.get("card"):
+            perf = r["performance"]
+            network = f"{perf['inter_host_bandwidth'] * 8 / 1e9:g} Gb/s ({perf['inter_host_link']})"
+            hosts.add_row(r["name"], r["card"], network, fmt_bytes(perf["host_memory"]), ", ".join(r["aliases"]))
+            continue
         t.add_row(r["name"] + (" (default)" if r["default"] else ""), r["description"], fmt_bytes(r["memory_bytes"]),
                   r["compute_capability"], ", ".join(r["aliases"]))
     console = make_console()   # off a terminal: not cut to 80 columns
     console.print(t)
+    if hosts.row_count:
+        console.print(hosts)
     console.print("Also: --gpu local (the attached GPU), --gpu cpu (the CPU backend).", highlight=False)
