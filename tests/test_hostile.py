@@ -291,6 +291,46 @@ def test_the_api_grid_is_checked_before_any_compile(kw, culprit):
         jaxmem.compare(MLP, gpu="h100", mesh="stage=2", jobs=1, **kw)
 
 
+# a grid's stage count of 0 (compare's stage axis is the mesh's, in --mesh or the --meshes grid) and a batch grid's
+# zero or negative batch: exit 2 with analyze's own words for the value, before jax is imported (so before any compile)
+@pytest.mark.parametrize("option,value,bad", [
+    ("--meshes", "stage=0;stage=2", "stage=0"), ("--meshes", "data=2,stage=0", "data=2,stage=0"),
+    ("--mesh", "stage=0", "stage=0"),
+    ("--batches", "0,4", "0"), ("--batches", "-4,4", "-4"), ("--batches", "8,-1", "-1"), ("--batches", "0", "0"),
+])
+def test_a_zero_stage_mesh_or_a_zero_or_negative_batch_in_compares_grid_is_exit_2_before_jax(option, value, bad):
+    r = run_before_jax("compare", MLP, "--gpu", "h100", f"{option}={value}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "jax imported" not in r.stderr, r.stderr[-2000:]   # nothing compiled: jax was never even imported
+    assert "Traceback" not in r.stderr and "bug" not in r.stderr, r.stderr[-2000:]
+    assert option in r.stderr and repr(bad) in r.stderr, r.stderr[-2000:]
+    single = "--batch" if option == "--batches" else "--mesh"
+    analyze = run_before_jax("analyze", MLP, "--gpu", "h100", f"{single}={bad}")
+    assert analyze.returncode == 2 and "jax imported" not in analyze.stderr, analyze.stderr[-2000:]
+    why = analyze.stderr.strip().splitlines()[-1].split("': ")[-1]   # analyze's words for the value
+    assert why in r.stderr, (why, r.stderr[-2000:])
+
+
+_API_GRID = ("import sys, jaxmem\n"
+             "try:\n    jaxmem.compare(sys.argv[1], gpu='h100', jobs=1, **eval(sys.argv[2]))\n"
+             "except jaxmem.UserError as e:\n    print('UserError:', e)\n"
+             "print('jax imported' if 'jax' in sys.modules else 'no jax')\n")
+
+
+@pytest.mark.parametrize("kw,culprit,bad", [
+    ({"batches": [0, 4]}, "batches", "0"), ({"batches": [8, -4]}, "batches", "-4"),
+    ({"meshes": ["stage=0", "stage=2"]}, "meshes", "stage=0"), ({"mesh": "data=2,stage=0"}, "mesh", "data=2,stage=0"),
+])
+def test_the_api_refuses_a_zero_stage_mesh_or_a_zero_or_negative_batch_grid_before_jax(kw, culprit, bad):
+    r = subprocess.run([sys.executable, "-c", _API_GRID, MLP, repr(kw)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.startswith("UserError:") and r.stdout.strip().endswith("no jax"), r.stdout
+    assert culprit in r.stdout and repr(bad) in r.stdout, r.stdout
+    if culprit == "batches":   # analyze's own words for the batch
+        assert f"{bad} is not allowed: the global batch must be at least 1" in r.stdout, r.stdout
+
+
 def _no_rows_run(monkeypatch):
     """Were the grid started, its first row fails the test at once (rather than compiling for hours)."""
     from jaxmem.plan import compare, sweep
