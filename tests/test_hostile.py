@@ -186,6 +186,40 @@ def test_diff_refuses_a_report_with_a_number_or_row_it_cannot_hold_naming_the_fi
         assert field in r.output and "Traceback" not in r.output and "bug" not in r.output, r.output
 
 
+def _placeholder(text):
+    return lambda t: t.replace('"PLACEHOLDER"', text)
+
+
+@pytest.mark.parametrize("raw", [
+    _placeholder("1e400"), _placeholder("1E+400"), _placeholder("-Infinity"), _placeholder("1" + "0" * 400 + ".5"),
+    _placeholder("-" + "9" * 19), _placeholder("9223372036854775808"),
+    lambda t: _placeholder("NaN")(t).encode("utf-16"),    # texts the byte search cannot read: the walk reads them
+    lambda t: _placeholder("1e400")(t).encode("utf-32"),
+], ids=["1e400", "1E+400", "-Infinity", "401 digits", "-19 nines", "2^63", "NaN utf-16", "1e400 utf-32"])
+def test_diff_finds_every_number_out_of_bounds_whatever_its_spelling_or_encoding(tmp_path, raw):
+    bad = tmp_path / "bad.json"
+    with open(GOLDEN) as f:
+        d = json.load(f)
+    text = raw(json.dumps({**d, "options": {**d["options"], "x": "PLACEHOLDER"}}))   # no byte count: only that check
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = invoke("diff", GOLDEN, bad, "--json")
+    assert r.exit_code == 2 and "options.x" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_diff_reads_a_report_whose_text_only_looks_out_of_bounds(tmp_path):
+    """19 digits in a name, the largest byte count, an exponent in a name: the text's first look flags
+    them, the look at each value clears them."""
+    name = "layers_1234567890123456789/e+400/NaN/Infinity"
+    with open(GOLDEN) as f:
+        d = json.load(f)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**d, "modules": [{"module_path": name, "bytes": 2**63 - 1}]}))
+    r = invoke("diff", GOLDEN, old, "--json")
+    assert r.exit_code == 0, r.output
+    assert {"name": name, "old": 0, "new": 2**63 - 1, "delta": 2**63 - 1, "change": "added"} in \
+        json.loads(r.output)["modules"]
+
+
 @pytest.mark.parametrize("name", ["[/bold]", "[link=https://example.com]click[/link]", "[red]x"])
 def test_diff_prints_part_and_module_names_literally(tmp_path, name):
     def edit(d):
