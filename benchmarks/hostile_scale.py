@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", type=pathlib.Path, default=None, help="a checkout whose jaxmem diffs too")
+    ap.add_argument("--baseline-note", default="another checkout's jaxmem",
+                    help="what the baseline is, for the table's heading (e.g. 'main at 6eefa7f')")
     a = ap.parse_args()
     trees = [("this checkout", ROOT)] + ([("baseline", a.baseline)] if a.baseline else [])
     rows = []
@@ -76,8 +79,8 @@ def main() -> None:
                     secs, cpu, rc = _time(["diff", str(old), str(new), *([mode] if mode == "--json" else [])], tree)
                     what = (f"jaxmem diff{' --json' if mode == '--json' else ''}, {n:,} modules and {n:,} buffers "
                             f"({old.stat().st_size / 2**20:.1f} MB each){', ' + label if a.baseline else ''}")
-                    rows.append((what, f"{secs:.2f} s ({cpu:.2f} s CPU)", f"exit {rc}"))
-                    print(*rows[-1], f"load {os.getloadavg()[0]:.1f}", flush=True)
+                    rows.append((what, f"{secs:.2f} s ({cpu:.2f} s CPU)", f"exit {rc}; load {os.getloadavg()[0]:.1f}"))
+                    print(*rows[-1], flush=True)
     sys.path.insert(0, str(ROOT))
     from jaxmem.program import pipeline_stages
 
@@ -91,12 +94,14 @@ def main() -> None:
     paths = [f"model/layers_{i}/attention/query_projection/kernel" * 4 for i in range(10_000)]
     secs = _call(lambda: [rx.search(p) for p in paths])
     rows.append(("--freeze '^(([a-z_/]+)+)+!$' over 10,000 paths of 200 characters", f"{secs:.2f} s", "no match"))
+    command = shlex.join(["python", "benchmarks/hostile_scale.py", *sys.argv[1:]])
     out = ["# Linear-time work on hostile inputs (issue 35)", "",
-           (f"`python benchmarks/hostile_scale.py` on {platform.node()} ({os.cpu_count()} cores, "
+           (f"`{command}` on {platform.node()} ({os.cpu_count()} cores, "
            f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d')}; load average {load_start:.1f} at the "
            f"start, {os.getloadavg()[0]:.1f} at the end (wall times on a loaded machine: the CPU column is the "
-           "command's own)" + (f"; baseline: {a.baseline}, the jaxmem before diff's rewrite, on the same reports in "
-                               "the same run" if a.baseline else "") + "."), "",
+           "command's own; load: the 1-minute load average after the row)" +
+           (f"; baseline: {a.baseline}, {a.baseline_note}, on the same reports in the same run" if a.baseline else "")
+           + "."), "",
            "| case | wall | answer |", "|---|---:|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
     text = "\n".join(out) + "\n"
     print(text)

@@ -39,6 +39,72 @@ def test_deep_nesting_and_huge_integers_are_user_errors():
         files.loads_json("not json", "x")   # the caller's own message (it may try YAML)
 
 
+def test_a_deep_or_large_json_text_in_bytes_is_refused_as_a_str_is(monkeypatch):
+    """loads_json reads the bounds of a UTF-8 text from its bytes (files.text_within_bounds) before any walk."""
+    with pytest.raises(UserError, match="nested more than 100"):
+        files.loads_json(b"[" * 150 + b"]" * 150, "--rules r.json")
+    with pytest.raises(UserError, match="nested more than 100"):
+        files.loads_json(b'{"a": ' * 101 + b"1" + b"}" * 101, "--rules r.json")
+    files.loads_json(b"[" * 100 + b"]" * 100, "--rules r.json")   # 100 deep: within
+    monkeypatch.setattr(files, "MAX_NODES", 1000)
+    with pytest.raises(UserError, match="more than 1,000 values"):
+        files.loads_json(("[" + ",".join(["1"] * 1000) + "]").encode(), "--from p.json")
+
+
+def _random_json(r, depth):
+    """A JSON value: nested lists and dicts, and strings of brackets, quotes, escapes and non-ASCII."""
+    pick = r.random()
+    if depth > 0 and pick < 0.35:
+        return [_random_json(r, depth - 1) for _ in range(r.randint(0, 4))]
+    if depth > 0 and pick < 0.7:
+        return {r.choice(["a", "[", "}", 'q"', "\\", "é", "{[", ""]) + str(i): _random_json(r, depth - 1)
+                for i in range(r.randint(0, 4))}
+    return r.choice([1, -2, 3.5, None, True, "x", "]", "[[", "{", 'say "hi"', "back\\", "\u2603", "a,b:c", "",
+                     '"]"', '"[["', '"{"'])
+
+
+@pytest.mark.parametrize("max_depth,max_nodes", [(5, 10**6), (6, 10**6), (1, 10**6), (50, 25), (50, 60)])
+def test_the_bounds_read_from_the_text_never_pass_a_document_the_walk_refuses(monkeypatch, max_depth, max_nodes):
+    import json
+    import random
+
+    monkeypatch.setattr(files, "MAX_DEPTH", max_depth)
+    monkeypatch.setattr(files, "MAX_NODES", max_nodes)
+    r = random.Random(max_depth * 1000 + max_nodes)
+    passed = refused = 0
+    for _ in range(3000):
+        doc = _random_json(r, r.randint(0, min(max_depth, 5) + 2))
+        text = json.dumps(doc, ensure_ascii=r.random() < 0.5, indent=r.choice([None, 1])).encode()
+        try:
+            files.check_tree(doc, "doc", text_keys=True)
+        except UserError:
+            refused += 1
+            assert not files.text_within_bounds(text), text   # the text must not pass what the walk refuses
+        else:
+            passed += files.text_within_bounds(text)
+    assert passed > 300 and refused > 100, (passed, refused)   # both sides were tried
+
+
+def test_the_text_bounds_count_a_dicts_keys_and_see_through_escaped_quotes(monkeypatch):
+    import json
+
+    monkeypatch.setattr(files, "MAX_NODES", 10)
+    five = json.dumps(dict.fromkeys("abcde", 1)).encode()   # 1 + 5 keys + 5 values: one past 10
+    assert not files.text_within_bounds(five)
+    with pytest.raises(UserError, match="more than 10 values"):
+        files.loads_json(five, "f.json")
+    monkeypatch.setattr(files, "MAX_NODES", 10**6)
+    monkeypatch.setattr(files, "MAX_DEPTH", 6)
+    # seven lists deep, the innermost holding a value: the walk refuses it. The strings '"]"' and '"["' (their
+    # quotes escaped) would read as brackets that make the text look six deep
+    deep = json.dumps(['"]"', [[[[[["x"]]]]]], '"["']).encode()
+    with pytest.raises(UserError, match="nested more than 6"):
+        files.check_tree(json.loads(deep), "f.json")
+    assert not files.text_within_bounds(deep)
+    with pytest.raises(UserError, match="nested more than 6"):
+        files.loads_json(deep, "f.json")
+
+
 def test_an_alias_bomb_is_counted_as_expanded(monkeypatch):
     monkeypatch.setattr(files, "MAX_NODES", 10_000)
     layer: list = ["x"]

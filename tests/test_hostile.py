@@ -186,6 +186,40 @@ def test_diff_refuses_a_report_with_a_number_or_row_it_cannot_hold_naming_the_fi
         assert field in r.output and "Traceback" not in r.output and "bug" not in r.output, r.output
 
 
+def _placeholder(text):
+    return lambda t: t.replace('"PLACEHOLDER"', text)
+
+
+@pytest.mark.parametrize("raw", [
+    _placeholder("1e400"), _placeholder("1E+400"), _placeholder("-Infinity"), _placeholder("1" + "0" * 400 + ".5"),
+    _placeholder("-" + "9" * 19), _placeholder("9223372036854775808"),
+    lambda t: _placeholder("NaN")(t).encode("utf-16"),    # texts the byte search cannot read: the walk reads them
+    lambda t: _placeholder("1e400")(t).encode("utf-32"),
+], ids=["1e400", "1E+400", "-Infinity", "401 digits", "-19 nines", "2^63", "NaN utf-16", "1e400 utf-32"])
+def test_diff_finds_every_number_out_of_bounds_whatever_its_spelling_or_encoding(tmp_path, raw):
+    bad = tmp_path / "bad.json"
+    with open(GOLDEN) as f:
+        d = json.load(f)
+    text = raw(json.dumps({**d, "options": {**d["options"], "x": "PLACEHOLDER"}}))   # no byte count: only that check
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = invoke("diff", GOLDEN, bad, "--json")
+    assert r.exit_code == 2 and "options.x" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_diff_reads_a_report_whose_text_only_looks_out_of_bounds(tmp_path):
+    """19 digits in a name, the largest byte count, an exponent in a name: the text's first look flags
+    them, the look at each value clears them."""
+    name = "layers_1234567890123456789/e+400/NaN/Infinity"
+    with open(GOLDEN) as f:
+        d = json.load(f)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**d, "modules": [{"module_path": name, "bytes": 2**63 - 1}]}))
+    r = invoke("diff", GOLDEN, old, "--json")
+    assert r.exit_code == 0, r.output
+    assert {"name": name, "old": 0, "new": 2**63 - 1, "delta": 2**63 - 1, "change": "added"} in \
+        json.loads(r.output)["modules"]
+
+
 @pytest.mark.parametrize("name", ["[/bold]", "[link=https://example.com]click[/link]", "[red]x"])
 def test_diff_prints_part_and_module_names_literally(tmp_path, name):
     def edit(d):
@@ -289,6 +323,46 @@ def test_the_api_grid_is_checked_before_any_compile(kw, culprit):
 
     with pytest.raises(jaxmem.UserError, match=culprit):
         jaxmem.compare(MLP, gpu="h100", mesh="stage=2", jobs=1, **kw)
+
+
+# a grid's stage count of 0 (compare's stage axis is the mesh's, in --mesh or the --meshes grid) and a batch grid's
+# zero or negative batch: exit 2 with analyze's own words for the value, before jax is imported (so before any compile)
+@pytest.mark.parametrize("option,value,bad", [
+    ("--meshes", "stage=0;stage=2", "stage=0"), ("--meshes", "data=2,stage=0", "data=2,stage=0"),
+    ("--mesh", "stage=0", "stage=0"),
+    ("--batches", "0,4", "0"), ("--batches", "-4,4", "-4"), ("--batches", "8,-1", "-1"), ("--batches", "0", "0"),
+])
+def test_a_zero_stage_mesh_or_a_zero_or_negative_batch_in_compares_grid_is_exit_2_before_jax(option, value, bad):
+    r = run_before_jax("compare", MLP, "--gpu", "h100", f"{option}={value}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "jax imported" not in r.stderr, r.stderr[-2000:]   # nothing compiled: jax was never even imported
+    assert "Traceback" not in r.stderr and "bug" not in r.stderr, r.stderr[-2000:]
+    assert option in r.stderr and repr(bad) in r.stderr, r.stderr[-2000:]
+    single = "--batch" if option == "--batches" else "--mesh"
+    analyze = run_before_jax("analyze", MLP, "--gpu", "h100", f"{single}={bad}")
+    assert analyze.returncode == 2 and "jax imported" not in analyze.stderr, analyze.stderr[-2000:]
+    why = analyze.stderr.strip().splitlines()[-1].split("': ")[-1]   # analyze's words for the value
+    assert why in r.stderr, (why, r.stderr[-2000:])
+
+
+_API_GRID = ("import sys, jaxmem\n"
+             "try:\n    jaxmem.compare(sys.argv[1], gpu='h100', jobs=1, **eval(sys.argv[2]))\n"
+             "except jaxmem.UserError as e:\n    print('UserError:', e)\n"
+             "print('jax imported' if 'jax' in sys.modules else 'no jax')\n")
+
+
+@pytest.mark.parametrize("kw,culprit,bad", [
+    ({"batches": [0, 4]}, "batches", "0"), ({"batches": [8, -4]}, "batches", "-4"),
+    ({"meshes": ["stage=0", "stage=2"]}, "meshes", "stage=0"), ({"mesh": "data=2,stage=0"}, "mesh", "data=2,stage=0"),
+])
+def test_the_api_refuses_a_zero_stage_mesh_or_a_zero_or_negative_batch_grid_before_jax(kw, culprit, bad):
+    r = subprocess.run([sys.executable, "-c", _API_GRID, MLP, repr(kw)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.startswith("UserError:") and r.stdout.strip().endswith("no jax"), r.stdout
+    assert culprit in r.stdout and repr(bad) in r.stdout, r.stdout
+    if culprit == "batches":   # analyze's own words for the batch
+        assert f"{bad} is not allowed: the global batch must be at least 1" in r.stdout, r.stdout
 
 
 def _no_rows_run(monkeypatch):

@@ -20,7 +20,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterator
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from json.encoder import encode_basestring_ascii as _json_str
 from operator import is_, itemgetter, sub
 from typing import Any, NamedTuple
@@ -91,28 +91,42 @@ class ReportDiff:
         """`json.dumps(self.to_json(), indent=2, allow_nan=False)`, the same text, with the rows
         written from a template in C's loops: Python 3.12's json writes an indented document a
         value at a time in Python (2.4 s for two 300,000-module reports; this: a fraction)."""
+        return "".join(self.json_pieces())
+
+    def json_pieces(self) -> Iterator[str]:
+        """json_text in pieces of at most ROWS_A_PIECE rows, as `jaxmem diff --json` writes it:
+        the text of two 300,000-module reports is 100 MB, never held whole."""
         rows = {"breakdown": self.breakdown, "modules": self.modules, "buffers": self.buffers}
-        parts = []
-        for key, value in self.to_json(rows=False).items():
+        yield "{"
+        for i, (key, value) in enumerate(self.to_json(rows=False).items()):
+            yield f"{',' if i else ''}\n  {json.dumps(key)}: "
             if rows.get(key):
-                text = "[\n" + ",\n".join(_rows_text(rows[key])) + "\n  ]"
+                yield "["
+                for n in range(0, len(rows[key]), ROWS_A_PIECE):
+                    yield ",\n" if n else "\n"
+                    yield _rows_text(rows[key][n:n + ROWS_A_PIECE])
+                yield "\n  ]"
             else:
-                text = json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n  ")   # strings hold no newline
-            parts.append(f"  {json.dumps(key)}: {text}")
-        return "{\n" + ",\n".join(parts) + "\n}"
+                yield json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n  ")   # strings hold no newline
+        yield "\n}"
 
 
 _new_change = functools.partial(tuple.__new__, Change)   # Change((name, old, new)) without a Python call
 
 
-_ROW = ('    {{\n      "name": {},\n      "old": {},\n      "new": {},\n      "delta": {},\n      "change": "{}"\n'
-        '    }}')
+_ROW = ('    {\n      "name": %s,\n      "old": %s,\n      "new": %s,\n      "delta": %s,\n      "change": "%s"\n'
+        '    }')
+ROWS_A_PIECE = 20_000   # rows of the JSON text written at a time: 2 MB
 
 
-def _rows_text(changes) -> Iterator[str]:
-    """Each Change as json.dumps(indent=2) writes its row of to_json, inside a list of the document."""
+def _rows_text(changes) -> str:
+    """The Changes as json.dumps(indent=2) writes their rows of to_json, inside a list of the
+    document, joined by ",\n": one template of every row, filled in one `%` (str() of each int, as
+    json writes it) -- half the time of a format per row."""
     names, olds, news = zip(*changes, strict=True)
-    return map(_ROW.format, map(_json_str, names), olds, news, map(sub, news, olds), map(kind, changes))
+    fields = zip(map(_json_str, names), olds, news, map(sub, news, olds), map(kind, changes),
+                 strict=True)
+    return ",\n".join(repeat(_ROW, len(changes))) % tuple(chain.from_iterable(fields))
 
 
 def kind(c: Change) -> str:
@@ -128,10 +142,14 @@ def load(path: str, option: str) -> dict:
     fix = "give the file that `jaxmem analyze ... --json > FILE.json` wrote"
     data = files.read_user_file(path, MAX_REPORT_BYTES, option, fix)
     suspect: list[bool] = []   # per level of the document: may it hold a number no report holds
+    text_suspect = _text_has_bad(data)   # None: a text in UTF-16 or -32, read by the walk below
+    each_level = None if text_suspect is not None else lambda values: suspect.append(_level_has_bad(values))
     try:
-        d = files.loads_json(data, f"{option} {path}", each_level=lambda values: suspect.append(_level_has_bad(values)))
+        d = files.loads_json(data, f"{option} {path}", each_level=each_level)
     except ValueError as e:   # UnicodeDecodeError included
         raise UserError(f"{option} {path}: not JSON ({str(e)[:120]}); {fix}") from None
+    if text_suspect:
+        suspect.append(True)
     if not isinstance(d, dict) or d.get("schema", "jaxmem.report/1") != "jaxmem.report/1":
         what = "a list (a `compare` plan?)" if isinstance(d, list) else "not a jaxmem.report/1 object"
         raise UserError(f"{option} {path}: {what}; {fix}")
@@ -218,6 +236,25 @@ def _first_bad_number(d) -> tuple[str, float | int] | None:
     return None
 
 
+# each digit read as 0, E as e, and + dropped: where the JSON text holds an integer beyond 2^63 (19
+# digits or more), a float that is not finite once read (an exponent of 3 digits or more: 1e400,
+# 1E+400; 309 digits or more: 19 first) or a NaN/Infinity, one of these marks is
+_MARKS_TABLE = bytes.maketrans(b"123456789E", b"000000000e")
+_BAD_MARKS = (b"0" * 19, b"e000", b"NaN", b"Infinity")
+
+
+def _text_has_bad(data: bytes) -> bool | None:
+    """Whether the JSON text `data` may hold a number no report holds (as _level_has_bad, from the
+    text: read as _MARKS_TABLE says, then a search for each mark, in C's loops -- a 50 MB report in
+    tens of milliseconds, against half a second for a walk of its values). True may be a false
+    alarm (19 digits within a name) that the walk by value then clears. None: a text not in UTF-8,
+    whose numbers this search does not see."""
+    if json.detect_encoding(data) not in ("utf-8", "utf-8-sig"):
+        return None
+    text = data.translate(_MARKS_TABLE, b"+")
+    return any(map(text.__contains__, _BAD_MARKS))
+
+
 def _level_has_bad(values: list) -> bool:
     """Whether `values` (one level of a document) may hold an integer beyond 2^63 or a float that is
     not finite: its integers by their min and max, its floats by their sum (a NaN or an infinity
@@ -233,18 +270,24 @@ def _level_has_bad(values: list) -> bool:
 
 def _changes(old: dict[str, int], new: dict[str, int], order=None) -> tuple[Change, ...]:
     """The parts, modules or buffers of the two reports: in `order` (then by name) with those that
-    did not change, or without them, largest change first and ties by name. Sets, dicts and C's
-    loops only: a 300,000-module report in linear time, and a fraction of a second."""
-    both = set(old) | set(new)   # sets and dicts only: a 300,000-module report diffs in linear time
+    did not change, or without them, largest change first and ties by name. Dicts and C's loops
+    only: a 300,000-module report in linear time, and a fraction of a second."""
     if order is not None:
+        both = set(old) | set(new)
         first = [n for n in order if n in both]
         listed = set(first)
         names = first + sorted(n for n in both if n not in listed)
         return tuple(Change(n, int(old.get(n, 0)), int(new.get(n, 0))) for n in names)
-    names = sorted(both)
-    olds, news = list(map(old.get, names, repeat(0))), list(map(new.get, names, repeat(0)))
+    # Every name in the reports' own order (OLD's, then what NEW adds), not a set's: that order has
+    # long sorted runs, which the sort by name below merges at once (a set's order: ten times the
+    # sort's time). NEW's bytes in that order come from one merge, OLD's as they are: one look-up a
+    # name in all (each is a miss of the CPU's caches on a large report).
+    news_of = {**dict.fromkeys(old, 0), **new}   # OLD's names first (0 where NEW lacks one), then NEW's own
+    names, news = list(news_of), list(news_of.values())
+    olds = [*old.values(), *repeat(0, len(names) - len(old))]
     deltas = list(map(sub, news, olds))
-    keep = list(compress(range(len(names)), deltas))   # those that changed
+    keep = list(compress(range(len(names)), deltas))   # those that changed: only they are sorted
+    keep.sort(key=names.__getitem__)   # names are distinct: by name, then (stable) by the change's size
     size = list(map(abs, deltas))
     keep.sort(key=size.__getitem__, reverse=True)   # stable: equal changes stay in name order
     rows = zip(map(names.__getitem__, keep), map(olds.__getitem__, keep), map(news.__getitem__, keep), strict=True)
@@ -269,8 +312,9 @@ def _buffers(d: dict) -> dict[str, int]:
     between versions (fusion.12 -> fusion.13) is the same buffer here."""
     rows = d.get("top_buffers") or ()
     modules = [m or "-" for m in map(dict.get, rows, repeat("module_path"))]
-    keys = list(map("{} {}{} {}".format, modules, map(dict.get, rows, repeat("dtype"), repeat("")),
-                    map(dict.get, rows, repeat("shape")), map(dict.get, rows, repeat("category"))))
+    keys = list(map("%s %s%s %s".__mod__, zip(modules, map(dict.get, rows, repeat("dtype"), repeat("")),
+                                              map(dict.get, rows, repeat("shape")),
+                                              map(dict.get, rows, repeat("category")), strict=True)))   # str() each
     sizes = list(map(itemgetter("size"), rows))
     out = dict(zip(keys, sizes, strict=True))
     if len(out) == len(keys):
@@ -314,11 +358,21 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _diff(old_path: str, new_path: str, max_growth: float | None) -> ReportDiff:
-    old, new = load(old_path, "OLD"), load(new_path, "NEW")
+    (old, old_modules, old_buffers), (new, new_modules, new_buffers) = _read(old_path, "OLD"), _read(new_path, "NEW")
     return ReportDiff(
         old_path=old_path, new_path=new_path,
         old_peak=int(old["per_device_peak_bytes"]), new_peak=int(new["per_device_peak_bytes"]),
         breakdown=_changes(old["breakdown"], new["breakdown"], order=BREAKDOWN_KEYS),
-        modules=_changes(_modules(old), _modules(new)),
-        buffers=_changes(_buffers(old), _buffers(new)),
+        modules=_changes(old_modules, new_modules), buffers=_changes(old_buffers, new_buffers),
         settings=_settings(old, new), max_growth=max_growth)
+
+
+def _read(path: str, option: str) -> tuple[dict, dict[str, int], dict[str, int]]:
+    """load(path): the report, less its module and buffer rows, and those rows by name. The rows
+    (most of a large report) are freed before the other report is read: half the memory at most,
+    and the pages the first held are those the second reuses."""
+    d = load(path, option)
+    modules, buffers = _modules(d), _buffers(d)
+    d.pop("modules", None)
+    d.pop("top_buffers", None)
+    return d, modules, buffers

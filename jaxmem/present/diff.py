@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.markup import escape
 from rich.table import Table
@@ -63,7 +64,10 @@ def show(old_path: str, new_path: str, *, max_growth: float | None, top: int, as
 
     d = diff(old_path, new_path, max_growth=max_growth)
     if as_json:
-        print(d.json_text())   # json.dumps(d.to_json(), indent=2, allow_nan=False): strict JSON, load refused NaN
+        # json.dumps(d.to_json(), indent=2, allow_nan=False) and a newline: strict JSON (load refused NaN), written a
+        # piece at a time
+        sys.stdout.writelines(d.json_pieces())
+        sys.stdout.write("\n")
     else:
         print_diff(d, top)
     return d.exceeded

@@ -23,6 +23,7 @@ from jaxmem.program.options import (
     OPTIMIZER_NAMES,
     PRECISIONS,
     Flag,
+    flagged,
     remat_problem,
     split_remats,
 )
@@ -137,6 +138,9 @@ def of_flag(value: Any, flag: Flag) -> Any:
     return regex(value, flag.name) if flag.metavar == "REGEX" else str(value)
 
 
+_BATCH = next(flag for f, flag in flagged() if f.name == "batch")
+
+
 def grid(value: str, kind: str) -> str:
     """One of compare's lists (';' between meshes, ',' elsewhere), each value checked before any compile."""
     sep = ";" if kind == "mesh" else ","
@@ -156,9 +160,8 @@ def grid_value(kind: str, v: str) -> None:
     if kind == "microbatches":   # as analyze's --microbatches refuses it
         if v.lower() not in ("none", "default"):
             count(v, 1)
-    elif kind == "batch":
-        if not v.isdigit() or int(v) < 1:
-            raise ValueError("a global batch is a whole number of at least 1")
+    elif kind == "batch":   # as analyze's --batch refuses it (its flag's rule and words)
+        of_flag(v, _BATCH)
     elif kind == "lora_rank":
         if not v.isdigit():
             raise ValueError("a LoRA rank is a whole number: 0 (every parameter trains) or a positive rank")
