@@ -199,52 +199,61 @@ CATALOGUE: dict[str, GpuSpec] = {
 
 @dataclasses.dataclass(frozen=True)
 class CloudHost:
-    """A provider's machine type: a catalogue card in a host whose network (and memory) is not the
+    """A provider's 8-GPU machine type: a catalogue card in a host whose network (and memory) is not the
     card's reference system's. What users book; `--gpu a3-highgpu-8g` compiles for the card and times
     collectives across hosts at this host's NICs."""
 
     key: str
     card: str
-    network_per_gpu: float    # bytes/s per GPU, one way: the host's GPU NICs shared by its 8 GPUs
-    link: str
-    host_memory: int          # bytes per GPU: the machine type's memory / its GPUs
+    network_gbps: int         # the host's NICs for GPU traffic, Gb/s in all (shared by its 8 GPUs)
+    nics: str                 # what they are
+    memory: int               # the machine type's memory, bytes
     source: str
     aliases: tuple[str, ...] = ()
+
+    @property
+    def network_per_gpu(self) -> float:
+        """Bytes/s per GPU, one way."""
+        return self.network_gbps * 1e9 / 8 / 8
+
+    @property
+    def host_memory(self) -> int:
+        """Bytes per GPU."""
+        return self.memory // 8
+
+    @property
+    def link(self) -> str:
+        return f"{self.nics}, {self.network_gbps:,} Gb/s per 8 GPUs"
 
 
 _GCP = "Google Cloud, Compute Engine docs 'GPU machine types' and 'Networking and GPU machines': "
 _AWS = "AWS EC2 accelerated computing instance types (P4/P5 pages): "
 CLOUD_HOSTS = (
-    CloudHost("a3-highgpu-8g", "h100", 800e9 / 8 / 8, "GPUDirect-TCPX, 4 x 200 Gb/s per 8 GPUs", 1872 * 10**9 // 8,
-              _GCP + "a3-highgpu-8g (A3 High): 8 H100 80GB, 4 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPX; "
-              "100 Gb/s = 12.5 GB/s per GPU each way), 1,872 GB of memory", ("a3-high", "a3")),
-    CloudHost("a3-megagpu-8g", "h100", 1600e9 / 8 / 8, "GPUDirect-TCPXO, 8 x 200 Gb/s per 8 GPUs",
-              1872 * 10**9 // 8,
-              _GCP + "a3-megagpu-8g (A3 Mega): 8 H100 80GB, 8 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPXO; "
-              "25 GB/s per GPU each way), 1,872 GB of memory", ("a3-mega",)),
-    CloudHost("a3-ultragpu-8g", "h200", 3200e9 / 8 / 8, "RoCE, 8 x ConnectX-7 400 Gb/s per 8 GPUs",
-              2952 * 10**9 // 8,
-              _GCP + "a3-ultragpu-8g (A3 Ultra): 8 H200 141GB, 8 x ConnectX-7 400 Gb/s (GPUDirect RDMA over RoCE; "
-              "50 GB/s per GPU each way), 2,952 GB of memory", ("a3-ultra",)),
-    CloudHost("p5.48xlarge", "h100", 3200e9 / 8 / 8, "EFA, 3,200 Gb/s per 8 GPUs", 2048 * 2**30 // 8,
-              _AWS + "p5.48xlarge: 8 H100 80GB, 3,200 Gb/s of EFA networking (50 GB/s per GPU each way), "
-              "2,048 GiB of memory", ("p5",)),
-    CloudHost("p5e.48xlarge", "h200", 3200e9 / 8 / 8, "EFA, 3,200 Gb/s per 8 GPUs", 2048 * 2**30 // 8,
-              _AWS + "p5e.48xlarge: 8 H200 141GB, 3,200 Gb/s of EFA networking (50 GB/s per GPU each way), "
-              "2,048 GiB of memory", ("p5e",)),
-    CloudHost("p4d.24xlarge", "a100-40g", 400e9 / 8 / 8, "EFA, 400 Gb/s per 8 GPUs", 1152 * 2**30 // 8,
-              _AWS + "p4d.24xlarge: 8 A100 40GB, 400 Gb/s of EFA networking (6.25 GB/s per GPU each way), "
-              "1,152 GiB of memory", ("p4d",)),
-    CloudHost("p4de.24xlarge", "a100-80g", 400e9 / 8 / 8, "EFA, 400 Gb/s per 8 GPUs", 1152 * 2**30 // 8,
-              _AWS + "p4de.24xlarge: 8 A100 80GB, 400 Gb/s of EFA networking (6.25 GB/s per GPU each way), "
-              "1,152 GiB of memory", ("p4de",)),
+    CloudHost("a3-highgpu-8g", "h100", 800, "GPUDirect-TCPX, 4 x 200 Gb/s", 1872 * 10**9,
+              _GCP + "a3-highgpu-8g (A3 High): 8 H100 80GB, 4 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPX), "
+              "1,872 GB of memory", ("a3-high", "a3")),
+    CloudHost("a3-megagpu-8g", "h100", 1600, "GPUDirect-TCPXO, 8 x 200 Gb/s", 1872 * 10**9,
+              _GCP + "a3-megagpu-8g (A3 Mega): 8 H100 80GB, 8 x 200 Gb/s NICs for GPU traffic (GPUDirect-TCPXO), "
+              "1,872 GB of memory", ("a3-mega",)),
+    CloudHost("a3-ultragpu-8g", "h200", 3200, "RoCE, 8 x ConnectX-7 400 Gb/s", 2952 * 10**9,
+              _GCP + "a3-ultragpu-8g (A3 Ultra): 8 H200 141GB, 8 x ConnectX-7 400 Gb/s (GPUDirect RDMA over RoCE), "
+              "2,952 GB of memory", ("a3-ultra",)),
+    CloudHost("p5.48xlarge", "h100", 3200, "EFA", 2048 * 2**30,
+              _AWS + "p5.48xlarge: 8 H100 80GB, 3,200 Gb/s of EFA networking, 2,048 GiB of memory", ("p5",)),
+    CloudHost("p5e.48xlarge", "h200", 3200, "EFA", 2048 * 2**30,
+              _AWS + "p5e.48xlarge: 8 H200 141GB, 3,200 Gb/s of EFA networking, 2,048 GiB of memory", ("p5e",)),
+    CloudHost("p4d.24xlarge", "a100-40g", 400, "EFA", 1152 * 2**30,
+              _AWS + "p4d.24xlarge: 8 A100 40GB, 400 Gb/s of EFA networking, 1,152 GiB of memory", ("p4d",)),
+    CloudHost("p4de.24xlarge", "a100-80g", 400, "EFA", 1152 * 2**30,
+              _AWS + "p4de.24xlarge: 8 A100 80GB, 400 Gb/s of EFA networking, 1,152 GiB of memory", ("p4de",)),
 )
-_HOST_KEYS = frozenset(h.key for h in CLOUD_HOSTS)
+_CARD_OF = {h.key: h.card for h in CLOUD_HOSTS}
+_HOST_KEYS = frozenset(_CARD_OF)
 
 
 def card_of(key: str) -> str:
     """The catalogue card a key names: a cloud machine type's card, else the key itself."""
-    return next((h.card for h in CLOUD_HOSTS if h.key == key), key)
+    return _CARD_OF.get(key, key)
 
 
 # a machine type is its card's spec under its own name (appended: a loop that matches a device's
