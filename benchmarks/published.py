@@ -217,7 +217,7 @@ WHY_H200 = (
     "16-32 channels, NVLS 258 MiB per 8-GPU NVSwitch, tree across hosts; runtime.md, NCCL's buffers). It fits at the "
     "low end and at the estimate (1.14 GiB to spare), not at the high end: tight on nccl_communicators. Before "
     "NCCL was modelled from its allocations the verdict was DOES NOT FIT (issue 37: 1.3 GiB per NVLS communicator, "
-    "a measurement of NCCL before 2.21). Step time: steptime-accuracy.md (ratio 0.80).")
+    "a measurement of NCCL before 2.21). Step time: ratio 0.87 (0.86 at jax 0.12, steptime-accuracy.md).")
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
@@ -250,8 +250,8 @@ RECIPES: tuple[Recipe, ...] = (
         approximations="scanned layers (the recipe: scan off); MaxText's minimal_flash of the time = "
                        "checkpoint_dots_with_no_batch_dims + the named 'context', reproduced as such",
         why=("the verdict agrees, with room (38.57 of 71.20 GiB). The published time is 51% of the H100's "
-             "peak at XLA's FLOP count (the line above); the per-kernel estimate is 0.83 of it "
-             "(steptime-accuracy.md). With XLA attention the peak is 7.64 GiB higher."),
+             "peak at XLA's FLOP count (the line above); the per-kernel estimate is 0.90 of it "
+             "(0.88 at jax 0.12, steptime-accuracy.md). With XLA attention the peak is 7.64 GiB higher."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-1vm",
@@ -280,7 +280,7 @@ RECIPES: tuple[Recipe, ...] = (
              "of 10.75 GiB and six bf16 stacks of 4 GiB of (32, 4, 4096, 4096) elements. With XLA "
              "attention it would not fit (78.63 GiB, 16.00 GiB more: the kernel behind the all-XLA-"
              "attention run's disagreement, commit 0088011). The published 492 TFLOP/s (MaxText's count) is "
-             "51% of the peak at XLA's count; the per-kernel estimate is 0.83 of the published time."),
+             "51% of the peak at XLA's count; the per-kernel estimate is 0.88 of the published time."),
     ),
     Recipe(
         key="maxtext-a3-llama2-7b-16vm",
@@ -320,7 +320,7 @@ RECIPES: tuple[Recipe, ...] = (
         args=_DGXC_L2_ARGS, mesh="data=64", layout="fsdp", batch=128,
         approximations="the custom policy's names reproduced with remat_save",
         why=("the verdict agrees (56.62 of 74.36 GiB). The published 6.999 s is 61% of the peak at XLA's count; "
-             "the per-kernel estimate is 0.86 of it (against the README's log line, 7.908 s, 0.76)."),
+             "the per-kernel estimate is 0.93 of it (against the README's log line, 7.908 s, 0.82)."),
     ),
     Recipe(
         key="dgxc-maxtext-llama2-70b-512gpu",
@@ -376,7 +376,7 @@ RECIPES: tuple[Recipe, ...] = (
              "the loss: two 20 GiB stacks (the saved query projections, bf16(80, 2, 8192, 64, 128), and "
              "bf16(80, 2, 8192, 8192) layer activations), the f32 logits (7.83 GiB), their bf16 copy (3.91"
              " GiB) and the gathered LM head (1.96 GiB). The published time is 59% of the peak at XLA's count; "
-             "the per-kernel estimate is 0.85 of it."),
+             "the per-kernel estimate is 0.91 of it."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-64gpu",
@@ -411,8 +411,9 @@ RECIPES: tuple[Recipe, ...] = (
         why=("the verdict agrees (68.30 of 74.36 GiB). The same recipe in bf16 (row 7) peaks at 67.97 GiB: FP8 "
              "adds 0.33 GiB here (the E4M3 copies of inputs and weights the backward pass keeps beside the bf16 "
              "ones), not the saving FP8 is sometimes assumed to give: master weights, gradients and Adam moments "
-             "stay fp32. Published 9.074 s against 15.563 s in bf16 (0.58x); jaxmem's per-kernel estimate 7.714 s "
-             "against 13.222 s (0.58x); ratio 0.85, as the bf16 row's."),
+             "stay fp32. Published 9.074 s against 15.563 s in bf16 (0.58x); jaxmem's per-kernel estimate 8.959 s "
+             "against 14.133 s (0.63x: the FP8 GEMMs at the FP8 sustained rate, 1.8x the bf16 one, the rest "
+             "unchanged); ratio 0.99."),
     ),
     Recipe(
         key="dgxc-maxtext-llama3-70b-fp8-256gpu",
@@ -427,14 +428,15 @@ RECIPES: tuple[Recipe, ...] = (
         approximations=_FP8_APPROX,
         why=("the verdict agrees (64.73 of 74.36 GiB: the fp32 state over 256 devices, 3.57 GiB less than at "
              "128). Published 9.488 s (the README's bf16 run at 256 GPUs: 15.444 s, 0.61x); the per-kernel "
-             "estimate 7.667 s (ratio 0.81), 0.047 s under the 128-GPU row's where the published time is 0.414 s "
-             "over it: the two estimates lie within each other's band (tied). The order comes from XLA's schedule, "
+             "estimate 8.969 s (ratio 0.95), 0.010 s over the 128-GPU row's, as published (0.414 s over it); the "
+             "two lie within each other's band (tied), and at jax 0.12 their order reverses (8.905 s against "
+             "8.936 s, steptime-accuracy.md). The order comes from XLA's schedule, "
              "not the collectives' model: at 128 GPUs (68.7 GiB, jax 0.12) the latency-hiding scheduler, under the "
              "deviceless compile's memory limit (80% of the card, gpu_hlo_schedule.cc; a JAX run passes its "
              "allocator's, 0.94 of the card), starts each layer's gradient reduce-scatter late in the backward "
-             "loop and 61 ms of communication show; the same compile with --xla_gpu_memory_limit_slop_factor=114 "
-             "(about the run's limit) starts it at the top of the loop: 7.639 s; this row compiled the same way "
-             "(112) stays 7.667 s: the published order, tied. "
+             "loop and 42 ms of communication show; the same compile with --xla_gpu_memory_limit_slop_factor=114 "
+             "(about the run's limit) starts it at the top of the loop and the 128-GPU row's estimate falls below "
+             "this row's: the published order, tied. "
              "NCCL's ring model gives this row 0.18 s more collective time per step (1.07 ms ring latency per "
              "reduce-scatter over 256 ranks and 32 hosts against 0.53 ms), all hidden behind compute; the "
              "published gap (0.414 s) is more than all of its communication differs."),
@@ -457,8 +459,8 @@ RECIPES: tuple[Recipe, ...] = (
         why=("the verdict agrees, with 3.62 GiB to spare at the assumed 0.75 (the fraction AXLearn used on"
              " p5 is not stated). The step-time comment names fuji-7B-v2, not fuji-7B-v2-flash, so the row"
              " runs XLA attention; its per-kernel estimate is memory-bound on the (B, H, T, T) traffic (ratio "
-             "1.37, the 32-way gradient all-reduce across p5 hosts included). With attention=cudnn (the -flash "
-             "config) the estimate is 1.446 s (0.81) and the peak 40.36 GiB. Which kernel ran is not stated; "
+             "1.42, the 32-way gradient all-reduce across p5 hosts included). With attention=cudnn (the -flash "
+             "config) the estimate is 1.533 s (0.86) and the peak 40.36 GiB. Which kernel ran is not stated; "
              "the two bracket the published time."),
     ),
     Recipe(
@@ -484,8 +486,8 @@ RECIPES: tuple[Recipe, ...] = (
              "0.85 of AXLearn's GCP A3 jobs (67.24 GiB usable); with attention=cudnn (fuji-70B-v2-flash) "
              "the peak is 55.38 GiB and it fits at 0.75. So the run that ran did not hold XLA attention's "
              "(B, H, T, T) scores; the row keeps XLA attention because the source names no kernel, and says so. "
-             "The step time sits between the two kernels: with XLA attention the estimate is 0.75 of the "
-             "published 12.9 s; with cuDNN's (the same command with --arg attention=cudnn: 7.157 s) 0.55: the "
+             "The step time sits between the two kernels: with XLA attention the estimate is 0.78 of the "
+             "published 12.9 s; with cuDNN's (the same command with --arg attention=cudnn: 7.620 s) 0.59: the "
              "run's attention was a flash-style kernel (no score buffer) much slower than cuDNN's (fuji.py's "
              "own TODO for 7B: 'need to match 1.5s/step perf on TransformerEngine'). The compile is the "
              "recipe's HSDP mesh (data 4 x fsdp 128 on p5 hosts)."),

@@ -52,7 +52,7 @@ GAPS = {
         "TransformerEngine's speed) lies between the two, which bracket the published time."),
     "pax-gpt-126m-a100-64gpu": (
         "not explained. A 126M model on 64 A100s (2023 Pax/XLA): {launches} kernel launches per step, GEMMs "
-        "with d=768 at 40-100% of the A100's MAMF rate (wave quantization; the skinny attention GEMMs "
+        "with d=768 at 40-100% of the A100's sustained matmul rate (wave quantization; the skinny attention GEMMs "
         "memory-bound). What the 2023 run spent beyond that (host dispatch, input pipeline, the XLA of "
         "the time) is not in the program."),
     "pax-gpt3-175b-pp16-a100-768gpu": (

@@ -243,12 +243,12 @@ def test_an_async_collective_hides_behind_the_compute_scheduled_between_its_star
     assert st["estimate_s"] == pytest.approx(t_gemm + lost + t_ar + t_copy, rel=1e-9)
     assert st["overlap_slowdown_s"] == pytest.approx(lost, rel=1e-9)
     assert st["exposed_communication_s"] == pytest.approx(t_ar, rel=1e-6)
-    # the GEMM at the MAMF share of the peak (4096 x 4096 fills its waves: 512 tiles on 132 SMs, 97%)
+    # the GEMM at the sustained (MSMF) share of the peak (4096 x 4096 fills its waves: 512 tiles on 132 SMs, 97%)
     assert t_gemm == pytest.approx(2 * 4096**3 / (perf.bf16_flops * r.gemm_fraction * 512 / (4 * 132)), rel=1e-9)
 
 
 def test_each_rate_constant_names_its_public_source_and_orders_its_band():
-    rates = [*steptime.GEMM_FRACTION.values(), steptime.ATTENTION_FWD_FRACTION, steptime.ATTENTION_BWD_FRACTION,
+    rates = [*steptime.GEMM_FRACTION.values(), *steptime.FP8_GEMM_FRACTION.values(), steptime.ATTENTION_FWD_FRACTION, steptime.ATTENTION_BWD_FRACTION,
              steptime.HBM_FRACTION, steptime.LAUNCH_FLOOR_S, steptime.NVLINK_FRACTION,
              steptime.NVLS_ALLREDUCE_FRACTION, steptime.NETWORK_FRACTION, *steptime.COLLECTIVE_LATENCY_S.values(),
              steptime.OVERLAP_SLOWDOWN]
@@ -257,6 +257,35 @@ def test_each_rate_constant_names_its_public_source_and_orders_its_band():
     perf = targets.PERFORMANCE["h100"]
     fast, slow = steptime.rates("h100", perf, "fast"), steptime.rates("h100", perf, "slow")
     assert fast.gemm_fraction > slow.gemm_fraction and fast.hbm > slow.hbm and fast.launch_s < slow.launch_s
+    assert fast.fp8_gemm_fraction > slow.fp8_gemm_fraction
+
+
+FP8_DOT = """HloModule m
+
+ENTRY %main (a: f8e4m3fn[4096,4096], b: f8e4m3fn[4096,4096]) -> bf16[4096,4096] {
+  %a = f8e4m3fn[4096,4096]{1,0} parameter(0)
+  %b = f8e4m3fn[4096,4096]{1,0} parameter(1)
+  ROOT %d = bf16[4096,4096]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_gemms_run_at_the_sustained_not_the_burst_matmul_rate_and_fp8_at_its_own_share():
+    # a training step holds the board at its power limit: a node of 8 H200s sustains 727 of 989.4 TFLOPS
+    # (mamf-finder's MSMF, the slowest GPU), below the 794.5 short-burst MAMF of the same die
+    h100 = steptime.rates("h100", targets.PERFORMANCE["h100"])
+    assert h100.gemm_fraction == pytest.approx(727 / 989.4) and h100.gemm_fraction < 794.5 / 989.4
+    # FP8: its own (lower) MAMF share, held to the same sustained / burst ratio; Ampere's from its power-limit clock
+    assert h100.fp8_gemm_fraction == pytest.approx(1402.6 / 1979 * 727 / 794.5)
+    a100 = steptime.rates("a100-80g", targets.PERFORMANCE["a100-80g"])
+    assert a100.gemm_fraction == pytest.approx(271.2 / 312 * 1305 / 1410)
+    ks = kernels.kernels(hlo_text.parse_module(FP8_DOT))
+    gemm = next(k for k in ks if k.klass == "gemm")
+    assert gemm.dot_kind[0] == "fp8"
+    perf = targets.PERFORMANCE["h100"]
+    t = steptime.kernel_time(gemm, perf, h100)
+    # 4096^3 on 132 SMs: 512 tiles of 128 x 256 fill 97% of 4 waves
+    assert t == pytest.approx(2 * 4096**3 / (perf.fp8_flops * h100.fp8_gemm_fraction * 512 / (4 * 132)), rel=1e-9)
 
 
 # A loop of known trip count whose body starts an async dynamic-slice fusion (XLA's async slices of a stacked

@@ -71,17 +71,41 @@ class Rate:
     source: str
 
 
-# cuBLAS(Lt) GEMMs: the Maximum Achievable Matmul FLOPS (MAMF) of a brute-force shape search, as a
-# share of the datasheet peak, by architecture (compute capability major).
+# cuBLAS(Lt) GEMMs in training: the Maximum *Sustainable* Matmul FLOPS (MSMF) of mamf-finder.py, as a share
+# of the datasheet peak, by architecture (compute capability major). A training step is one long saturated
+# run: the board sits at its power limit and the SM clock settles below boost, so the short-burst ceiling
+# (MAMF, ~80% on Hopper) overstates what back-to-back GEMMs hold (stas00/ml-engineering
+# compute/accelerator/benchmarks/README.md, "MAMF & MSMF": MSMF "matches real training throughput").
+_MSMF = "stas00/ml-engineering compute/accelerator/benchmarks/README.md (mamf-finder.py MSMF, every GPU of the node busy)"
 GEMM_FRACTION: dict[int, Rate] = {
-    8: Rate(0.822, 0.859, 0.859, "stas00/ml-engineering compute/accelerator/README.md, Maximum Achievable Matmul "
-                                 "FLOPS table (mamf-finder.py, BF16): A100 SXM 267.9 of 312 TFLOPS (85.9%), A100 "
-                                 "PCIe 256.4 (82.2%)"),
-    9: Rate(0.801, 0.801, 0.830, "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16): H100 SXM "
-                                 "792.1 of 989 TFLOPS (80.1%, CUDA 12.1), GH200 821.0 (83.0%, CUDA 12.5)"),
-    # no MAMF row for Blackwell in that table: Hopper's, said so in the note
-    10: Rate(0.801, 0.801, 0.830, "no published MAMF for Blackwell: Hopper's (stas00/ml-engineering MAMF table, "
-                                  "H100 SXM 80.1%, GH200 83.0%), assumed"),
+    # no MSMF published for Ampere: its MAMF (A100 SXM 271.2 / 312, torch 2.6; A100 PCIe 252.9) at the clock
+    # an A100 sustains at its power limit, 1305 of its 1410 MHz boost (NVIDIA's HPL Rpeak convention,
+    # glennklockwood.com/garden/peak-FLOPS); the fast end is the burst MAMF itself
+    8: Rate(252.9 / 312 * 1305 / 1410, 271.2 / 312 * 1305 / 1410, 271.2 / 312,
+            "stas00/ml-engineering compute/accelerator/README.md MAMF table (BF16): A100 SXM 271.2, A100 PCIe 252.9 "
+            "of 312 TFLOPS, at the 1305 of 1410 MHz an A100 sustains at its power limit (glennklockwood.com/garden/"
+            "peak-FLOPS: NVIDIA's HPL Rpeak clock)"),
+    # 8 x H200 (H100's compute die and 700 W): node MSMF 727 TFLOPS (the slowest GPU, which synchronous
+    # training runs at; median GPU 752); all 8 busy, 5 rounds: 698.6 (n=40). Of the 989.4 TFLOPS peak.
+    9: Rate(698.6 / 989.4, 727 / 989.4, 752 / 989.4,
+            _MSMF + ": 8 x H200 BF16, node MSMF 727 TFLOPS (median GPU 752); all 8 busy x 5 rounds 698.6 (n=40), "
+                    "of 989.4"),
+    # 8 x B200, all busy x 5 rounds: 1426.4 TFLOPS (n=40); GPU0 alone 1455.7. Of the 2250 TFLOPS peak.
+    10: Rate(1426.4 / 2250, 1426.4 / 2250, 1455.7 / 2250,
+             _MSMF + ": 8 x B200 BF16, all 8 busy x 5 rounds 1426.4 TFLOPS (n=40), GPU0 alone 1455.7, of 2250"),
+}
+# FP8 GEMMs: no MSMF published; the FP8 MAMF (H100 SXM 1402.6, H200 1453.4 of 1979 TFLOPS; B200 3432.5 of
+# 4500) scaled by the same architecture's BF16 sustained / burst ratio (Hopper: 727 / 794.5 MAMF;
+# Blackwell: 1426.4 / 1745.0), the power limit binding FP8 as it does BF16. Ampere has no FP8 tensor cores.
+_HOPPER_SUSTAINED = (698.6 / 794.5, 727 / 794.5, 752 / 794.5)
+FP8_GEMM_FRACTION: dict[int, Rate] = {
+    9: Rate(1402.6 / 1979 * _HOPPER_SUSTAINED[0], 1402.6 / 1979 * _HOPPER_SUSTAINED[1],
+            1453.4 / 1979 * _HOPPER_SUSTAINED[2],
+            "stas00/ml-engineering compute/accelerator/README.md MAMF table (FP8 e4m3): H100 SXM 1402.6, H200 1453.4 "
+            "of 1979 TFLOPS, x Hopper's BF16 MSMF / MAMF (727 or 698.6-752 / 794.5)"),
+    10: Rate(3432.5 / 4500 * 1426.4 / 1745.0, 3432.5 / 4500 * 1426.4 / 1745.0, 3432.5 / 4500 * 1455.7 / 1745.0,
+             "stas00/ml-engineering compute/accelerator/README.md MAMF table (FP8 e4m3): B200 3432.5 of 4500 TFLOPS, "
+             "x Blackwell's BF16 MSMF / MAMF (1426.4-1455.7 / 1745.0)"),
 }
 # cuDNN fused (flash) attention on H100 SXM5, BF16, head dim 128, sequence 2k-16k: FlashAttention-3
 # (Shah et al. 2024, arXiv:2407.08608), figures "Attention forward/backward speed, head dim 128 (H100 80GB
@@ -138,7 +162,8 @@ OVERLAP_SLOWDOWN = Rate(0.0, 0.189, 0.40, "arXiv:2507.03114 (2025), compute besi
 GEMM_TILE = (128, 256)
 
 RATE_SOURCES = {
-    "gemm": "GEMM_FRACTION (by architecture) x wave quantization (NVIDIA Deep Learning Performance Guide)",
+    "gemm": "GEMM_FRACTION / FP8_GEMM_FRACTION (sustained matmul rate by architecture: " + _MSMF + ") x wave "
+            "quantization (NVIDIA Deep Learning Performance Guide)",
     "attention": ATTENTION_FWD_FRACTION.source + "; " + ATTENTION_BWD_FRACTION.source,
     "memory": HBM_FRACTION.source,
     "launch": LAUNCH_FLOOR_S.source,
@@ -163,6 +188,7 @@ class Rates:
     "central", "slow": every rate at its low end)."""
 
     gemm_fraction: float
+    fp8_gemm_fraction: float
     attn_fwd: float         # FLOP/s
     attn_bwd: float
     hbm: float              # bytes/s
@@ -187,8 +213,11 @@ def rates(gpu: str, perf, end: str = "central") -> Rates:
     fast = {"fast": "high", "central": "central", "slow": "low"}[end]
     slow = {"fast": "low", "central": "central", "slow": "high"}[end]   # for times: fast = the short end
     gemm = GEMM_FRACTION.get(major, GEMM_FRACTION[9])
+    # Ada (8.9) has FP8 tensor cores but no FP8 MAMF published: Hopper's share
+    fp8 = FP8_GEMM_FRACTION.get(major, FP8_GEMM_FRACTION[9])
     return Rates(
         gemm_fraction=_pick(gemm, fast),
+        fp8_gemm_fraction=_pick(fp8, fast),
         attn_fwd=_pick(ATTENTION_FWD_FRACTION, fast) * perf.bf16_flops,
         attn_bwd=_pick(ATTENTION_BWD_FRACTION, fast) * perf.bf16_flops,
         hbm=_pick(HBM_FRACTION, fast) * perf.hbm_bandwidth,
@@ -225,7 +254,8 @@ def kernel_time(k, perf, r: Rates) -> float:
         kind, passes = k.dot_kind or ("bf16", 1)
         field, _ = _PEAKS[kind]
         peak = getattr(perf, field) or perf.bf16_flops
-        rate = peak * r.gemm_fraction * wave_efficiency(k.gemm_dims, r.sm_count)
+        share = r.fp8_gemm_fraction if kind == "fp8" else r.gemm_fraction
+        rate = peak * share * wave_efficiency(k.gemm_dims, r.sm_count)
         if kind in ("fp32", "other"):
             rate = peak   # CUDA-core math: the datasheet rate (no MAMF measured for it)
         math_s = k.flops * passes / rate

@@ -7,8 +7,9 @@ The rule (an estimate, and labelled one wherever it is shown):
   in-place ``dynamic-update-slice``; bitcasts and tuples nothing) and its dot / attention FLOPs; a loop body
   runs once per trip (``known_trip_count``).
 * **Each kernel** takes ``max(math / achieved rate, bytes / achieved HBM bandwidth, launch floor)``:
-  GEMMs (cuBLAS custom calls, Triton GEMM fusions) at the Maximum Achievable Matmul FLOPS share of the peak
-  for their operand types (:data:`GEMM_FRACTION`, by architecture) times their wave quantization on the
+  GEMMs (cuBLAS custom calls, Triton GEMM fusions) at the Maximum Sustainable Matmul FLOPS share of the
+  peak for their operand types (:data:`GEMM_FRACTION`, :data:`FP8_GEMM_FRACTION`, by architecture: the
+  rate a node of GPUs at their power limit holds) times their wave quantization on the
   card's SMs (:func:`wave_efficiency`), so small and skinny GEMMs fall far below peak or become
   memory-bound; cuDNN flash attention at its measured forward / backward rate; every other kernel is
   memory-bound at :data:`HBM_FRACTION` of the datasheet bandwidth; none below :data:`LAUNCH_FLOOR_S`.
@@ -65,6 +66,7 @@ from jaxmem.compiler.rates import (  # noqa: F401  (the achieved rates, re-expor
     ATTENTION_BWD_FRACTION,
     ATTENTION_FWD_FRACTION,
     COLLECTIVE_LATENCY_S,
+    FP8_GEMM_FRACTION,
     GEMM_FRACTION,
     GEMM_TILE,
     HBM_FRACTION,
@@ -93,13 +95,13 @@ from jaxmem.xla.collectives import Collective, collectives
 rates = rates_mod.rates   # re-exported where it was
 
 RULE = ("estimate = the step's kernels in XLA's schedule order, each max(its FLOPs at its class's achieved rate, "
-        "its own HBM bytes at achieved bandwidth, a launch floor): GEMMs at the measured cuBLAS share of peak "
-        "(MAMF) times wave quantization, cuDNN attention at its measured rate, other kernels at ~88% of HBM "
+        "its own HBM bytes at achieved bandwidth, a launch floor): GEMMs at the sustained cuBLAS share of peak "
+        "(MSMF: a whole node at its power limit) times wave quantization, cuDNN attention at its measured rate, other kernels at ~88% of HBM "
         "bandwidth; collectives at NCCL's measured bus bandwidth for the link (NVLink, NVLS, network) plus a "
         "latency, hidden only behind the compute XLA scheduled between their start and done, which runs ~19% slower "
         "beside them; host copies at "
         "PCIe bandwidth; loops x trip count. Band: every rate at the ends of its published range")
-LEAVES_OUT = ("host-side work (input pipeline, Python dispatch), GPU clocks below boost under power limits, "
+LEAVES_OUT = ("host-side work (input pipeline, Python dispatch), "
               "contention beside collectives beyond its measured average, stragglers across hosts, shapes far from "
               "the measured ones (rates are per kernel class, not per shape beyond wave quantization)")
 
