@@ -76,7 +76,8 @@ class Rate:
 # run: the board sits at its power limit and the SM clock settles below boost, so the short-burst ceiling
 # (MAMF, ~80% on Hopper) overstates what back-to-back GEMMs hold (stas00/ml-engineering
 # compute/accelerator/benchmarks/README.md, "MAMF & MSMF": MSMF "matches real training throughput").
-_MSMF = "stas00/ml-engineering compute/accelerator/benchmarks/README.md (mamf-finder.py MSMF, every GPU of the node busy)"
+_MSMF = ("stas00/ml-engineering compute/accelerator/benchmarks/README.md (mamf-finder.py MSMF, every GPU of the "
+         "node busy)")
 GEMM_FRACTION: dict[int, Rate] = {
     # no MSMF published for Ampere: its MAMF (A100 SXM 271.2 / 312, torch 2.6; A100 PCIe 252.9) at the clock
     # an A100 sustains at its power limit, 1305 of its 1410 MHz boost (NVIDIA's HPL Rpeak convention,

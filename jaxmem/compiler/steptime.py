@@ -96,7 +96,8 @@ rates = rates_mod.rates   # re-exported where it was
 
 RULE = ("estimate = the step's kernels in XLA's schedule order, each max(its FLOPs at its class's achieved rate, "
         "its own HBM bytes at achieved bandwidth, a launch floor): GEMMs at the sustained cuBLAS share of peak "
-        "(MSMF: a whole node at its power limit) times wave quantization, cuDNN attention at its measured rate, other kernels at ~88% of HBM "
+        "(MSMF: a whole node at its power limit) times wave quantization, cuDNN attention at its measured rate, "
+        "other kernels at ~88% of HBM "
         "bandwidth; collectives at NCCL's measured bus bandwidth for the link (NVLink, NVLS, network) plus a "
         "latency, hidden only behind the compute XLA scheduled between their start and done, which runs ~19% slower "
         "beside them; host copies at "
