@@ -111,3 +111,25 @@ def test_compare_and_advise_show_tight_rows_as_fitting():
     rows = {ln.split("│")[1].strip(): ln for ln in console.export_text().splitlines() if ln.count("│") > 3}
     assert "tight" in rows["dp"] and "yes" in rows["fsdp"]
     assert row_line(cells[1]).endswith("tight") and "fits" in row_line(cells[0])
+
+
+def test_advise_says_when_the_step_as_given_is_timed_under_xlas_scheduler_memory_limit():
+    from rich.console import Console
+
+    from jaxmem.plan.advise import Advice, Candidate
+    from jaxmem.present.render import render_advice
+    from jaxmem.program.options import AnalyzeOptions
+    from jaxmem.report import ReportWarning
+
+    r = _saved_report()
+    held = dataclasses.replace(r, fits=False, warnings=(ReportWarning("schedule_memory_limited", "over the limit"),))
+
+    def text(original_report) -> str:
+        original = Candidate((), AnalyzeOptions(), original_report)
+        change = Candidate((("remat", "full"),), AnalyzeOptions(remat="full"), r)
+        console = Console(record=True, width=300, color_system=None)
+        render_advice(Advice("m.py", original, (change,), 2, 0, 1.0, searched=True), console)
+        return console.export_text()
+
+    assert "over XLA's scheduler memory limit" in text(held)
+    assert "over XLA's scheduler memory limit" not in text(dataclasses.replace(r, fits=False))

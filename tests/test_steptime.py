@@ -555,3 +555,57 @@ def test_the_per_iteration_reduction_check_reads_only_data_axes_repeated_every_i
     assert steptime.check_pipeline_reductions(st(("all-reduce", ["data"], 1)), roles) == []
     assert steptime.check_pipeline_reductions(st(("all-reduce", ["tensor"], 90)), roles) == []
     assert steptime.check_pipeline_reductions({**st(("all-reduce", ["data"], 18)), "pipeline": None}, roles) == []
+
+
+def test_the_scheduler_memory_limit_is_xlas_rule_and_reads_the_slop_factor_from_xla_flags():
+    gib = 2**30
+    # gpu_hlo_schedule.cc GetSchedulerMemoryLimit: (80% of the device - inputs and outputs) x slop / 100
+    assert steptime.scheduler_memory_limit(80 * gib, 10 * gib) == int((0.8 * 80 - 10) * gib * 95 / 100)
+    assert steptime.scheduler_memory_limit(80 * gib, 10 * gib, 200) == int((0.8 * 80 - 10) * gib * 2)
+    assert steptime.slop_factor("") == 95
+    assert steptime.slop_factor("--xla_gpu_memory_limit_slop_factor=120 --xla_foo=1 "
+                                "--xla_gpu_memory_limit_slop_factor=80") == 80   # XLA keeps the last
+
+
+def _exposed_step(exposed: float, step: float = 1.0) -> dict:
+    return {"available": True, "estimate_s": step, "exposed_communication_s": exposed}
+
+
+def test_the_memory_limited_schedule_warning_needs_temporaries_over_the_limit_and_exposed_communication():
+    gib = 2**30
+    limit = steptime.scheduler_memory_limit(80 * gib, 10 * gib)
+    check = steptime.check_memory_limited_schedule
+    assert [w.kind for w in check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib, "")] == \
+        ["schedule_memory_limited"]
+    assert check(_exposed_step(0.3), limit, 10 * gib, 80 * gib, "") == []          # at the limit: scheduled freely
+    assert check(_exposed_step(0.05), limit + 1, 10 * gib, 80 * gib, "") == []     # little to hide: no claim
+    assert check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib,                # a slop factor that admits it
+                 "--xla_gpu_memory_limit_slop_factor=200") == []
+    assert check(_exposed_step(0.3), limit + 1, 10 * gib, None, "") == []         # cpu: no card
+
+
+def _analyze_cli(xla_flags: str) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS=xla_flags)
+    out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "analyze", "models/llama.py", "--arg", "preset=tiny",
+                          "--mesh", "fsdp=8", "--batch", "8", "--gpu", "h100", "--json", "--no-cache", "--no-explain"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode in (0, 3), out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_a_step_over_xlas_scheduler_memory_limit_runs_its_collectives_exposed_and_says_so():
+    """A slop factor of 0 puts the tiny FSDP Llama over XLA's scheduler limit: XLA then starts no
+    collective early, every one runs beside no compute, and the warning names it; at XLA's default the
+    same step hides part of its communication and gets no warning."""
+    free = _analyze_cli("--xla_gpu_memory_limit_slop_factor=95")
+    held = _analyze_cli("--xla_gpu_memory_limit_slop_factor=0")
+    f, h = free["step_time"], held["step_time"]
+    assert "schedule_memory_limited" not in {w["kind"] for w in free["warnings"]}
+    assert f["exposed_communication_s"] < 0.5 * f["communication_s"]
+    assert h["exposed_communication_s"] == pytest.approx(h["communication_s"], rel=0.01)
+    assert h["estimate_s"] > f["estimate_s"]
+    assert "schedule_memory_limited" in {w["kind"] for w in held["warnings"]}

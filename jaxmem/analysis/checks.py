@@ -20,6 +20,7 @@ A check's kinds are named in the table so that tests can tell every kind has a p
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 
 from jaxmem.analysis.stages import Measured
@@ -54,6 +55,9 @@ CHECKS: tuple[Check, ...] = (
                                                                            m.written)),
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
+    Check(("schedule_memory_limited",), lambda m: steptime.check_memory_limited_schedule(
+        m.step_time, m.stats.temp, m.stats.argument + m.stats.output - m.stats.alias, m.target.memory_bytes,
+        os.environ.get("XLA_FLAGS", ""))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

@@ -474,3 +474,47 @@ def check_precision(precision: str, step_time: Mapping[str, Any]) -> list[Report
                           f"type: {kinds}): "
                           "the model's layers fix their own compute dtype (dtype=jnp.float32), so the flag changed "
                           "only the casts of the parameters and inputs; set the layers' dtype to change the matmuls")]
+
+
+# XLA:GPU's latency-hiding scheduler holds each step to a memory limit (openxla xla/service/gpu/
+# gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): 80% of the device's memory less the step's inputs and
+# outputs (an aliased output counted once), times --xla_gpu_memory_limit_slop_factor / 100 (default 95,
+# xla/debug_options_flags.cc). A step whose temporaries exceed it gets no collective started early where
+# that would hold more memory: its communication runs beside no compute.
+SCHEDULER_MEMORY_SHARE = 0.80
+DEFAULT_SLOP_FACTOR = 95
+
+
+def slop_factor(xla_flags: str) -> int:
+    """--xla_gpu_memory_limit_slop_factor as XLA_FLAGS sets it (the last one wins), else XLA's default."""
+    found = re.findall(r"--xla_gpu_memory_limit_slop_factor=(\d+)", xla_flags or "")
+    return int(found[-1]) if found else DEFAULT_SLOP_FACTOR
+
+
+def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
+    """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes`."""
+    return int((SCHEDULER_MEMORY_SHARE * memory_bytes - io_bytes) * slop / 100)
+
+
+def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
+                                  memory_bytes: int | None, xla_flags: str) -> list[ReportWarning]:
+    """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
+    10% of the estimate is communication beside no compute: the step time is of that schedule, slower
+    than the same collectives hidden once the step is under the limit."""
+    if not memory_bytes or not step_time.get("available"):
+        return []
+    slop = slop_factor(xla_flags)
+    limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
+    exposed, step = step_time["exposed_communication_s"], step_time["estimate_s"]
+    if temp <= limit or exposed < 0.1 * step:
+        return []
+    return [ReportWarning(
+        "schedule_memory_limited",
+        f"the step's temporaries ({temp / 2**30:,.2f} GiB per device) exceed the memory XLA's scheduler allowed "
+        f"them in this compile ({max(limit, 0) / 2**30:,.2f} GiB: {SCHEDULER_MEMORY_SHARE:.0%} of the card's "
+        f"{memory_bytes / 2**30:,.2f} GiB less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
+        f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it starts no collective early: "
+        f"{exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute. The step time is of "
+        "that schedule; a change that brings the temporaries under the limit (remat, more sharding, a smaller "
+        "batch) lets the same collectives hide behind compute, so rank layouts by step time among those that "
+        "fit")]

@@ -437,6 +437,10 @@ def render_advice(a, console: Console | None = None) -> None:
                           _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
                           "-" if gs is None else fmt_seconds(gs))
         console.print(table)
+        if any(w.kind == "schedule_memory_limited" for w in o.warnings):
+            console.print("[dim]vs as given: the step as given is over XLA's scheduler memory limit, so its "
+                          "collectives run beside no compute (schedule_memory_limited): a change under the limit "
+                          "can be faster although it recomputes.[/dim]", soft_wrap=True)
         for i, c in enumerate(fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
     elif o.fits:   # --all: the verdict is the step as given; say what the search found, never NONE FITS
