@@ -674,7 +674,7 @@ RECIPES: tuple[Recipe, ...] = (
                        "a B200 sustains on bf16 matmuls alone (mamf-finder's MSMF, 1,426-1,456 TFLOP/s). Llama 3.1 "
                        "70B has Llama 3 70B's shapes (preset 70b); quantization=fp8 as --precision fp8 with "
                        "numerics=maxtext; A4's network (8 x 400 Gb/s per host) is the DGX B200's, so --gpu b200",
-        why=("the verdict agrees (138.5 of 174.8 GiB). The only Blackwell row: its GEMMs at Blackwell's FP8 "
+        why=("the verdict agrees (137.0 of 174.8 GiB; 138.5 at jax 0.12). The only Blackwell row: its GEMMs at Blackwell's FP8 "
              "sustained share, its attention at the share of the bf16 peak cuDNN reaches on an H100 (the model "
              "has no Blackwell attention measurement). The same command in bf16 (--precision fp32 "
              "with numerics=maxtext, as the bf16 config) estimates 27.5 s (1.31 of the published time); the "
