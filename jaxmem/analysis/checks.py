@@ -42,6 +42,11 @@ def _tensor_names(m: Measured) -> tuple[str, ...]:
     return tuple(n for n, axes in m.planned.rules.params if tensor and axes and tensor in axes)
 
 
+def _io(m: Measured) -> int:
+    """The step's inputs and outputs on the device, an aliased output counted once (XLA's scheduler limit)."""
+    return m.stats.argument + m.stats.output - m.stats.alias
+
+
 CHECKS: tuple[Check, ...] = (
     Check(("not_donated",), lambda m: step.check_donation(m.built, m.stats.output - m.stats.alias)),
     Check(("runtime_out_of_pool", "verdict_tight"), lambda m: runtime.verdict_warnings(m.target, m.rt, m.budget,
@@ -56,8 +61,9 @@ CHECKS: tuple[Check, ...] = (
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("schedule_memory_limited",), lambda m: steptime.check_memory_limited_schedule(
-        m.step_time, m.stats.temp, m.stats.argument + m.stats.output - m.stats.alias, m.target.memory_bytes,
-        os.environ.get("XLA_FLAGS", ""))),
+        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""))),
+    Check(("collectives_not_overlapped",), lambda m: steptime.check_collectives_not_overlapped(
+        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

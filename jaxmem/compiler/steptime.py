@@ -342,6 +342,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
     memory_s = busy.get("memory", 0.0)
     comm_s = busy.get("collective", 0.0)
     rows = communication_rows(colls, perf, rates_mod.rates(gpu, perf), dph)
+    alone_s = unoverlapped_collective_seconds(module, colls, ks, perf, rates_mod.rates(gpu, perf), dph)
     bytes_moved = kernels_mod.bytes_per_step(ks)
     classes = _kernel_classes(ks, colls, busy)
     return {
@@ -356,6 +357,9 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "communication_s": comm_s,
         "overlap_slowdown_s": sim["overlap_slowdown_s"],    # lost beside collectives in flight (OVERLAP_SLOWDOWN)
         "exposed_communication_s": max(sim["step_s"] - compute_s - memory_s - sim["overlap_slowdown_s"], 0.0),
+        # busy seconds of the collectives XLA scheduled with no kernel beside them (synchronous, or a start
+        # right before its done): nothing can hide them
+        "unoverlapped_collective_s": alone_s,
         "host_transfer_s": host_s,
         "host_transfer_bytes": host_bytes,
         "bound": "compute" if compute_s >= memory_s else "memory",
@@ -383,6 +387,34 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }
+
+
+def unoverlapped_collective_seconds(module: hlo_text.Module, colls: list[Collective], ks: list, perf, r,
+                                    devices_per_host: int) -> float:
+    """Busy seconds per step of the collectives XLA scheduled with nothing to hide behind: synchronous ones,
+    and async ones with no kernel or loop between their ``*-start`` and ``*-done`` (without a latency-hiding
+    schedule XLA converts collectives to async pairs and leaves each done right after its start)."""
+    kernels = {(k.computation, k.name) for k in ks if k.klass != "collective"}
+    alone: set[tuple[str, str]] = set()
+    for cname, comp in module.computations.items():
+        open_starts: dict[str, bool] = {}          # start -> whether compute was scheduled since
+        for ins in comp.instructions:
+            key = (cname, ins.name)
+            if ins.opcode.endswith("-start") and ins.opcode != "fusion-start":
+                open_starts[ins.name] = False
+            elif ins.opcode.endswith("-done"):
+                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                if ops and ops[0] in open_starts and not open_starts.pop(ops[0]):
+                    alone.add((cname, ops[0]))
+            elif key in kernels or ins.opcode in ("while", "conditional", "call"):
+                open_starts = dict.fromkeys(open_starts, True)
+        alone.update((cname, i.name) for i in comp.instructions if i.opcode in _SYNC_COLLECTIVES)
+    return sum((rates_mod.collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop for c in colls
+                if (c.computation, c.name) in alone), 0.0)
+
+
+_SYNC_COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                               "ragged-all-to-all", "collective-broadcast"})
 
 
 def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
@@ -494,6 +526,35 @@ def slop_factor(xla_flags: str) -> int:
 def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
     """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes`."""
     return int((SCHEDULER_MEMORY_SHARE * memory_bytes - io_bytes) * slop / 100)
+
+
+LHS_FLAG = "--xla_gpu_enable_latency_hiding_scheduler=true"
+
+
+def check_collectives_not_overlapped(step_time: Mapping[str, Any], temp: int, io_bytes: int,
+                                     memory_bytes: int | None, xla_flags: str) -> list[ReportWarning]:
+    """collectives_not_overlapped: at least 10% of the estimate is communication beside no compute, 90% of the
+    collectives' time is in ones XLA scheduled with no kernel beside them, the step is under XLA's scheduler
+    memory limit (over it, schedule_memory_limited says why) and XLA_FLAGS does not turn XLA's latency-hiding
+    scheduler on. XLA compiles without that scheduler unless asked (debug_options_flags.cc: false; measured
+    here, jax 0.9-0.12: the A100 and Ada targets get no kernel beside their collectives, the H100 and B200
+    targets do)."""
+    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+        return []
+    exposed, step, busy = (step_time["exposed_communication_s"], step_time["estimate_s"],
+                           step_time["communication_s"])
+    sync = step_time["unoverlapped_collective_s"]
+    if exposed < 0.1 * step or not busy or sync < 0.9 * busy or LHS_FLAG in (xla_flags or "").split():
+        return []
+    if temp > scheduler_memory_limit(memory_bytes, io_bytes, slop_factor(xla_flags)):
+        return []
+    return [ReportWarning(
+        "collectives_not_overlapped",
+        f"XLA scheduled {sync / busy:.0%} of the step's collective time with no kernel beside it, so {exposed:.3g} s "
+        f"of the {step:.3g} s estimate is communication beside no compute. Its latency-hiding scheduler, which "
+        "overlaps collectives with compute, runs only where XLA turns it on (measured at jax 0.9-0.12: on for the H100 "
+        f"and B200 targets, off for the A100 and Ada ones); set XLA_FLAGS={LHS_FLAG}, as the public GPU "
+        "recipes do, and analyze again to see the step with its collectives overlapped")]
 
 
 def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
