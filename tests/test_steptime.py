@@ -567,11 +567,12 @@ def test_the_scheduler_memory_limit_is_xlas_rule_and_reads_the_slop_factor_from_
                                 "--xla_gpu_memory_limit_slop_factor=80") == 80   # XLA keeps the last
 
 
-def _exposed_step(exposed: float, step: float = 1.0) -> dict:
-    return {"available": True, "estimate_s": step, "exposed_communication_s": exposed}
+def _exposed_step(alone: float, step: float = 1.0) -> dict:
+    return {"available": True, "estimate_s": step, "exposed_communication_s": alone,
+            "unoverlapped_collective_s": alone}
 
 
-def test_the_memory_limited_schedule_warning_needs_temporaries_over_the_limit_and_exposed_communication():
+def test_the_memory_limited_schedule_warning_needs_temporaries_over_the_limit_and_collectives_alone():
     gib = 2**30
     limit = steptime.scheduler_memory_limit(80 * gib, 10 * gib)
     check = steptime.check_memory_limited_schedule
@@ -582,6 +583,10 @@ def test_the_memory_limited_schedule_warning_needs_temporaries_over_the_limit_an
     assert check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib,                # a slop factor that admits it
                  "--xla_gpu_memory_limit_slop_factor=200") == []
     assert check(_exposed_step(0.3), limit + 1, 10 * gib, None, "") == []         # cpu: no card
+    # a run compiles against JAX's pool: at 0.94 of the card its limit holds what the deviceless 80% did not
+    big, small = (check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib, "", int(f * 80 * gib))[0].message
+                  for f in (0.94, 0.75))
+    assert "holds these temporaries" in big and "which they exceed too" in small
 
 
 def _analyze_cli(xla_flags: str) -> dict:
@@ -678,3 +683,18 @@ def test_unoverlapped_collectives_are_the_synchronous_ones_and_the_async_pairs_w
                               gpu="h100")
     assert alone["unoverlapped_collective_s"] == pytest.approx(t_ag + t_ar, rel=1e-9)
     assert alone["exposed_communication_s"] == pytest.approx(t_ag + t_ar, rel=1e-6)
+
+
+def test_over_the_memory_limit_a_target_without_the_scheduler_by_default_is_told_to_ask_for_it():
+    gib = 2**30
+    limit = steptime.scheduler_memory_limit(80 * gib, 10 * gib)
+    over = (_sync_step(0.4, 0.5), limit + 1, 10 * gib, 80 * gib)
+    kinds = [w.kind for w in steptime.check_memory_limited_schedule(*over, "", None, False)
+             + steptime.check_collectives_not_overlapped(*over, "", False)]
+    assert kinds == ["collectives_not_overlapped"]        # the scheduler never ran: the flag is the first fix
+    flagged = [w.kind for w in steptime.check_memory_limited_schedule(*over, steptime.LHS_FLAG, None, False)
+               + steptime.check_collectives_not_overlapped(*over, steptime.LHS_FLAG, False)]
+    assert flagged == ["schedule_memory_limited"]         # it ran, and memory held it back
+    assert steptime.lhs_by_default("h100") and steptime.lhs_by_default("b200") and steptime.lhs_by_default("gb200")
+    assert not any(steptime.lhs_by_default(g) for g in ("a100-80g", "rtx-4090", "l40s", "rtx-5090", "a10g"))
+    assert steptime.lhs_by_default("local:NVIDIA H100")   # off the catalogue: no claim

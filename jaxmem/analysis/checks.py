@@ -61,9 +61,11 @@ CHECKS: tuple[Check, ...] = (
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("schedule_memory_limited",), lambda m: steptime.check_memory_limited_schedule(
-        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""))),
+        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""),
+        m.budget.usable_bytes, steptime.lhs_by_default(m.target.gpu))),
     Check(("collectives_not_overlapped",), lambda m: steptime.check_collectives_not_overlapped(
-        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""))),
+        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""),
+        steptime.lhs_by_default(m.target.gpu))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

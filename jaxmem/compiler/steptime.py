@@ -529,16 +529,28 @@ def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT
 
 
 LHS_FLAG = "--xla_gpu_enable_latency_hiding_scheduler=true"
+# The compute capabilities whose deviceless compile overlaps collectives without LHS_FLAG. Measured, not read
+# from XLA (its flag defaults to false, debug_options_flags.cc): the tiny Llama at --mesh fsdp=4 --batch 8,
+# jax 0.9.0, 0.10.2 and 0.12, hides its collectives on h100, h100-pcie, h200 (9.0), b200 and gb200 (10.0) and
+# leaves every one alone on a100-80g (8.0), a10g and rtx-3090 (8.6), rtx-4090 and l40s (8.9), rtx-5090 (12.0).
+LHS_BY_DEFAULT_MAJOR = frozenset({9, 10})
+
+
+def lhs_by_default(gpu: str) -> bool:
+    """Whether XLA overlaps collectives on this catalogue target without LHS_FLAG (True off the catalogue:
+    no claim is made there)."""
+    spec = targets.CATALOGUE.get(gpu)
+    return spec is None or spec.compute_capability[0] in LHS_BY_DEFAULT_MAJOR
 
 
 def check_collectives_not_overlapped(step_time: Mapping[str, Any], temp: int, io_bytes: int,
-                                     memory_bytes: int | None, xla_flags: str) -> list[ReportWarning]:
+                                     memory_bytes: int | None, xla_flags: str,
+                                     lhs_default: bool = True) -> list[ReportWarning]:
     """collectives_not_overlapped: at least 10% of the estimate is communication beside no compute, 90% of the
     collectives' time is in ones XLA scheduled with no kernel beside them, the step is under XLA's scheduler
-    memory limit (over it, schedule_memory_limited says why) and XLA_FLAGS does not turn XLA's latency-hiding
-    scheduler on. XLA compiles without that scheduler unless asked (debug_options_flags.cc: false; measured
-    here, jax 0.9-0.12: the A100 and Ada targets get no kernel beside their collectives, the H100 and B200
-    targets do)."""
+    memory limit (over it, schedule_memory_limited says why, on a target whose compile runs the scheduler
+    by itself: `lhs_default`) and XLA_FLAGS does not turn XLA's latency-hiding scheduler on (LHS_BY_DEFAULT_MAJOR:
+    where XLA runs it unasked)."""
     if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
         return []
     exposed, step, busy = (step_time["exposed_communication_s"], step_time["estimate_s"],
@@ -546,36 +558,50 @@ def check_collectives_not_overlapped(step_time: Mapping[str, Any], temp: int, io
     sync = step_time["unoverlapped_collective_s"]
     if exposed < 0.1 * step or not busy or sync < 0.9 * busy or LHS_FLAG in (xla_flags or "").split():
         return []
-    if temp > scheduler_memory_limit(memory_bytes, io_bytes, slop_factor(xla_flags)):
-        return []
+    if lhs_default and temp > scheduler_memory_limit(memory_bytes, io_bytes, slop_factor(xla_flags)):
+        return []       # the scheduler ran, held back by memory: schedule_memory_limited's case
     return [ReportWarning(
         "collectives_not_overlapped",
         f"XLA scheduled {sync / busy:.0%} of the step's collective time with no kernel beside it, so {exposed:.3g} s "
         f"of the {step:.3g} s estimate is communication beside no compute. Its latency-hiding scheduler, which "
-        "overlaps collectives with compute, runs only where XLA turns it on (measured at jax 0.9-0.12: on for the H100 "
-        f"and B200 targets, off for the A100 and Ada ones); set XLA_FLAGS={LHS_FLAG}, as the public GPU "
+        "overlaps collectives with compute, runs only where XLA turns it on (measured at jax 0.9-0.12: on for the "
+        "H100, H200, B200 and GB200 targets, off for the A100, the Ampere and Ada cards and the RTX 5090); set "
+        f"XLA_FLAGS={LHS_FLAG}, as the public GPU "
         "recipes do, and analyze again to see the step with its collectives overlapped")]
 
 
 def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
-                                  memory_bytes: int | None, xla_flags: str) -> list[ReportWarning]:
+                                  memory_bytes: int | None, xla_flags: str,
+                                  pool_bytes: int | None = None, lhs_default: bool = True) -> list[ReportWarning]:
     """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
-    10% of the estimate is communication beside no compute: the step time is of that schedule, slower
-    than the same collectives hidden once the step is under the limit."""
-    if not memory_bytes or not step_time.get("available"):
+    10% of the estimate is collectives with no kernel beside them: the step time is of that schedule,
+    slower than the same collectives hidden once the step is under the limit. `pool_bytes`: JAX's pool on
+    the card, which a run compiles against instead of the deviceless 80% (jaxlib py_client.cc,
+    set_device_memory_size). Not where the scheduler did not run at all (no LHS_FLAG on a target that needs
+    it: collectives_not_overlapped's case)."""
+    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+        return []
+    if not lhs_default and LHS_FLAG not in (xla_flags or "").split():
         return []
     slop = slop_factor(xla_flags)
     limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
     exposed, step = step_time["exposed_communication_s"], step_time["estimate_s"]
-    if temp <= limit or exposed < 0.1 * step:
+    if temp <= limit or step_time["unoverlapped_collective_s"] < 0.1 * step:
         return []
+    run = ""
+    if pool_bytes:
+        run_limit = int((pool_bytes - io_bytes) * slop / 100)
+        run = (f" A JAX run on the card compiles against its memory pool ({pool_bytes / 2**30:,.2f} GiB) instead: "
+               f"a limit of {max(run_limit, 0) / 2**30:,.2f} GiB, "
+               + ("which holds these temporaries, so there XLA can overlap more and the step can be faster than "
+                  "this estimate." if run_limit >= temp else "which they exceed too."))
     return [ReportWarning(
         "schedule_memory_limited",
         f"the step's temporaries ({temp / 2**30:,.2f} GiB per device) exceed the memory XLA's scheduler allowed "
         f"them in this compile ({max(limit, 0) / 2**30:,.2f} GiB: {SCHEDULER_MEMORY_SHARE:.0%} of the card's "
         f"{memory_bytes / 2**30:,.2f} GiB less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
-        f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it starts no collective early: "
-        f"{exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute. The step time is of "
-        "that schedule; a change that brings the temporaries under the limit (remat, more sharding, a smaller "
-        "batch) lets the same collectives hide behind compute, so rank layouts by step time among those that "
-        "fit")]
+        f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it held back collectives that would have needed "
+        f"more memory: {exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute.{run} The "
+        "step time is of this schedule; a change that brings the temporaries under the limit (remat, more "
+        "sharding, a smaller batch) lets the same collectives hide behind compute, so compare step times among "
+        "layouts under it")]
