@@ -230,9 +230,9 @@ WARNING_KINDS: dict[str, str] = {
     "xla_rematerialized": "XLA recomputed instructions to bring the step under its budget for the card",
     "precision_no_effect": "--precision left most matmul FLOPs in 32-bit: the layers fix their own dtype",
     "gradient_reduced_per_iteration": "a pipeline loop reduces the stages' gradients on every iteration, not once",
+    "schedule_memory_limited": "the temporaries exceed XLA's scheduler memory limit: collectives run beside no compute",
     "collectives_not_overlapped": "XLA compiled the step without its latency-hiding scheduler: collectives "
                                   "run beside no compute",
-    "schedule_memory_limited": "the temporaries exceed XLA's scheduler memory limit: collectives run beside no compute",
     "remat_at_ignored": "--remat-at on a model whose workload() places its own checkpoints",
     "unsharded_leaf": "a leaf could not be sharded as the layout asked",
     "axis_splits_nothing": "a mesh axis that splits nothing of what its role should split",

@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 
 from jaxmem.analysis.stages import Measured
-from jaxmem.compiler import compiled, runtime, steptime, targets, versions
+from jaxmem.compiler import compiled, runtime, schedule, steptime, targets, versions
 from jaxmem.program import sharding, splits, step, train_state, workload
 from jaxmem.report import ReportWarning
 from jaxmem.xla import explain
@@ -60,12 +60,11 @@ CHECKS: tuple[Check, ...] = (
                                                                            m.written)),
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
-    Check(("schedule_memory_limited",), lambda m: steptime.check_memory_limited_schedule(
+    Check(("schedule_memory_limited",), lambda m: schedule.check_memory_limited_schedule(
         m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""),
-        m.budget.usable_bytes, steptime.lhs_by_default(m.target.gpu))),
-    Check(("collectives_not_overlapped",), lambda m: steptime.check_collectives_not_overlapped(
-        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""),
-        steptime.lhs_by_default(m.target.gpu))),
+        m.budget.usable_bytes, schedule.lhs_by_default(m.target.gpu))),
+    Check(("collectives_not_overlapped",), lambda m: schedule.check_collectives_not_overlapped(
+        m.step_time, os.environ.get("XLA_FLAGS", ""), schedule.lhs_by_default(m.target.gpu))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

@@ -44,7 +44,7 @@ from jax._src.lib import _jax
 
 from jaxmem.compiler import kernels as kernels_mod
 from jaxmem.compiler import rates as rates_mod
-from jaxmem.compiler import targets, versions
+from jaxmem.compiler import schedule, targets, versions
 from jaxmem.compiler.dots import (  # noqa: F401  (the dots' readers, re-exported where they were)
     _ALGORITHMS,
     _BTHD_SCORES,
@@ -341,10 +341,8 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
     compute_s = busy.get("gemm", 0.0) + busy.get("attention", 0.0)
     memory_s = busy.get("memory", 0.0)
     comm_s = busy.get("collective", 0.0)
-    rows = communication_rows(colls, perf, rates_mod.rates(gpu, perf), dph)
-    alone_s = unoverlapped_collective_seconds(module, colls, ks, perf, rates_mod.rates(gpu, perf), dph)
-    bytes_moved = kernels_mod.bytes_per_step(ks)
-    classes = _kernel_classes(ks, colls, busy)
+    central = rates_mod.rates(gpu, perf)
+    alone_s = schedule.unoverlapped_collective_seconds(module, colls, ks, perf, central, dph)
     return {
         "label": "estimate", "available": True,
         "estimate_s": sim["step_s"] + host_s,
@@ -357,8 +355,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "communication_s": comm_s,
         "overlap_slowdown_s": sim["overlap_slowdown_s"],    # lost beside collectives in flight (OVERLAP_SLOWDOWN)
         "exposed_communication_s": max(sim["step_s"] - compute_s - memory_s - sim["overlap_slowdown_s"], 0.0),
-        # busy seconds of the collectives XLA scheduled with no kernel beside them (synchronous, or a start
-        # right before its done): nothing can hide them
+        # busy seconds of the collectives with no kernel beside them (synchronous, or a start right before its done)
         "unoverlapped_collective_s": alone_s,
         "host_transfer_s": host_s,
         "host_transfer_bytes": host_bytes,
@@ -366,12 +363,12 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "flops": cost.flops,
         "xla_flops_loops_once": cost.xla_flops,
         "custom_call_flops": cost.custom_call_flops,
-        "bytes_accessed": bytes_moved,
+        "bytes_accessed": kernels_mod.bytes_per_step(ks),
         # XLA's HloCostAnalysis count (every operand whole: a loop's stacked buffers per trip)
         "xla_bytes_accessed": cost.bytes_accessed,
         "collective_bytes": sum(c.bytes_per_step for c in colls),
-        "collectives": rows,
-        "kernel_classes": classes,
+        "collectives": communication_rows(colls, perf, central, dph),
+        "kernel_classes": _kernel_classes(ks, colls, busy),
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
@@ -387,34 +384,6 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "rule": RULE,
         "leaves_out": LEAVES_OUT,
     }
-
-
-def unoverlapped_collective_seconds(module: hlo_text.Module, colls: list[Collective], ks: list, perf, r,
-                                    devices_per_host: int) -> float:
-    """Busy seconds per step of the collectives XLA scheduled with nothing to hide behind: synchronous ones,
-    and async ones with no kernel or loop between their ``*-start`` and ``*-done`` (without a latency-hiding
-    schedule XLA converts collectives to async pairs and leaves each done right after its start)."""
-    kernels = {(k.computation, k.name) for k in ks if k.klass != "collective"}
-    alone: set[tuple[str, str]] = set()
-    for cname, comp in module.computations.items():
-        open_starts: dict[str, bool] = {}          # start -> whether compute was scheduled since
-        for ins in comp.instructions:
-            key = (cname, ins.name)
-            if ins.opcode.endswith("-start") and ins.opcode != "fusion-start":
-                open_starts[ins.name] = False
-            elif ins.opcode.endswith("-done"):
-                ops = re.findall(r"%([\w.\-]+)", ins.operands)
-                if ops and ops[0] in open_starts and not open_starts.pop(ops[0]):
-                    alone.add((cname, ops[0]))
-            elif key in kernels or ins.opcode in ("while", "conditional", "call"):
-                open_starts = dict.fromkeys(open_starts, True)
-        alone.update((cname, i.name) for i in comp.instructions if i.opcode in _SYNC_COLLECTIVES)
-    return sum((rates_mod.collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop for c in colls
-                if (c.computation, c.name) in alone), 0.0)
-
-
-_SYNC_COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
-                               "ragged-all-to-all", "collective-broadcast"})
 
 
 def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
@@ -506,102 +475,3 @@ def check_precision(precision: str, step_time: Mapping[str, Any]) -> list[Report
                           f"type: {kinds}): "
                           "the model's layers fix their own compute dtype (dtype=jnp.float32), so the flag changed "
                           "only the casts of the parameters and inputs; set the layers' dtype to change the matmuls")]
-
-
-# XLA:GPU's latency-hiding scheduler holds each step to a memory limit (openxla xla/service/gpu/
-# gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): 80% of the device's memory less the step's inputs and
-# outputs (an aliased output counted once), times --xla_gpu_memory_limit_slop_factor / 100 (default 95,
-# xla/debug_options_flags.cc). A step whose temporaries exceed it gets no collective started early where
-# that would hold more memory: its communication runs beside no compute.
-SCHEDULER_MEMORY_SHARE = 0.80
-DEFAULT_SLOP_FACTOR = 95
-
-
-def slop_factor(xla_flags: str) -> int:
-    """--xla_gpu_memory_limit_slop_factor as XLA_FLAGS sets it (the last one wins), else XLA's default."""
-    found = re.findall(r"--xla_gpu_memory_limit_slop_factor=(\d+)", xla_flags or "")
-    return int(found[-1]) if found else DEFAULT_SLOP_FACTOR
-
-
-def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
-    """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes`."""
-    return int((SCHEDULER_MEMORY_SHARE * memory_bytes - io_bytes) * slop / 100)
-
-
-LHS_FLAG = "--xla_gpu_enable_latency_hiding_scheduler=true"
-# The compute capabilities whose deviceless compile overlaps collectives without LHS_FLAG. Measured, not read
-# from XLA (its flag defaults to false, debug_options_flags.cc): the tiny Llama at --mesh fsdp=4 --batch 8,
-# jax 0.9.0, 0.10.2 and 0.12, hides its collectives on h100, h100-pcie, h200 (9.0), b200 and gb200 (10.0) and
-# leaves every one alone on a100-80g (8.0), a10g and rtx-3090 (8.6), rtx-4090 and l40s (8.9), rtx-5090 (12.0).
-LHS_BY_DEFAULT_MAJOR = frozenset({9, 10})
-
-
-def lhs_by_default(gpu: str) -> bool:
-    """Whether XLA overlaps collectives on this catalogue target without LHS_FLAG (True off the catalogue:
-    no claim is made there)."""
-    spec = targets.CATALOGUE.get(gpu)
-    return spec is None or spec.compute_capability[0] in LHS_BY_DEFAULT_MAJOR
-
-
-def check_collectives_not_overlapped(step_time: Mapping[str, Any], temp: int, io_bytes: int,
-                                     memory_bytes: int | None, xla_flags: str,
-                                     lhs_default: bool = True) -> list[ReportWarning]:
-    """collectives_not_overlapped: at least 10% of the estimate is communication beside no compute, 90% of the
-    collectives' time is in ones XLA scheduled with no kernel beside them, the step is under XLA's scheduler
-    memory limit (over it, schedule_memory_limited says why, on a target whose compile runs the scheduler
-    by itself: `lhs_default`) and XLA_FLAGS does not turn XLA's latency-hiding scheduler on (LHS_BY_DEFAULT_MAJOR:
-    where XLA runs it unasked)."""
-    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
-        return []
-    exposed, step, busy = (step_time["exposed_communication_s"], step_time["estimate_s"],
-                           step_time["communication_s"])
-    sync = step_time["unoverlapped_collective_s"]
-    if exposed < 0.1 * step or not busy or sync < 0.9 * busy or LHS_FLAG in (xla_flags or "").split():
-        return []
-    if lhs_default and temp > scheduler_memory_limit(memory_bytes, io_bytes, slop_factor(xla_flags)):
-        return []       # the scheduler ran, held back by memory: schedule_memory_limited's case
-    return [ReportWarning(
-        "collectives_not_overlapped",
-        f"XLA scheduled {sync / busy:.0%} of the step's collective time with no kernel beside it, so {exposed:.3g} s "
-        f"of the {step:.3g} s estimate is communication beside no compute. Its latency-hiding scheduler, which "
-        "overlaps collectives with compute, runs only where XLA turns it on (measured at jax 0.9-0.12: on for the "
-        "H100, H200, B200 and GB200 targets, off for the A100, the Ampere and Ada cards and the RTX 5090); set "
-        f"XLA_FLAGS={LHS_FLAG}, as the public GPU "
-        "recipes do, and analyze again to see the step with its collectives overlapped")]
-
-
-def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
-                                  memory_bytes: int | None, xla_flags: str,
-                                  pool_bytes: int | None = None, lhs_default: bool = True) -> list[ReportWarning]:
-    """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
-    10% of the estimate is collectives with no kernel beside them: the step time is of that schedule,
-    slower than the same collectives hidden once the step is under the limit. `pool_bytes`: JAX's pool on
-    the card, which a run compiles against instead of the deviceless 80% (jaxlib py_client.cc,
-    set_device_memory_size). Not where the scheduler did not run at all (no LHS_FLAG on a target that needs
-    it: collectives_not_overlapped's case)."""
-    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
-        return []
-    if not lhs_default and LHS_FLAG not in (xla_flags or "").split():
-        return []
-    slop = slop_factor(xla_flags)
-    limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
-    exposed, step = step_time["exposed_communication_s"], step_time["estimate_s"]
-    if temp <= limit or step_time["unoverlapped_collective_s"] < 0.1 * step:
-        return []
-    run = ""
-    if pool_bytes:
-        run_limit = int((pool_bytes - io_bytes) * slop / 100)
-        run = (f" A JAX run on the card compiles against its memory pool ({pool_bytes / 2**30:,.2f} GiB) instead: "
-               f"a limit of {max(run_limit, 0) / 2**30:,.2f} GiB, "
-               + ("which holds these temporaries, so there XLA can overlap more and the step can be faster than "
-                  "this estimate." if run_limit >= temp else "which they exceed too."))
-    return [ReportWarning(
-        "schedule_memory_limited",
-        f"the step's temporaries ({temp / 2**30:,.2f} GiB per device) exceed the memory XLA's scheduler allowed "
-        f"them in this compile ({max(limit, 0) / 2**30:,.2f} GiB: {SCHEDULER_MEMORY_SHARE:.0%} of the card's "
-        f"{memory_bytes / 2**30:,.2f} GiB less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
-        f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it held back collectives that would have needed "
-        f"more memory: {exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute.{run} The "
-        "step time is of this schedule; a change that brings the temporaries under the limit (remat, more "
-        "sharding, a smaller batch) lets the same collectives hide behind compute, so compare step times among "
-        "layouts under it")]

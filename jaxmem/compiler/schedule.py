@@ -1,0 +1,141 @@
+"""XLA:GPU's scheduler as the compiled program shows it: the memory limit it holds a step to, whether it
+ran at all, and which collectives it left with nothing to hide behind; with the report's two warnings
+about them (schedule_memory_limited, collectives_not_overlapped).
+
+The step-time estimate (:mod:`jaxmem.compiler.steptime`) already follows XLA's schedule; this module says
+why communication shows when it does, and what to change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jaxmem.compiler import rates, targets
+from jaxmem.report import ReportWarning
+from jaxmem.xla import hlo_text
+from jaxmem.xla.collectives import Collective
+
+# XLA:GPU's latency-hiding scheduler holds each step to a memory limit (openxla xla/service/gpu/
+# gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): 80% of the device's memory less the step's inputs and
+# outputs (an aliased output counted once), times --xla_gpu_memory_limit_slop_factor / 100 (default 95,
+# xla/debug_options_flags.cc). A step whose temporaries exceed it gets no collective started early where
+# that would hold more memory: its communication runs beside no compute.
+SCHEDULER_MEMORY_SHARE = 0.80
+DEFAULT_SLOP_FACTOR = 95
+
+
+def slop_factor(xla_flags: str) -> int:
+    """--xla_gpu_memory_limit_slop_factor as XLA_FLAGS sets it (the last one wins), else XLA's default."""
+    found = re.findall(r"--xla_gpu_memory_limit_slop_factor=(\d+)", xla_flags or "")
+    return int(found[-1]) if found else DEFAULT_SLOP_FACTOR
+
+
+def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
+    """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes`."""
+    return int((SCHEDULER_MEMORY_SHARE * memory_bytes - io_bytes) * slop / 100)
+
+
+LHS_FLAG = "--xla_gpu_enable_latency_hiding_scheduler=true"
+# The compute capabilities whose deviceless compile overlaps collectives without LHS_FLAG. Measured, not read
+# from XLA (its flag defaults to false, debug_options_flags.cc): the tiny Llama at --mesh fsdp=4 --batch 8,
+# jax 0.9.0, 0.10.2 and 0.12, hides its collectives on h100, h100-pcie, h200 (9.0), b200 and gb200 (10.0) and
+# leaves every one alone on a100-80g (8.0), a10g and rtx-3090 (8.6), rtx-4090 and l40s (8.9), rtx-5090 (12.0).
+LHS_BY_DEFAULT_MAJOR = frozenset({9, 10})
+
+
+def lhs_by_default(gpu: str) -> bool:
+    """Whether XLA overlaps collectives on this catalogue target without LHS_FLAG (True off the catalogue:
+    no claim is made there)."""
+    spec = targets.CATALOGUE.get(gpu)
+    return spec is None or spec.compute_capability[0] in LHS_BY_DEFAULT_MAJOR
+
+
+def check_collectives_not_overlapped(step_time: Mapping[str, Any], xla_flags: str,
+                                     lhs_default: bool) -> list[ReportWarning]:
+    """collectives_not_overlapped: on a target whose compile does not run XLA's latency-hiding scheduler
+    unasked (`lhs_default` False: LHS_BY_DEFAULT_MAJOR) and with XLA_FLAGS not asking for it, at least 90%
+    of the collectives' time runs with no kernel beside it and at least 10% of the estimate is exposed
+    communication. Where the scheduler ran, collectives alone are the program's own (nothing to overlap
+    them with) or memory's (schedule_memory_limited): the flag would change nothing, so nothing is said."""
+    if lhs_default or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+        return []
+    exposed, step, busy = (step_time["exposed_communication_s"], step_time["estimate_s"],
+                           step_time["communication_s"])
+    alone = step_time["unoverlapped_collective_s"]
+    if exposed < 0.1 * step or not busy or alone < 0.9 * busy or LHS_FLAG in (xla_flags or "").split():
+        return []
+    return [ReportWarning(
+        "collectives_not_overlapped",
+        f"XLA scheduled {alone / busy:.0%} of the step's collective time with no kernel beside it, so {exposed:.3g} "
+        f"s of the {step:.3g} s estimate is communication beside no compute. Its latency-hiding scheduler, which "
+        "overlaps collectives with compute, runs only where XLA turns it on (measured at jax 0.9-0.12: on for the "
+        "H100, H200, B200 and GB200 targets, off for the A100, the Ampere and Ada cards and the RTX 5090); set "
+        f"XLA_FLAGS={LHS_FLAG}, as the public GPU recipes do, and analyze again to see the step with its "
+        "collectives overlapped")]
+
+
+def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
+                                  memory_bytes: int | None, xla_flags: str,
+                                  pool_bytes: int | None = None, lhs_default: bool = True) -> list[ReportWarning]:
+    """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
+    10% of the estimate is collectives with no kernel beside them: the step time is of that schedule,
+    slower than the same collectives hidden once the step is under the limit. `pool_bytes`: JAX's pool on
+    the card, which a run compiles against instead of the deviceless 80% (jaxlib py_client.cc,
+    set_device_memory_size). Not where the scheduler did not run at all (no LHS_FLAG on a target that needs
+    it: collectives_not_overlapped's case)."""
+    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+        return []
+    if not lhs_default and LHS_FLAG not in (xla_flags or "").split():
+        return []
+    slop = slop_factor(xla_flags)
+    limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
+    exposed, step = step_time["exposed_communication_s"], step_time["estimate_s"]
+    if temp <= limit or step_time["unoverlapped_collective_s"] < 0.1 * step:
+        return []
+    run = ""
+    if pool_bytes:
+        run_limit = int((pool_bytes - io_bytes) * slop / 100)
+        run = (f" A JAX run on the card compiles against its memory pool ({pool_bytes / 2**30:,.2f} GiB) instead: "
+               f"a limit of {max(run_limit, 0) / 2**30:,.2f} GiB, "
+               + ("which holds these temporaries, so there XLA can overlap more and the step can be faster than "
+                  "this estimate." if run_limit >= temp else "which they exceed too."))
+    return [ReportWarning(
+        "schedule_memory_limited",
+        f"the step's temporaries ({temp / 2**30:,.2f} GiB per device) exceed the memory XLA's scheduler allowed "
+        f"them in this compile ({max(limit, 0) / 2**30:,.2f} GiB: {SCHEDULER_MEMORY_SHARE:.0%} of the card's "
+        f"{memory_bytes / 2**30:,.2f} GiB less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
+        f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it held back collectives that would have needed "
+        f"more memory: {exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute.{run} The "
+        "step time is of this schedule; a change that brings the temporaries under the limit (remat, more "
+        "sharding, a smaller batch) lets the same collectives hide behind compute, so compare step times among "
+        "layouts under it")]
+
+
+def unoverlapped_collective_seconds(module: hlo_text.Module, colls: list[Collective], ks: list, perf,
+                                    r: rates.Rates, devices_per_host: int) -> float:
+    """Busy seconds per step of the collectives XLA scheduled with nothing to hide behind: synchronous ones,
+    and async ones with no kernel or loop between their ``*-start`` and ``*-done`` (without a latency-hiding
+    schedule XLA converts collectives to async pairs and leaves each done right after its start)."""
+    kernels = {(k.computation, k.name) for k in ks if k.klass != "collective"}
+    alone: set[tuple[str, str]] = set()
+    for cname, comp in module.computations.items():
+        open_starts: dict[str, bool] = {}          # start -> whether compute was scheduled since
+        for ins in comp.instructions:
+            key = (cname, ins.name)
+            if ins.opcode.endswith("-start") and ins.opcode != "fusion-start":
+                open_starts[ins.name] = False
+            elif ins.opcode.endswith("-done"):
+                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                if ops and ops[0] in open_starts and not open_starts.pop(ops[0]):
+                    alone.add((cname, ops[0]))
+            elif key in kernels or ins.opcode in ("while", "conditional", "call"):
+                open_starts = dict.fromkeys(open_starts, True)
+        alone.update((cname, i.name) for i in comp.instructions if i.opcode in _SYNC_COLLECTIVES)
+    return sum((rates.collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop for c in colls
+                if (c.computation, c.name) in alone), 0.0)
+
+
+_SYNC_COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                               "ragged-all-to-all", "collective-broadcast"})
