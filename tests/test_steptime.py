@@ -188,11 +188,12 @@ def test_a_scanned_step_without_remat_moves_per_layer_bytes_a_hand_count_bounds(
     hand = 6 * w + 8 * act
     # what the compiled kernels add on top (XLA's split-K partial sums, async slice copies) stays within 4x
     assert hand <= per_layer <= 4 * hand
-    # XLA's own count charges each trip the whole stack: its per-layer bytes grow with the stack (jaxlib 0.10
-    # and later; jaxlib 0.9's cost analysis grows linearly here: 4.1 MB per layer from 4 to 8 layers)
+    # XLA's own count charges each trip the whole stack: its per-layer bytes grow with the stack (jaxlib 0.12;
+    # jaxlib 0.9's and 0.10.2's cost analysis grow linearly here: 4.1 MB per layer from 4 to 8 layers at 0.9,
+    # 6.9 MB from 4 to 8 against 6.9 MB from 2 to 4 at 0.10.2)
     import jaxlib
 
-    if tuple(int(x) for x in jaxlib.__version__.split(".")[:2]) >= (0, 10):
+    if tuple(int(x) for x in jaxlib.__version__.split(".")[:2]) >= (0, 12):
         assert (xla[8] - xla[4]) / 4 > 1.15 * (xla[4] - xla[2]) / 2
         assert (xla[8] - xla[4]) / 4 > 4 * hand
 
