@@ -95,3 +95,27 @@ def test_a_hangup_ignored_at_start_stays_ignored_as_under_nohup():
     plain = _hangup_child(ignored=False)
     assert plain.returncode != 0 and "in the scope" in plain.stdout and "finished" not in plain.stdout, \
         (plain.returncode, plain.stdout, plain.stderr)
+
+
+def test_a_signal_landing_while_the_unraisable_hook_starts_its_thread_does_not_escape_the_hook(monkeypatch):
+    """An interrupt swallowed in a gc callback goes to sys.unraisablehook, which starts a thread to raise it
+    again in the main thread; Thread.start waits for that thread, and a second signal landing there raised
+    out of the hook ("Exception ignored in sys.unraisablehook" and a traceback: a probe saw it on a loaded
+    machine). It stays in the hook, armed, and the scope's re-raising thread takes over."""
+    import threading
+    import types
+
+    from jaxmem.stop import hooks, reraise
+    from jaxmem.stop.state import STATE, Interrupted
+
+    def interrupted_start(self):
+        raise Interrupted(2)
+
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    monkeypatch.setattr(reraise, "start", started.append)
+    monkeypatch.setitem(STATE, "armed", False)
+    monkeypatch.setitem(STATE, "swallowed_in", None)
+    u = types.SimpleNamespace(exc_value=Interrupted(2), object=print)
+    hooks._unraisable(lambda u: None, u)          # raises nothing
+    assert STATE["armed"] is True and started == [2]

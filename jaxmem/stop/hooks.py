@@ -3,6 +3,7 @@ plugin-loading log, each replaced for the scope and given back after it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
@@ -55,7 +56,15 @@ def _unraisable(default, u) -> None:
     STATE["armed"] = True
     signum = u.exc_value.signum
     # From a thread: raised here, in the hook, it would be ignored again.
-    threading.Thread(target=reraise.raise_in_main, args=(signum,), daemon=True).start()
+    try:
+        threading.Thread(target=reraise.raise_in_main, args=(signum,), daemon=True).start()
+    except Interrupted:
+        # The next signal landed while that thread started (Thread.start waits for it): raised out of
+        # this hook it would print "Exception ignored in sys.unraisablehook". Whether or not the thread
+        # got going, the scope's re-raising thread raises it again in the main thread until it unwinds.
+        STATE["armed"] = True
+        with contextlib.suppress(Interrupted):
+            reraise.start(signum)
 
 
 def _excepthook(default, etype, value, tb) -> None:
