@@ -33,7 +33,7 @@ def main() -> None:
     import jax
 
     import jaxmem
-    from jaxmem.compiler import kernels, rates, steptime
+    from jaxmem.compiler import kernels, rates, schedule, steptime
 
     saved: dict = {}
     real = steptime.estimate
@@ -61,8 +61,8 @@ def main() -> None:
         ("steptime.estimate (all of it)", best(lambda: real(module, **kw))),
         ("the kernel list (kernels.kernels)", best(lambda: kernels.kernels(module))),
         ("one simulation of the schedule (rates.simulate)", best(lambda: rates.simulate(module, ks, colls, perf, r, 8))),
-        ("the unoverlapped collectives (steptime.unoverlapped_collective_seconds)",
-         best(lambda: steptime.unoverlapped_collective_seconds(module, colls, ks, perf, r, 8))),
+        ("the collectives with no kernel beside them (schedule.unoverlapped_collective_seconds)",
+         best(lambda: schedule.unoverlapped_collective_seconds(module, colls, ks, perf, r, 8))),
     ]
     lines = ["# What the step-time estimate costs README command 1", "",
              f"`python benchmarks/steptime_cost.py` ({time.strftime('%Y-%m-%d')}; jax {jax.__version__}; load average "
