@@ -76,13 +76,25 @@ def _sync_step(exposed: float, sync: float, busy: float = 0.5, step: float = 1.0
 
 
 def test_the_collectives_not_overlapped_warning_needs_a_target_without_the_scheduler_and_collectives_alone():
-    check = schedule.check_collectives_not_overlapped
-    assert [w.kind for w in check(_sync_step(0.4, 0.5), "", False)] == ["collectives_not_overlapped"]
-    assert check(_sync_step(0.4, 0.5), "", True) == []                       # the scheduler ran: the flag is moot
-    assert check(_sync_step(0.05, 0.5), "", False) == []                     # little exposed
-    assert check(_sync_step(0.4, 0.3), "", False) == []                      # mostly beside kernels: just long
-    assert check(_sync_step(0.4, 0.5), schedule.LHS_FLAG, False) == []       # the scheduler was asked for
-    assert check({**_sync_step(0.4, 0.5), "available": False}, "", False) == []
+    def check(step: dict, flags: str, gpu: str) -> list:
+        return schedule.check_collectives_not_overlapped(step, schedule.scheduler_ran(gpu, flags))
+
+    assert [w.kind for w in check(_sync_step(0.4, 0.5), "", "a100-80g")] == ["collectives_not_overlapped"]
+    assert check(_sync_step(0.4, 0.5), "", "h100") == []                    # the scheduler ran: the flag is moot
+    assert check(_sync_step(0.05, 0.5), "", "a100-80g") == []               # little exposed
+    assert check(_sync_step(0.4, 0.3), "", "a100-80g") == []                # mostly beside kernels: just long
+    assert check(_sync_step(0.4, 0.5), schedule.LHS_FLAG, "a100-80g") == []  # the scheduler was asked for
+    assert check({**_sync_step(0.4, 0.5), "available": False}, "", "a100-80g") == []
+
+
+def test_the_scheduler_ran_where_xla_flags_ask_for_it_as_xla_parses_them_or_where_the_target_runs_it():
+    lhs = "--xla_gpu_enable_latency_hiding_scheduler"
+    assert not schedule.scheduler_ran("a100-80g", "") and schedule.scheduler_ran("h100", "")
+    for asked in (f"{lhs}=true", f"{lhs}=1", lhs, f"{lhs}=false {lhs}=true"):       # the last one wins
+        assert schedule.scheduler_ran("a100-80g", asked), asked
+    for refused in (f"{lhs}=false", f"{lhs}=0", f"{lhs}=true {lhs}=false"):
+        assert not schedule.scheduler_ran("h100", refused), refused
+    assert schedule.slop_factor("--xla_gpu_memory_limit_slop_factor=abc") == schedule.DEFAULT_SLOP_FACTOR
 
 
 def _tiny_fsdp(gpu: str, xla_flags: str) -> dict:
@@ -119,13 +131,14 @@ def test_over_the_memory_limit_a_target_without_the_scheduler_by_default_is_told
     limit = schedule.scheduler_memory_limit(80 * gib, 10 * gib)
     over = (_sync_step(0.4, 0.5), limit + 1, 10 * gib, 80 * gib)
 
-    def kinds(flags: str, lhs_default: bool) -> list[str]:
-        return [w.kind for w in schedule.check_memory_limited_schedule(*over, flags, None, lhs_default)
-                + schedule.check_collectives_not_overlapped(over[0], flags, lhs_default)]
+    def kinds(flags: str, gpu: str) -> list[str]:
+        ran = schedule.scheduler_ran(gpu, flags)
+        return [w.kind for w in schedule.check_memory_limited_schedule(*over, flags, None, ran)
+                + schedule.check_collectives_not_overlapped(over[0], ran)]
 
-    assert kinds("", False) == ["collectives_not_overlapped"]        # the scheduler never ran: the flag first
-    assert kinds(schedule.LHS_FLAG, False) == ["schedule_memory_limited"]   # it ran, and memory held it back
-    assert kinds("", True) == ["schedule_memory_limited"]
+    assert kinds("", "a100-80g") == ["collectives_not_overlapped"]      # the scheduler never ran: the flag first
+    assert kinds(schedule.LHS_FLAG, "a100-80g") == ["schedule_memory_limited"]   # it ran, and memory held it back
+    assert kinds("", "h100") == ["schedule_memory_limited"]
     assert schedule.lhs_by_default("h100") and schedule.lhs_by_default("b200") and schedule.lhs_by_default("gb200")
     assert schedule.lhs_by_default("a3-highgpu-8g")                    # a cloud host takes its card's
     assert not any(schedule.lhs_by_default(g) for g in ("a100-80g", "rtx-4090", "l40s", "rtx-5090", "a10g"))

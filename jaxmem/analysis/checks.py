@@ -42,6 +42,11 @@ def _tensor_names(m: Measured) -> tuple[str, ...]:
     return tuple(n for n, axes in m.planned.rules.params if tensor and axes and tensor in axes)
 
 
+def _xla_flags() -> str:
+    """XLA_FLAGS as the compile read them (the compile cache keys on them, so a cached answer agrees)."""
+    return os.environ.get("XLA_FLAGS", "")
+
+
 def _io(m: Measured) -> int:
     """The step's inputs and outputs on the device, an aliased output counted once (XLA's scheduler limit)."""
     return m.stats.argument + m.stats.output - m.stats.alias
@@ -61,10 +66,10 @@ CHECKS: tuple[Check, ...] = (
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("schedule_memory_limited",), lambda m: schedule.check_memory_limited_schedule(
-        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, os.environ.get("XLA_FLAGS", ""),
-        m.budget.usable_bytes, schedule.lhs_by_default(m.target.gpu))),
+        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, _xla_flags(), m.budget.usable_bytes,
+        schedule.scheduler_ran(m.target.gpu, _xla_flags()))),
     Check(("collectives_not_overlapped",), lambda m: schedule.check_collectives_not_overlapped(
-        m.step_time, os.environ.get("XLA_FLAGS", ""), schedule.lhs_by_default(m.target.gpu))),
+        m.step_time, schedule.scheduler_ran(m.target.gpu, _xla_flags()))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(

@@ -76,7 +76,7 @@ class Kernel:
 
 
 def _operand_names(ins: hlo_text.Instruction) -> list[str]:
-    return re.findall(r"%([\w.\-]+)", ins.operands)
+    return ins.operand_names
 
 
 def _param_index(ins: hlo_text.Instruction) -> int | None:

@@ -4,7 +4,6 @@ source), and the time a kernel, a collective and the step as XLA scheduled it ta
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from typing import Any
 
@@ -408,7 +407,7 @@ class _Schedule:
                 else:
                     s.tc = s.tm = max(s.tc, s.tm) + t
             elif ins.opcode in _START_DONE:
-                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                ops = ins.operand_names
                 if ops and ops[0] in s.ends:
                     s.tc = max(s.tc, s.ends.pop(ops[0]))
             elif ins.opcode in ("while", "conditional", "call"):

@@ -8,14 +8,13 @@ why communication shows when it does, and what to change.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from jaxmem.compiler import rates, targets
 from jaxmem.report import ReportWarning
 from jaxmem.xla import hlo_text
-from jaxmem.xla.collectives import Collective
+from jaxmem.xla.collectives import KINDS, Collective
 
 # XLA:GPU's latency-hiding scheduler holds each step to a memory limit (openxla xla/service/gpu/
 # gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): 80% of the device's memory less the step's inputs and
@@ -26,10 +25,20 @@ SCHEDULER_MEMORY_SHARE = 0.80
 DEFAULT_SLOP_FACTOR = 95
 
 
+def _flag(xla_flags: str, name: str) -> str | None:
+    """The value XLA_FLAGS gives --`name` (the last one wins, as in XLA; a bare boolean flag is "true")."""
+    value = None
+    for f in (xla_flags or "").split():
+        key, eq, raw = f.partition("=")
+        if key == f"--{name}":
+            value = raw if eq else "true"
+    return value
+
+
 def slop_factor(xla_flags: str) -> int:
-    """--xla_gpu_memory_limit_slop_factor as XLA_FLAGS sets it (the last one wins), else XLA's default."""
-    found = re.findall(r"--xla_gpu_memory_limit_slop_factor=(\d+)", xla_flags or "")
-    return int(found[-1]) if found else DEFAULT_SLOP_FACTOR
+    """--xla_gpu_memory_limit_slop_factor as XLA_FLAGS sets it, else XLA's default."""
+    raw = _flag(xla_flags, "xla_gpu_memory_limit_slop_factor")
+    return int(raw) if raw and raw.isdigit() else DEFAULT_SLOP_FACTOR
 
 
 def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
@@ -52,19 +61,24 @@ def lhs_by_default(gpu: str) -> bool:
     return spec is None or spec.compute_capability[0] in LHS_BY_DEFAULT_MAJOR
 
 
-def check_collectives_not_overlapped(step_time: Mapping[str, Any], xla_flags: str,
-                                     lhs_default: bool) -> list[ReportWarning]:
-    """collectives_not_overlapped: on a target whose compile does not run XLA's latency-hiding scheduler
-    unasked (`lhs_default` False: LHS_BY_DEFAULT_MAJOR) and with XLA_FLAGS not asking for it, at least 90%
-    of the collectives' time runs with no kernel beside it and at least 10% of the estimate is exposed
-    communication. Where the scheduler ran, collectives alone are the program's own (nothing to overlap
-    them with) or memory's (schedule_memory_limited): the flag would change nothing, so nothing is said."""
-    if lhs_default or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+def scheduler_ran(gpu: str, xla_flags: str) -> bool:
+    """Whether the compile ran XLA's latency-hiding scheduler: XLA_FLAGS asked for it, or the target
+    runs it unasked (lhs_by_default)."""
+    raw = _flag(xla_flags, "xla_gpu_enable_latency_hiding_scheduler")
+    return raw in ("true", "1") if raw is not None else lhs_by_default(gpu)
+
+
+def check_collectives_not_overlapped(step_time: Mapping[str, Any], ran: bool) -> list[ReportWarning]:
+    """collectives_not_overlapped: XLA's latency-hiding scheduler did not run (`ran`: scheduler_ran), at
+    least 90% of the collectives' time runs with no kernel beside it and at least 10% of the estimate is
+    exposed communication. Where the scheduler ran, collectives alone are the program's own (nothing to
+    overlap them with) or memory's (schedule_memory_limited): the flag would change nothing."""
+    if ran or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
         return []
     exposed, step, busy = (step_time["exposed_communication_s"], step_time["estimate_s"],
                            step_time["communication_s"])
     alone = step_time["unoverlapped_collective_s"]
-    if exposed < 0.1 * step or not busy or alone < 0.9 * busy or LHS_FLAG in (xla_flags or "").split():
+    if exposed < 0.1 * step or not busy or alone < 0.9 * busy:
         return []
     return [ReportWarning(
         "collectives_not_overlapped",
@@ -78,16 +92,14 @@ def check_collectives_not_overlapped(step_time: Mapping[str, Any], xla_flags: st
 
 def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
                                   memory_bytes: int | None, xla_flags: str,
-                                  pool_bytes: int | None = None, lhs_default: bool = True) -> list[ReportWarning]:
+                                  pool_bytes: int | None = None, ran: bool = True) -> list[ReportWarning]:
     """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
     10% of the estimate is collectives with no kernel beside them: the step time is of that schedule,
     slower than the same collectives hidden once the step is under the limit. `pool_bytes`: JAX's pool on
     the card, which a run compiles against instead of the deviceless 80% (jaxlib py_client.cc,
-    set_device_memory_size). Not where the scheduler did not run at all (no LHS_FLAG on a target that needs
-    it: collectives_not_overlapped's case)."""
-    if not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
-        return []
-    if not lhs_default and LHS_FLAG not in (xla_flags or "").split():
+    set_device_memory_size). Not where the scheduler did not run at all (`ran`: scheduler_ran;
+    collectives_not_overlapped's case)."""
+    if not ran or not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
         return []
     slop = slop_factor(xla_flags)
     limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
@@ -127,15 +139,11 @@ def unoverlapped_collective_seconds(module: hlo_text.Module, colls: list[Collect
             if ins.opcode.endswith("-start") and ins.opcode != "fusion-start":
                 open_starts[ins.name] = False
             elif ins.opcode.endswith("-done"):
-                ops = re.findall(r"%([\w.\-]+)", ins.operands)
+                ops = ins.operand_names
                 if ops and ops[0] in open_starts and not open_starts.pop(ops[0]):
                     alone.add((cname, ops[0]))
             elif key in kernels or ins.opcode in ("while", "conditional", "call"):
                 open_starts = dict.fromkeys(open_starts, True)
-        alone.update((cname, i.name) for i in comp.instructions if i.opcode in _SYNC_COLLECTIVES)
+        alone.update((cname, i.name) for i in comp.instructions if i.opcode in KINDS)   # synchronous ones
     return sum((rates.collective_time(c, perf, r, devices_per_host, r.nvls)[0] * c.count_in_loop for c in colls
                 if (c.computation, c.name) in alone), 0.0)
-
-
-_SYNC_COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
-                               "ragged-all-to-all", "collective-broadcast"})

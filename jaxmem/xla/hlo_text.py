@@ -96,6 +96,11 @@ class Instruction:
         return parse_shape(self.shape_text)
 
     @cached_property
+    def operand_names(self) -> list[str]:
+        """The instructions it reads, by name, in order."""
+        return re.findall(r"%([\w.\-]+)", self.operands)
+
+    @cached_property
     def called(self) -> tuple[tuple[str, str], ...]:
         """(attribute, computation) for every computation this instruction calls."""
         a = self.attrs
