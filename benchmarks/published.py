@@ -219,6 +219,13 @@ WHY_H200 = (
     "NCCL was modelled from its allocations the verdict was DOES NOT FIT (issue 37: 1.3 GiB per NVLS communicator, "
     "a measurement of NCCL before 2.21). Step time: ratio 0.87 (0.86 at jax 0.12, steptime-accuracy.md).")
 
+# AI-Hypercomputer/gpu-recipes' MaxText Llama 3.1 70B jobs: 32 hosts, the values.yaml pool, full remat,
+# cuDNN attention, FSDP over every GPU (the step time from each README's example log line)
+_GPU_RECIPES_L31_70B = dict(
+    gpus=256, mem_fraction=0.98, mem_fraction_source="values.yaml: XLA_PYTHON_CLIENT_MEM_FRACTION=0.98", outcome="ran",
+    step_how="the README's example log line", attention="cudnn", model="models/llama.py", remat="full", layout="fsdp",
+)
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         key="jaxtoolbox-maxtext-llama2-7b-8gpu",
@@ -611,12 +618,11 @@ RECIPES: tuple[Recipe, ...] = (
         source="AI-Hypercomputer/gpu-recipes: training/a3ultra/llama3-1-70b/maxtext-pretraining-gke/README.md and "
                "values.yaml, src/frameworks/a3ultra/maxtext-configs/llama3-1-70b-256gpus-a3u-bf16.yaml",
         revision="4aa46472 (values.yaml and the config); README at 0355c388",
-        gpu="h200", gpu_published="a3-ultragpu-8g (8 x H200 141GB)", gpus=256,
+        gpu="h200", gpu_published="a3-ultragpu-8g (8 x H200 141GB)", **_GPU_RECIPES_L31_70B,
         published={"model": "Llama 3.1 70B (model_name llama3.1-70b)", "sequence": "8192 (max_target_length)",
                    "per-device batch": "2", "sharding": "dcn_data_parallelism 2 x dcn_fsdp 16 x ici_fsdp 8 "
                    "(DP 2 x FSDP 128)", "precision": "MaxText default (bf16 compute, fp32 weights)",
                    "remat": "save_dot_with_context_except_mlp", "attention": "cudnn_flash_te", "scan_layers": "true"},
-        mem_fraction=0.98, mem_fraction_source="values.yaml: XLA_PYTHON_CLIENT_MEM_FRACTION=0.98",
         xla_flags=("--xla_gpu_enable_triton_gemm=false --xla_gpu_enable_latency_hiding_scheduler=true "
                    "--xla_gpu_graph_level=0 --xla_gpu_all_reduce_combine_threshold_bytes=2147483648 "
                    "--xla_gpu_all_gather_combine_threshold_bytes=2147483648 "
@@ -625,14 +631,12 @@ RECIPES: tuple[Recipe, ...] = (
                    "--xla_gpu_enable_pipelined_all_reduce=true --xla_gpu_enable_all_gather_combine_by_dim=false "
                    "--xla_gpu_enable_reduce_scatter_combine_by_dim=false --xla_disable_hlo_passes=rematerialization "
                    "--xla_gpu_enable_while_loop_double_buffering=true"),
-        outcome="ran",
         documented="ran: the README's example log line 'completed step: 12, seconds: 15.516, TFLOP/s/device: "
                    "508.371' (51.4% MFU)",
-        step_s=15.516, step_how="the README's example log line",
-        attention="cudnn", model="models/llama.py", precision=_MAXTEXT_PRECISION, remat="full",
+        step_s=15.516, precision=_MAXTEXT_PRECISION,
         args=(("preset", "70b"), ("seq_len", 8192), ("remat_save", "query_proj,key_proj,value_proj,out_proj,context"),
               _MAXTEXT_NUMERICS),
-        mesh="data=2,fsdp=128", layout="fsdp", batch=512,
+        mesh="data=2,fsdp=128", batch=512,
         approximations="Llama 3.1 70B has Llama 3 70B's shapes (preset 70b; its RoPE scaling changes no buffer); "
                        "save_dot_with_context_except_mlp reproduced with remat_save (the q/k/v/out projections and "
                        "the attention context saved, the MLP recomputed); DP 2 x FSDP 128 as --mesh "
@@ -645,12 +649,11 @@ RECIPES: tuple[Recipe, ...] = (
         source="AI-Hypercomputer/gpu-recipes: training/a4/llama3-1-70b/maxtext-pretraining-gke/README.md and "
                "values.yaml, src/frameworks/a4/maxtext-configs/llama3-1-70b-256gpus-a4-fp8.yaml",
         revision="534ed019 (values.yaml and the config); README at 0355c388",
-        gpu="b200", gpu_published="a4-highgpu-8g (8 x B200, 8 x ConnectX-7 400 Gb/s RoCE)", gpus=256,
+        gpu="b200", gpu_published="a4-highgpu-8g (8 x B200, 8 x ConnectX-7 400 Gb/s RoCE)", **_GPU_RECIPES_L31_70B,
         published={"model": "Llama 3.1 70B (model_name llama3.1-70b)", "sequence": "8192 (max_target_length)",
                    "per-device batch": "8", "sharding": "dcn_fsdp 32 x ici_fsdp 8 (FSDP 256)",
                    "precision": "fp8 (quantization: fp8; the README's first, default job)", "remat": "full",
                    "attention": "cudnn_flash_te", "scan_layers": "true"},
-        mem_fraction=0.98, mem_fraction_source="values.yaml: XLA_PYTHON_CLIENT_MEM_FRACTION=0.98",
         xla_flags=("--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_triton_gemm=false "
                    "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
                    "--xla_gpu_all_reduce_combine_threshold_bytes=2147483648 "
@@ -660,13 +663,11 @@ RECIPES: tuple[Recipe, ...] = (
                    "--xla_gpu_enable_pipelined_all_reduce=true --xla_gpu_enable_while_loop_double_buffering=true "
                    "--xla_gpu_enable_all_gather_combine_by_dim=false "
                    "--xla_gpu_enable_reduce_scatter_combine_by_dim=false --xla_disable_hlo_passes=rematerialization"),
-        outcome="ran",
         documented="ran: the README's example log line 'completed step: 11, seconds: 20.935, TFLOP/s/device: "
                    "1507.142, Tokens/s/device: 3130.521, total_weights: 16777216'",
-        step_s=20.935, step_how="the README's example log line",
-        attention="cudnn", model="models/llama.py", precision="fp8", remat="full",
+        step_s=20.935, precision="fp8",
         args=(("preset", "70b"), ("seq_len", 8192), _MAXTEXT_NUMERICS),
-        mesh="data=256", layout="fsdp", batch=2048,
+        mesh="data=256", batch=2048,
         approximations="the log line names no config: total_weights 16,777,216 = 256 GPUs x 8 sequences x 8192 "
                        "tokens is the 256-GPU job, which the README gives in fp8 (its default) and bf16 with the "
                        "same shape; it is read as the fp8 job because the step's FLOPs at XLA's count (37.0 PFLOP "
