@@ -21,6 +21,7 @@ import jaxmem
 from jaxmem import api, cli
 from jaxmem.pipeline import AnalyzeOptions
 from jaxmem.plan import compare as compare_mod
+from jaxmem.program.workload import wrapped_linen_module
 from jaxmem.report import BREAKDOWN_KEYS
 
 TINY = {"preset": "tiny"}
@@ -82,6 +83,22 @@ def test_a_workload_and_a_function_analyze_as_their_model_file_does(cpu_report, 
         jaxmem.analyze(mlp.workload(preset="tiny"), remat="full", **CPU2)
     with pytest.raises(jaxmem.UserError, match="pass the function that builds it"):
         jaxmem.analyze(mlp.workload(preset="tiny"), args=TINY, **CPU2)
+
+
+def test_a_librarys_model_object_wrapping_a_linen_module_is_refused_naming_its_module(mlp):
+    # Hugging Face's FlaxPreTrainedModel keeps its linen module as `.module` (duck-typed: no transformers here)
+    class FlaxTinyForCausalLM:
+        def __init__(self, module):
+            self.module = module
+
+    wl = mlp.workload(preset="tiny")
+    wrapper = FlaxTinyForCausalLM(wl.model)
+    with pytest.raises(jaxmem.UserError) as e:
+        jaxmem.analyze(dataclasses.replace(wl, model=wrapper), **CPU2)
+    assert f"is a FlaxTinyForCausalLM, a library's wrapper around the Flax linen module {type(wl.model).__name__}" \
+        in str(e.value) and "<the model>.module" in str(e.value)
+    assert wrapped_linen_module(wrapper) is wl.model
+    assert wrapped_linen_module(wl.model) is None   # a linen module is itself, never a wrapper
 
 
 def test_an_unknown_option_is_named_with_the_closest_and_every_valid_one():

@@ -147,6 +147,12 @@ class Workload:
             return
         if self.model is None:
             raise UserError(f"{source}: Workload has neither `model=` nor `step=`.")
+        wrapped = wrapped_linen_module(self.model)
+        if wrapped is not None:
+            raise UserError(f"{source}: Workload(model=...) is a {type(self.model).__name__}, a library's wrapper "
+                            f"around the Flax linen module {type(wrapped).__name__}; give that module: "
+                            "Workload(model=<the model>.module, ...) (Hugging Face: build the model with "
+                            "_do_init=False so no weights are allocated).")
         if self.loss is None:
             raise UserError(f"{source}: Workload has no `loss`; give loss(model, batch) -> scalar.")
 
@@ -206,6 +212,23 @@ class Workload:
 
         checked_loss.__dict__["_jaxmem_checked"] = True
         return dataclasses.replace(self, loss=checked_loss)
+
+
+def _flax_classes(obj: Any) -> set[str]:
+    return {f"{c.__module__}.{c.__name__}" for c in type(obj).__mro__ if c.__module__.startswith("flax.")}
+
+
+def wrapped_linen_module(model: Any) -> Any:
+    """The linen module a library's model object wraps (Hugging Face's FlaxPreTrainedModel keeps it as
+    `.module`), or None: told by duck typing, so no library is imported. A Flax module itself (an NNX
+    bridge's ToNNX also has a `.module`) is never a wrapper."""
+    if _flax_classes(model):
+        return None
+    try:
+        inner = getattr(model, "module", None)
+    except Exception:  # noqa: BLE001 -- a user object's property can raise anything: then it is no wrapper
+        return None
+    return inner if "flax.linen.module.Module" in _flax_classes(inner) else None
 
 
 class _ModelCalledOsExit(BaseException):
