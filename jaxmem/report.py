@@ -100,6 +100,7 @@ class Options(TypedDict, total=False):
     rules: str                         # --rules: the file and its digest
     rules_sha256: str
     axis_types: str                    # "explicit" for a mesh of Explicit axes
+    moment_dtype: str                  # --moment-dtype: the built-in optimizer's moments (bf16)
 
 
 class NcclInfo(TypedDict):

@@ -21,7 +21,8 @@ EVERYTHING = options.AnalyzeOptions(
     remat="dots_saveable", donate=False, freeze="embed.*", lora_rank=16, lora_targets="attn", lora_alpha=32.0,
     base_dtype="nf4", offload="optimizer", gpu="rtx-a6000", hosts=2, mem_fraction=0.9, explain=False, top=5,
     module_depth=2, cache=False, rules="my rules.json", axis_types="explicit", remat_at="^Block$", pipeline="circular",
-    microbatches=8, repeats=2, stage_remat=True, axis_roles="data=data", train_all=True)
+    microbatches=8, repeats=2, stage_remat=True, axis_roles="data=data", train_all=True,
+    moment_dtype="bf16")
 
 
 def test_every_field_has_a_flag_and_the_round_trip_sets_every_field():

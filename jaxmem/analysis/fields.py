@@ -29,6 +29,7 @@ def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: 
         "precision": opts.precision, "optimizer": opts.optimizer or _optimizer_name(wl),
         "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
         **_remat_at_options(wl, built),
+        **({"moment_dtype": opts.moment_dtype} if opts.moment_dtype else {}),
         **_finetune_options(opts), **_rules_options(opts, planned),
         **({"axis_types": "explicit"} if planned.explicit else {}),
         **{f"arg:{k}": v for k, v in opts.model_args}})

@@ -86,8 +86,10 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     if arch.moe and opts.group_size is not None and (opts.group_size < 1 or t % opts.group_size):
         raise UserError(f"{where}: --arg group_size={opts.group_size} must divide seq_len={t}")
     batch = {"tokens": jax.ShapeDtypeStruct((b, t), jnp.int32), "targets": jax.ShapeDtypeStruct((b, t), jnp.int32)}
+    # no optimizer of its own: jaxmem's AdamW (optax.adamw's state and update; the rate changes no byte), so
+    # --optimizer and --moment-dtype apply to a config.json model as its trainers' options would
     return jaxmem.Workload(
-        model=Decoder(arch, opts), batch=batch, loss=_loss, optimizer=optax.adamw(3e-4), name=arch.model_type,
+        model=Decoder(arch, opts), batch=batch, loss=_loss, name=arch.model_type,
         fp8_exclude=r"(^|/)(lm_head|embed)$" if opts.numerics == "maxtext" else None)
 
 

@@ -28,6 +28,10 @@ REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_save
 OFFLOAD_PREFIX = "offload:"
 BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
 OFFLOADS = ("optimizer",)
+# --moment-dtype: the storage of the built-in optimizers' moments (jaxmem/program/state.py). int8 is not offered:
+# no maintained JAX library keeps 8-bit optimizer states (optax 0.2.8, qwix 0.1.8 have none; praxis's int8
+# Adafactor momentum is unmaintained since 2024), and a hand-made one would predict a program no trainer runs.
+MOMENT_DTYPES = ("bf16",)
 # jax.sharding.AxisType of every mesh axis: Auto (XLA's propagation places what the code leaves
 # open) or Explicit (shardings are part of the types: code written with out_sharding=, reshard)
 AXIS_TYPES = ("auto", "explicit")
@@ -142,6 +146,10 @@ class StepChoice:
     offload: str | None = _opt(None, Flag(
         "--offload", "Keep the optimizer state in pinned host memory between steps (JAX memory kinds).",
         kind="choice", choices=OFFLOADS))
+    moment_dtype: str | None = _opt(None, Flag(
+        "--moment-dtype", "Keep the moments of jaxmem's optimizers (--optimizer, or the default AdamW) in this dtype "
+        "(bf16: optax's mu_dtype, the second moments cast likewise); a workload's own optimizer is its own.",
+        kind="choice", choices=MOMENT_DTYPES))
     train_all: bool = _opt(False, Flag(
         "--train-all", "Train every parameter, also of a model that carries its own trainable set (nnx.LoRAParam "
         "adapters, which are otherwise the only leaves trained, as tunix's PEFT trainer does).", kind="switch"))
@@ -153,7 +161,7 @@ class StepChoice:
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
                            self.finetune(), self.rules, self.axis_types, self.remat, self.pipeline, self.microbatches,
-                           self.repeats, self.stage_remat)
+                           self.repeats, self.stage_remat, self.moment_dtype)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -222,6 +230,7 @@ class StepOptions:
     microbatches: int | None = None  # ... the pipeline's microbatches (step.plan resolves the default)
     repeats: int | None = None      # ... the circular schedule's repeats (None: one layer per stage per repeat)
     stage_remat: bool = False       # ... each stage's pass checkpointed at its input
+    moment_dtype: str | None = None  # --moment-dtype: the built-in optimizers' moments (None: the parameters' dtype)
 
 
 def remat_problem(name: str) -> str | None:

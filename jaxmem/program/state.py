@@ -130,13 +130,61 @@ def micro(batch, accum: int):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // accum,) + tuple(x.shape[1:]), x.dtype), batch)
 
 
+# The built-in optimizers with their moments stored in bf16 (--moment-dtype bf16): optax's own option where it
+# has one (mu_dtype, accumulator_dtype, dtype_momentum); the rest of the state (Adam's nu, Adafactor's factored
+# second moments) is cast by moments_in, as optax has no nu_dtype. Plain SGD keeps no moments.
+_BF16_MOMENTS: dict[str, Callable[[], Any]] = {
+    "momentum": lambda: optax.sgd(1e-2, momentum=0.9, accumulator_dtype=jnp.bfloat16),
+    "adam": lambda: optax.adam(1e-3, mu_dtype=jnp.bfloat16),
+    "adamw": lambda: optax.adamw(1e-3, mu_dtype=jnp.bfloat16),
+    "adafactor": lambda: optax.adafactor(1e-3, dtype_momentum=jnp.bfloat16),
+    "lion": lambda: optax.lion(1e-4, mu_dtype=jnp.bfloat16),
+}
+
+
 def optimizer(wl: Workload, opts: StepOptions):
-    if opts.optimizer is None:
-        return wl.optimizer if wl.optimizer is not None else optax.adamw(1e-3)
-    name = opts.optimizer.lower()
+    check_moments(wl, opts)
+    if opts.optimizer is None and wl.optimizer is not None:
+        return wl.optimizer
+    name = (opts.optimizer or "adamw").lower()
     if name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {opts.optimizer!r}. Known: {', '.join(OPTIMIZERS)}.")
+    if opts.moment_dtype == "bf16":
+        return moments_in(_BF16_MOMENTS[name](), jnp.bfloat16)
     return OPTIMIZERS[name]()
+
+
+def check_moments(wl: Workload, opts: StepOptions) -> None:
+    """--moment-dtype applies to the optimizers jaxmem builds: refused, naming why, for a workload's own
+    optimizer or step (its state is as its code builds it) and for plain SGD (no moments to store)."""
+    if opts.moment_dtype is None:
+        return
+    flag = f"--moment-dtype {opts.moment_dtype}"
+    if wl.is_custom_step:
+        raise UserError(f"{flag}: this workload gives its own `step`, whose optimizer state is as its code builds "
+                        "it; store the moments there (e.g. optax.adamw(lr, mu_dtype=jnp.bfloat16)), or drop "
+                        f"{flag}.")
+    if opts.optimizer is None and wl.optimizer is not None:
+        raise UserError(f"{flag}: the workload gives its own optimizer (Workload.optimizer), whose state jaxmem does "
+                        "not change; add --optimizer adamw (or another of jaxmem's) to analyze jaxmem's with bf16 "
+                        "moments, or build yours with them (e.g. optax.adamw(lr, mu_dtype=jnp.bfloat16)).")
+    if (opts.optimizer or "").lower() == "sgd":
+        raise UserError(f"{flag}: --optimizer sgd keeps no moments; drop {flag}, or use --optimizer momentum.")
+
+
+def moments_in(tx: optax.GradientTransformation, dtype) -> optax.GradientTransformationExtraArgs:
+    """`tx` with every floating-point leaf of its state stored in `dtype`: cast at init and after each
+    update (the update itself computes in the gradients' precision, as optax's mu_dtype does)."""
+    inner = optax.with_extra_args_support(tx)
+
+    def cast(tree):
+        return jax.tree.map(lambda x: x.astype(dtype) if is_float(x.dtype) else x, tree)
+
+    def update(updates, state, params=None, **extra):
+        out, new = inner.update(updates, state, params, **extra)
+        return out, cast(new)
+
+    return optax.GradientTransformationExtraArgs(lambda params: cast(inner.init(params)), update)
 
 
 def is_nnx(wl: Workload) -> bool:

@@ -102,6 +102,7 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
     if wl.is_custom_step and (opts.precision != "fp32" or opts.optimizer or opts.accum != 1):
         raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own "
                         "`step`")
+    state.check_moments(wl, opts)
     batch = state.override_batch(wl.batch, opts.batch_size)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
