@@ -16,7 +16,7 @@ import re
 import stat
 from typing import Any
 
-from jaxmem.compiler.targets import resolve_gpu_name
+from jaxmem.compiler.targets import host_count, resolve_gpu_name
 from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program import layouts, sizes
 from jaxmem.program.options import OPTIMIZER_NAMES, is_cpu_target
@@ -84,9 +84,11 @@ def mesh(text: str, *, gpu_name: str | None = None, hosts: int | None = None, ro
             raise UserError(f"the mesh needs {n} CPU devices but XLA_FLAGS forces {forced} "
                             f"(--xla_force_host_platform_device_count={forced}); make it {n}, or leave it out (the "
                             "jaxmem CLI asks for the mesh's devices itself)")
-    elif hosts is not None and gpu_name is not None and gpu_name.strip().lower() != "local" and n % hosts:
-        raise UserError(f"--hosts {hosts} does not divide the {n} devices of the mesh {text!r}; give a --hosts that "
-                        f"divides {n}, or a mesh of a multiple of {hosts} devices")
+    elif hosts is not None and gpu_name is not None and gpu_name.strip().lower() != "local":
+        if n % hosts:
+            raise UserError(f"--hosts {hosts} does not divide the {n} devices of the mesh {text!r}; give a --hosts "
+                            f"that divides {n}, or a mesh of a multiple of {hosts} devices")
+        host_count(n, hosts, resolve_gpu_name(gpu_name))   # a cloud machine holds its GPUs, no more
 
 
 def _forced_host_devices() -> int | None:

@@ -128,3 +128,32 @@ def test_every_card_names_a_source_for_each_figure_and_consumer_cards_say_they_h
         assert not p.peer_to_peer and p.intra_host_bandwidth == p.host_bandwidth / 2
     assert targets.PERFORMANCE["h20"].intra_host_link.startswith("NVLink")
     assert "PCIe" in targets.PERFORMANCE["l40s"].intra_host_link and targets.PERFORMANCE["l40s"].peer_to_peer
+
+
+def test_a_cloud_machine_type_holds_no_more_devices_per_host_than_its_gpus():
+    # issue 47: 16 GPUs in one a3-highgpu-8g, 32 in a p5.48xlarge were accepted, their collectives timed over NVLink
+    from jaxmem import precheck
+
+    with pytest.raises(UserError, match=r"--hosts 1 puts 16 .* each a3-highgpu-8g machine, which holds 8 GPUs; "
+                                        r"give --hosts 2"):
+        precheck.mesh("data=16", gpu_name="a3-highgpu-8g", hosts=1)
+    with pytest.raises(UserError, match=r"--hosts 2 puts 32 .* each p5.48xlarge machine, which holds 8 GPUs; "
+                                        r"give --hosts 8"):
+        precheck.mesh("fsdp=64", gpu_name="p5", hosts=2)
+    with pytest.raises(UserError, match="which holds 8 GPUs"):   # the API's and the pipeline's way in
+        targets.make_target("a3-highgpu-8g", 16, 1)
+    precheck.mesh("data=16", gpu_name="a3-highgpu-8g", hosts=2)
+    precheck.mesh("data=16", gpu_name="h100", hosts=1)   # a card's host is the user's to size
+    assert [r["gpus_per_machine"] for r in targets.catalogue_rows() if r["name"] == "p5.48xlarge"] == [8]
+
+
+def test_hosts_default_from_the_machine_type_and_never_quote_a_hosts_not_given():
+    # issue 47: `--mesh data=9` without --hosts was "--hosts 2 does not divide the 9 devices of the mesh"
+    assert targets.host_count(9, None, "a3-highgpu-8g") == 3
+    assert targets.host_count(16, None, "p5.48xlarge") == 2
+    assert targets.host_count(12, None) == 2 and targets.host_count(8, None) == 1
+    for n in range(1, 300):
+        h = targets.host_count(n, None, "a3-highgpu-8g")
+        # the fewest hosts of at most 8 devices each that divide the mesh
+        assert n % h == 0 and n // h <= 8 and not any(n % k == 0 and n // k <= 8 for k in range(1, h)), n
+    assert targets.topology_string(9, None, "h100") == ("1x3x3", 3)

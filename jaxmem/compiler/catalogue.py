@@ -210,20 +210,21 @@ class CloudHost:
     memory: int               # the machine type's memory, bytes
     source: str
     aliases: tuple[str, ...] = ()
+    gpus: int = 8             # the GPUs one machine holds: the most devices a host of the mesh can have
 
     @property
     def network_per_gpu(self) -> float:
         """Bytes/s per GPU, one way."""
-        return self.network_gbps * 1e9 / 8 / 8
+        return self.network_gbps * 1e9 / 8 / self.gpus
 
     @property
     def host_memory(self) -> int:
         """Bytes per GPU."""
-        return self.memory // 8
+        return self.memory // self.gpus
 
     @property
     def link(self) -> str:
-        return f"{self.nics}, {self.network_gbps:,} Gb/s per 8 GPUs"
+        return f"{self.nics}, {self.network_gbps:,} Gb/s per {self.gpus} GPUs"
 
 
 _GCP = "Google Cloud, Compute Engine docs 'GPU machine types' and 'Networking and GPU machines': "
@@ -249,11 +250,17 @@ CLOUD_HOSTS = (
 )
 _CARD_OF = {h.key: h.card for h in CLOUD_HOSTS}
 _HOST_KEYS = frozenset(_CARD_OF)
+_MACHINE_GPUS = {h.key: h.gpus for h in CLOUD_HOSTS}
 
 
 def card_of(key: str) -> str:
     """The catalogue card a key names: a cloud machine type's card, else the key itself."""
     return _CARD_OF.get(key, key)
+
+
+def machine_gpus(key: str) -> int | None:
+    """The GPUs a cloud machine type holds (None for a card: its hosts are the user's to size)."""
+    return _MACHINE_GPUS.get(key)
 
 
 # a machine type is its card's spec under its own name (appended: a loop that matches a device's
@@ -585,5 +592,5 @@ def catalogue_rows() -> list[dict]:
              "compute_capability": ".".join(map(str, s.compute_capability)), "aliases": list(s.aliases),
              "default": s.key == DEFAULT_GPU, "performance": perf(s.key),
              "memory_bandwidth": s.memory_bandwidth, "sm_count": s.core_count, "sources": spec_sources(s),
-             **({"card": card_of(s.key)} if s.key in _HOST_KEYS else {}),
+             **({"card": card_of(s.key), "gpus_per_machine": _MACHINE_GPUS[s.key]} if s.key in _HOST_KEYS else {}),
              } for s in CATALOGUE.values()]

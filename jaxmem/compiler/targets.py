@@ -25,9 +25,11 @@ from jaxmem.compiler.catalogue import (  # noqa: F401  (the catalogue's names, r
     _compact,
     card_of,
     catalogue_rows,
+    machine_gpus,
     performance,
 )
 from jaxmem.errors import UserError, did_you_mean
+from jaxmem.program.divisors import divisors
 from jaxmem.report import ReportWarning
 
 
@@ -71,12 +73,33 @@ def local_gpu_count() -> int:
         return 0
 
 
-def topology_string(n_devices: int, hosts: int | None) -> tuple[str, int]:
-    """`slices x hosts x devices_per_host` for n devices (8 per host unless told)."""
+GPUS_PER_HOST = 8   # a card's host when --hosts is not given (DGX/HGX systems hold 8)
+
+
+def host_count(n_devices: int, hosts: int | None, gpu: str | None = None) -> int:
+    """The hosts the mesh's devices are spread over. Given (--hosts), it must divide the devices, and on a
+    cloud machine type (catalogue.machine_gpus) put no more in each host than the machine holds. Not
+    given: the fewest hosts, of at most the machine's GPUs (8 for a card) each, that split the devices
+    evenly (12 devices: 2 hosts of 6; 9: 3 of 3)."""
+    per = machine_gpus(gpu) if gpu else None
     if hosts is None:
-        hosts = max(1, math.ceil(n_devices / 8)) if n_devices > 8 else 1
+        cap = per or GPUS_PER_HOST
+        if n_devices <= cap:
+            return 1
+        return next(h for h in divisors(n_devices) if h >= math.ceil(n_devices / cap))
     if n_devices % hosts:
         raise UserError(f"--hosts {hosts} does not divide the {n_devices} devices of the mesh")
+    if per is not None and n_devices // hosts > per:
+        fewest = next(h for h in divisors(n_devices) if h >= math.ceil(n_devices / per))
+        raise UserError(f"--hosts {hosts} puts {n_devices // hosts} of the mesh's {n_devices} devices in each {gpu} "
+                        f"machine, which holds {per} GPUs; give --hosts {fewest} (or more hosts that divide "
+                        f"{n_devices}), or leave --hosts out: jaxmem then spreads the devices over {fewest} machines")
+    return hosts
+
+
+def topology_string(n_devices: int, hosts: int | None, gpu: str | None = None) -> tuple[str, int]:
+    """`slices x hosts x devices_per_host` for n devices (host_count: 8 per host unless told)."""
+    hosts = host_count(n_devices, hosts, gpu)
     return f"1x{hosts}x{n_devices // hosts}", hosts
 
 
@@ -100,7 +123,7 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
         return Target(f"local:{devs[0].device_kind}", "cuda", devs[0].device_kind,
                       stats.get("bytes_limit"), False, tuple(devs[:n_devices]))
     spec = CATALOGUE[key]
-    topo_str, hosts = topology_string(n_devices, hosts)
+    topo_str, hosts = topology_string(n_devices, hosts, spec.key)
     try:
         devices = _deviceless_devices(spec.target_config(), topo_str)
     except Exception as e:  # noqa: BLE001 -- the plugin missing is an install problem, not a bug

@@ -170,8 +170,9 @@ class AnalyzeOptions(StepChoice):
 
     gpu: str | None = _opt(None, Flag(
         "--gpu", "Target GPU: a catalogue name (jaxmem gpus), 'local' or 'cpu'. Default: the attached GPU, else h100."))
-    hosts: int | None = _opt(None, Flag("--hosts", "Hosts the devices are spread over (default: 8 GPUs per host).",
-                                        kind="count", minimum=1))
+    hosts: int | None = _opt(None, Flag(
+        "--hosts", "Hosts the devices are spread over (default: the fewest that split the mesh evenly with at most "
+        "8 GPUs each, or a cloud machine type's GPUs).", kind="count", minimum=1))
     mem_fraction: float | None = _opt(None, Flag(
         "--mem-fraction", "Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).",
         kind="fraction", shared=False, commands=("analyze", "compare", "advise")))
