@@ -371,11 +371,14 @@ def gpus(as_json):
     Example:
       jaxmem gpus
     """
-    rows = catalogue_rows()
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    _plain_side().text.print_gpus(rows)
+    def go():   # in the commands' handler: a full device or closed pipe is exit 2, as for analyze and cache
+        rows = catalogue_rows()
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        _plain_side().text.print_gpus(rows)
+
+    _run(go)
 
 
 @main.command()

@@ -118,6 +118,16 @@ def test_gpus_piped_to_a_file_is_not_cut_at_80_columns():
     assert "…" not in out.stdout
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_gpus_to_a_full_device_is_exit_2_like_the_other_commands(as_json):
+    # issue 47: `jaxmem gpus > /dev/full` printed a traceback and exited 1 where analyze, cache and doctor say exit 2
+    with open("/dev/full", "wb") as full:
+        out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "gpus", *(["--json"] if as_json else [])],
+                             stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == "error: cannot write the output (stdout): No space left on device\n"
+
+
 def test_console_script_runs_as_a_real_process():
     # a fresh interpreter: the CLI must set up host devices and the CUDA switch itself
     out = subprocess.run([sys.executable, "-m", "jaxmem.cli", "analyze", MLP, "--gpu", "cpu", "--mesh", "data=4",
