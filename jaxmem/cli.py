@@ -272,20 +272,25 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes compiling candidates (default: all cores; 1: in this process).")
 @click.option("--changes", "change_kinds", show_default=True,
-              default="layout,precision,remat,accum,devices,offload,lora,hsdp,context,expert,pipeline",
+              default="fraction,precision,attention,loss,remat,accum,layout,base,moments,offload,lora,hsdp,context,"
+                      "expert,pipeline,devices",
               help="The kinds of change to try, comma-separated.")
 def advise(as_json, always, n_jobs, change_kinds, **kw):
-    """When MODEL_FILE's step does not fit: the changes that make it fit, fastest first.
+    """When MODEL_FILE's step does not fit: the changes that make it fit, highest throughput first.
 
-    Compiles the changes users make -- more state sharding (dp -> fsdp -> fsdp_tp), bf16
-    compute, remat from the least recompute to full, gradient accumulation keeping the global
-    batch, twice the devices; HSDP, context or expert parallelism on the same GPUs where the step
-    as given calls for them -- and their combinations predicted to fit; prints the ones that fit,
-    those on the GPUs as given first, each ranked by estimated step time (ties by headroom), with
-    its peak, headroom, step time relative to the step as given, GPU-seconds per step, and the
-    `jaxmem analyze` command that reproduces it.
-    Fine-tuning changes are tried too: the optimizer state offloaded to host memory, and LoRA /
-    QLoRA (rank 16; these train adapters instead of every weight, and say so).
+    Compiles the changes users make, the free ones first -- a larger memory fraction (the
+    environment variable to set is printed), bf16 compute, cuDNN attention and a chunked loss
+    where the model takes them (--arg attention=cudnn, --arg vocab_tiles=8), remat from the least
+    recompute to full, gradient accumulation keeping the global batch, more state sharding
+    (dp -> fsdp -> fsdp_tp); HSDP, context or expert parallelism on the same GPUs where the step as
+    given calls for them; twice the devices last -- and their combinations predicted to fit; prints
+    the ones that fit, those on the GPUs as given first, each ranked by throughput per device
+    (tokens/s, from the estimated step time; overlapping bands tied), with its peak, headroom, step
+    time relative to the step as given, GPU-seconds per step, and the `jaxmem analyze` command that
+    reproduces it.
+    Fine-tuning changes are tried too: the optimizer's moments in bf16, the optimizer state
+    offloaded to host memory, a LoRA base stored in bf16 / int8 / nf4, and LoRA / QLoRA (rank 16;
+    these train adapters instead of every weight, and say so).
     Exit code: 0 when one fits (or the step fits as given), 3 when none does, 2 on a user error.
 
     \b
@@ -309,6 +314,46 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
         sys.exit(EXIT_FITS if result.fits else EXIT_DOES_NOT_FIT)
 
     _run(go)
+
+
+@main.command()
+@step_options
+@cli_params.fields("microbatches", "mem_fraction", "top", "module_depth", "explain", "cache")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="The port on 127.0.0.1 to serve on (0: a free one).")
+@click.option("--no-browser", is_flag=True, help="Print the URL only; do not open a browser.")
+@click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
+              help="Worker processes compiling points (default: all cores but one).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes on this machine; ray: tasks on a Ray cluster.")
+@click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
+              "Ray is started).")
+def explore(port, no_browser, n_jobs, executor, ray_address, **kw):
+    """Open a local page that answers what-ifs on MODEL_FILE's step, every number the compiler's.
+
+    The options are the starting point (any of analyze's). The page changes the card, mesh, batch,
+    sequence, remat, precision, optimizer, LoRA, offload...; a point compiled before answers at once,
+    a batch move is predicted from compiled neighbours until its exact compile lands, and idle
+    workers compile the neighbours of the current point. Serves on 127.0.0.1 only; Ctrl-C stops it,
+    its workers and their compiles (docs/explore.md).
+
+    \b
+    Example:
+      jaxmem explore models/llama.py --mesh data=8 --remat full --precision bf16
+      jaxmem explore benchmarks/hf_configs/Qwen3-8B.json --gpu h200 --mesh fsdp=8 --no-browser --port 8765
+    """
+
+    def go():
+        kw.pop("as_json", None)
+        _prepare(kw)
+        _jax_side().explore.serve(kw["model_file"], _options(kw), port=port, browser=not no_browser, jobs=n_jobs,
+                                  executor=executor, ray_address=ray_address, echo=click.echo)
+
+    _run(go)
+
+
+# explore serves a page: there is no JSON to print (its API answers in JSON)
+explore.params[:] = [p for p in explore.params if p.name != "as_json"]
 
 
 @main.command("cache")

@@ -3,7 +3,7 @@
 after their options are checked -- the analysis, the planners, the measurements, the renderers.
 Modules, not names, so that a test's monkeypatch of one reaches every caller."""
 
-from jaxmem import pipeline
+from jaxmem import explore, pipeline
 from jaxmem.compiler import cache
 from jaxmem.plan import advise, compare, saved_rows, search, sweep
 from jaxmem.present import diff as diff_view
@@ -15,5 +15,5 @@ from jaxmem.present import (
 )
 from jaxmem.truth import doctor, verify
 
-__all__ = ["advise", "cache", "compare", "diff_view", "doctor", "notebook", "pipeline", "render", "saved_rows",
-           "search", "sweep", "text", "verify", "verify_html"]
+__all__ = ["advise", "cache", "compare", "diff_view", "doctor", "explore", "notebook", "pipeline", "render",
+           "saved_rows", "search", "sweep", "text", "verify", "verify_html"]

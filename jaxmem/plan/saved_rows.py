@@ -135,6 +135,12 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
                                target=dataclasses.replace(t, memory_bytes=memory, usable_bytes=usable))
 
 
+def rejudged(r: Report, name: str) -> Report:
+    """`r` with its verdict, fits and headroom judged again from its bytes against its GPU, as analyze judges
+    (runtime.judge): for a report whose bytes were not compiled (the explorer's predictions, saved rows)."""
+    return _rejudged_report(r, name, [])
+
+
 def rejudge(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
     """Saved rows with every verdict recomputed from their bytes: fits and headroom from the peak
     (the sum of its breakdown, which Report checks) against the usable memory of the row's GPU

@@ -175,12 +175,9 @@ class Search:
         if len(pts) < 2 or not self.budgets:
             return None
         budget = min(self.budgets)
-        xs = np.array([self.feature(self.candidates(i)) for i, _ in pts], dtype=float)
-        ys = np.array([p for _, p in pts], dtype=float)
-        deg = min(self.degree, len(pts) - 1)
-        if len(set(xs.tolist())) <= deg:
+        coef = curve([self.feature(self.candidates(i)) for i, _ in pts], [p for _, p in pts], self.degree)
+        if coef is None:
             return None
-        coef = np.polyfit(xs, ys, deg)
         if float(np.polyval(coef, self.feature(self.candidates(top)))) <= float(np.polyval(
                 coef, self.feature(self.candidates(lo)))) and top > lo:
             return None                     # the curve does not rise: no boundary to jump to
@@ -197,6 +194,18 @@ class Search:
             m = (a + b) // 2
             a, b = (m, b) if ok(m) else (a, m)
         return a
+
+
+def curve(xs: Sequence[float], ys: Sequence[float], degree: int) -> np.ndarray | None:
+    """The polynomial of `degree` through the points (x, y) by least squares (numpy.polyfit's coefficients,
+    highest power first), of a lower degree when fewer points are given; None when the points' distinct
+    x values cannot determine it. The searches here and the explorer's predictions (jaxmem.explore.predict)
+    fit memory's curve with it."""
+    x = np.asarray(xs, dtype=float)
+    deg = min(degree, len(x) - 1)
+    if deg < 0 or len(set(x.tolist())) <= deg:
+        return None
+    return np.polyfit(x, np.asarray(ys, dtype=float), deg)
 
 
 def result(kind: str, arg: str | None, s: Search, probes: dict[int, Probe], granule: int, margin: float,

@@ -1,0 +1,364 @@
+"""The explorer's state: the points asked for and compiled, compiled on compare's worker pool.
+
+One scheduler thread owns the pool (jaxmem.plan.sweep: long-lived local workers, or Ray tasks; the pool
+is not shared between threads) and feeds it one job per free worker, from three queues in this order:
+the points a client asked for (the newest first: the page's current point), the compiles advise and the
+fit search ask for, and the current point's neighbours, compiled while nothing else waits (the next and
+previous batch, the other remat policies, the sequence length halved and doubled, the neighbouring
+meshes), so that the next move is usually exact already. Jobs wait in these queues, never in the pool's
+own: a new request goes before every neighbour not yet started, and the neighbour queue is bounded and
+replaced on each move.
+
+A compiled point is held for the explorer's life: asking again answers from memory. Each worker's
+analyze goes through the compile cache, so a point compiled by an earlier explorer (or `analyze`)
+compiles no more (it is traced and looked up).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jaxmem.explore import predict, query
+from jaxmem.plan import compare, meshes, sweep
+from jaxmem.program import layouts
+from jaxmem.program.options import AnalyzeOptions, command_line
+from jaxmem.report import Report, verdict_of
+
+NEIGHBOURS = 8         # neighbour compiles queued at most (replaced on every move)
+REMAT_NEIGHBOURS = ("none", "full", "dots_with_no_batch_dims_saveable")
+WAIT_LIMIT_S = 3600.0  # a client's wait=exact gives up after this long (the compile goes on)
+
+
+@dataclasses.dataclass
+class Point:
+    key: str
+    opts: AnalyzeOptions
+    query: dict[str, str]
+    command: str
+    status: str = "new"            # new | queued | compiling | exact | error
+    report: Report | None = None
+    error: str | None = None
+    asked: bool = False            # a client asked for it (listed by /api/points)
+    asked_at: float = 0.0
+    started_at: float | None = None
+    seconds: float | None = None   # the compile's wall time in its worker
+    prediction: dict | None = None  # the first prediction answered for it, kept to say how far it was
+
+    def predicted_error(self) -> dict | None:
+        if self.prediction is None or self.report is None:
+            return None
+        p, x = self.prediction["per_device_peak_bytes"], self.report.per_device_peak_bytes
+        return {"peak_bytes": p, "error_bytes": x - p, "error_share": (x - p) / x if x else None}
+
+
+class Explorer:
+    """The points of one model, compiled on one pool; thread-safe (the HTTP server's threads call it)."""
+
+    def __init__(self, model, start: AnalyzeOptions, *, jobs: int | None = None, executor: str = "local",
+                 ray_address: str | None = None, seq_arg: str | None = None,
+                 make_pool: Callable[..., Any] = sweep.make_pool):
+        self.model = model
+        self.start = query.canonical(start)
+        self.seq_arg = seq_arg
+        self.jobs = max(1, jobs or max(1, sweep.default_jobs() - 1))   # a core left for the server and the page
+        self._pool = make_pool(self.jobs, executor, ray_address)
+        self._lock = threading.Condition()
+        self.points: dict[str, Point] = {}
+        self._asked: list[str] = []
+        self._urgent: collections.deque[str] = collections.deque()
+        self._side: collections.deque[tuple[sweep.Job, dict]] = collections.deque()
+        self._idle: collections.deque[str] = collections.deque()
+        self._inflight: dict[int, tuple[str, Any]] = {}    # id(job) -> ("point", key) | ("side", box)
+        self._durations: list[float] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="jaxmem-explore-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ asking
+    def point(self, opts: AnalyzeOptions) -> Point:
+        """The point of `opts` (made on first use; not queued)."""
+        opts = query.canonical(opts)
+        k = query.key(str(self.model), opts)
+        with self._lock:
+            p = self.points.get(k)
+            if p is None:
+                p = Point(k, opts, query.to_query(opts), command_line(str(self.model), opts, "analyze"))
+                self.points[k] = p
+            return p
+
+    def ask(self, opts: AnalyzeOptions) -> Point:
+        """A client's move to `opts`: its compile goes first, its neighbours' after everything else."""
+        p = self.point(opts)
+        with self._lock:
+            if not p.asked:
+                p.asked, p.asked_at = True, time.monotonic()
+                self._asked.append(p.key)
+            if p.status in ("new", "queued"):
+                if p.key in self._urgent:
+                    self._urgent.remove(p.key)
+                if p.key in self._idle:
+                    self._idle.remove(p.key)
+                self._urgent.appendleft(p.key)
+                p.status = "queued"
+            self._queue_neighbours(p)
+            self._lock.notify_all()
+        return p
+
+    def wait(self, p: Point, timeout: float = WAIT_LIMIT_S) -> Point:
+        """Block until `p` is exact or an error (or `timeout` seconds)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while p.status not in ("exact", "error") and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(min(left, 1.0))
+        return p
+
+    def predict(self, p: Point) -> dict | None:
+        """A prediction of `p` from the compiled points (kept on the point the first time, to say later how
+        far it was from the exact compile)."""
+        with self._lock:
+            if p.prediction is not None:
+                return p.prediction
+            known = [predict.Known(q.opts, q.report, q.query) for q in self.points.values()
+                     if q.status == "exact" and q.report is not None]
+        pred = predict.predict(p.opts, known, self.seq_arg)
+        with self._lock:
+            if pred is not None and p.prediction is None and p.status != "exact":
+                p.prediction = pred
+            return p.prediction if p.prediction is not None else pred
+
+    def progress(self, p: Point) -> dict:
+        """How long the point has waited, and about how long it has left (the median compile so far)."""
+        with self._lock:
+            now = time.monotonic()
+            typical = statistics.median(self._durations) if self._durations else None
+            elapsed = now - (p.started_at if p.started_at is not None else p.asked_at or now)
+            ahead = list(self._urgent).index(p.key) if p.key in self._urgent else 0
+            eta = None
+            if typical is not None:
+                running = max(0.0, typical - elapsed) if p.status == "compiling" else typical
+                eta = running + ahead * typical / self.jobs
+            return {"status": p.status, "elapsed_s": round(elapsed, 2), "eta_s": None if eta is None else round(eta, 1),
+                    "queued_before": ahead}
+
+    def asked(self) -> list[Point]:
+        with self._lock:
+            return [self.points[k] for k in self._asked]
+
+    def exact(self) -> list[Point]:
+        with self._lock:
+            return [p for p in self.points.values() if p.status == "exact"]
+
+    def run_jobs(self, items: list[tuple[str, AnalyzeOptions]]) -> list[sweep.Outcome]:
+        """Compile `items` on the pool before any neighbour (advise's and the fit search's compiles);
+        their Outcomes in order. Blocks."""
+        boxes = []
+        with self._lock:
+            for label, opts in items:
+                box: dict = {}
+                self._side.append((sweep.Job(label, self.model, opts), box))
+                boxes.append(box)
+            self._lock.notify_all()
+            while not all("out" in b for b in boxes):
+                if self._stopping:
+                    raise RuntimeError("the explorer stopped")
+                self._lock.wait(1.0)
+        return [b["out"] for b in boxes]
+
+    def advise_runner(self, items: list[tuple[str, AnalyzeOptions]]) -> list[tuple[Any, str | None, str, bool]]:
+        """jaxmem.plan.advise's runner: its candidates compiled on this pool."""
+        return [(o.report, o.error, o.status, bool(o.report is not None and o.report.timings.get("cache_hit")))
+                for o in self.run_jobs(items)]
+
+    # ------------------------------------------------------------------ neighbours
+    def _queue_neighbours(self, p: Point) -> None:
+        """The idle queue: `p`'s neighbours not compiled yet (the previous move's are dropped)."""
+        fresh = []
+        for opts in neighbours(p.opts, self._known_batch(p), self._known_seq(p), self.seq_arg):
+            q = self.point(opts)
+            if q.status == "new" and q.key not in fresh:
+                fresh.append(q.key)
+        for k in self._idle:
+            if self.points[k].status == "queued":
+                self.points[k].status = "new"
+        self._idle = collections.deque(fresh[:NEIGHBOURS])
+        for k in self._idle:
+            self.points[k].status = "queued"
+
+    def _known_batch(self, p: Point) -> int | None:
+        if p.opts.batch is not None:
+            return p.opts.batch
+        for q in self.points.values():   # the model's own batch, once any point with it compiled
+            if q.report is not None and q.opts.batch is None:
+                b = q.report.options.get("batch")
+                return b if isinstance(b, int) else None
+        return None
+
+    def _known_seq(self, p: Point) -> int | None:
+        if not self.seq_arg:
+            return None
+        v = dict(p.opts.model_args).get(self.seq_arg)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        for q in self.points.values():
+            if q.report is not None and self.seq_arg not in dict(q.opts.model_args):
+                return q.report.sequence_length
+        return None
+
+    # ------------------------------------------------------------------ the scheduler thread
+    def _next_job(self) -> tuple[sweep.Job, tuple[str, Any]] | None:
+        """The next job to start (lock held): a client's point, then a side job, then a neighbour."""
+        nxt = self._pop(self._urgent)
+        if nxt is None and self._side:
+            job, box = self._side.popleft()
+            return job, ("side", box)
+        return nxt if nxt is not None else self._pop(self._idle)
+
+    def _pop(self, q: collections.deque[str]) -> tuple[sweep.Job, tuple[str, Any]] | None:
+        while q:
+            p = self.points[q.popleft()]
+            if p.status == "queued":
+                p.status, p.started_at = "compiling", time.monotonic()
+                return sweep.Job(p.key, self.model, p.opts), ("point", p.key)
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and len(self._inflight) < self.jobs:
+                    nxt = self._next_job()
+                    if nxt is None:
+                        break
+                    job, owner = nxt
+                    self._inflight[id(job)] = owner
+                    self._pool.submit(job)
+                if self._stopping:
+                    return
+                if not self._inflight:
+                    self._lock.wait(0.5)
+                    continue
+            out = self._pool.next(timeout=0.2)   # outside the lock: requests go on while a compile runs
+            if out is not None:
+                self._record(out)
+
+    def _record(self, out: sweep.Outcome) -> None:
+        with self._lock:
+            owner = self._inflight.pop(id(out.job), None)
+            if owner is None:
+                return
+            kind, what = owner
+            if kind == "side":
+                what["out"] = out
+            else:
+                p = self.points[what]
+                p.seconds = out.seconds
+                if out.report is not None:
+                    p.status, p.report = "exact", out.report
+                    if not out.report.timings.get("cache_hit"):
+                        self._durations.append(out.seconds)
+                else:
+                    p.status, p.error = "error", out.error or "the compile failed"
+                if p.status == "exact" and p.asked and p.key == (self._asked[-1] if self._asked else None):
+                    self._queue_neighbours(p)   # now that its batch and sequence are known
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """Stop the scheduler and the pool: its workers and their compile children end with it."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        self._thread.join(timeout=5)
+        self._pool.close()
+
+    # ------------------------------------------------------------------ answers
+    def answer(self, p: Point) -> dict:
+        """/api/answer's object for `p` as it stands."""
+        out: dict[str, Any] = {"key": p.key, "command": p.command, "query": p.query}
+        if p.status == "exact" and p.report is not None:
+            rep = p.report.to_json()
+            out.update(answer="exact", report=rep, tokens_per_s=predict.tokens_per_s(rep, self.seq_arg),
+                       prediction=p.prediction, predicted_error=p.predicted_error())
+            return out
+        if p.status == "error":
+            out.update(answer="error", report=None, error=p.error)
+            return out
+        pred = self.predict(p)
+        if pred is not None:
+            out.update(answer="predicted", report=pred, tokens_per_s=predict.tokens_per_s(pred, self.seq_arg))
+        else:
+            out.update(answer="compiling", report=None, tokens_per_s=None)
+        out["progress"] = self.progress(p)
+        return out
+
+    def summary(self, p: Point) -> dict:
+        """One row of /api/points."""
+        rep: dict | None = None
+        answer = p.status if p.status in ("exact", "error") else "compiling"
+        if p.report is not None:
+            rep = {"per_device_peak_bytes": p.report.per_device_peak_bytes, "verdict": verdict_of(p.report),
+                   "step_time": dict(p.report.step_time), "options": p.report.options,
+                   "sequence_length": p.report.sequence_length, "target": dataclasses.asdict(p.report.target)}
+        elif p.prediction is not None and p.status != "error":
+            rep, answer = p.prediction, "predicted"
+        step = (rep or {}).get("step_time") or {}
+        return {"key": p.key, "query": p.query, "answer": answer, "command": p.command,
+                "peak": None if rep is None else rep["per_device_peak_bytes"],
+                "verdict": None if rep is None else rep["verdict"],
+                "step_time": step.get("estimate_s") if step.get("available") else None,
+                "tokens_per_s": None if rep is None else predict.tokens_per_s(rep, self.seq_arg),
+                "predicted_error": p.predicted_error(), "error": p.error}
+
+    def fit(self, p: Point) -> dict:
+        """The fit search's largest batch at `p`'s other options (compare --find-batch's search, its
+        probes compiled on this pool)."""
+        find = compare.Find("batch")
+        s = compare._RowSearch(0, {}, dataclasses.replace(p.opts, batch=None), find)   # one row's search
+        while True:
+            nxt = [] if s.error is not None else s.search.propose()
+            if not nxt:
+                break
+            outs = self.run_jobs([(f"fit {s.what(k)}", s.options(k)) for k in nxt])
+            for k, o in zip(nxt, outs, strict=True):
+                s.record(k, o)
+        cell = s.cell()
+        if cell.search is None:
+            return {"max_batch": None, "error": cell.error, "search": None}
+        return {"max_batch": cell.search.answer, "capped": cell.search.capped, "margin": cell.search.margin,
+                "search": cell.search.to_json(), "error": None}
+
+
+def neighbours(opts: AnalyzeOptions, batch: int | None, seq: int | None, seq_arg: str | None) -> list[AnalyzeOptions]:
+    """The points one move away, the likeliest next moves first: the batch doubled and halved (the page's
+    batch steps; they also bracket most batch moves, which the predictions then interpolate), the other
+    remat policies, the sequence halved and doubled, the mesh with twice and half the data-parallel
+    devices, then the next and previous batch (a step of the data-parallel size x accumulation)."""
+    out: list[AnalyzeOptions] = []
+    try:
+        spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
+    except Exception:  # noqa: BLE001 -- a mesh this point refuses has no neighbours; its own answer says why
+        return out
+    g = max(1, spec.data_size * opts.accum)
+    if batch is not None:
+        out += [dataclasses.replace(opts, batch=b) for b in (2 * batch, batch // 2) if b >= g and b % g == 0]
+    out += [dataclasses.replace(opts, remat=r) for r in REMAT_NEIGHBOURS if r != opts.remat]
+    if seq_arg and seq:
+        args = dict(opts.model_args)
+        for s in (seq * 2, seq // 2):
+            if s >= 1 and s != seq:
+                out.append(dataclasses.replace(opts, model_args=tuple(sorted({**args, seq_arg: s}.items()))))
+    d = spec.data_size
+    for m in (meshes.scale_data(opts.mesh, 2, opts.axis_roles),
+              meshes.with_data_size(opts.mesh, d // 2, opts.axis_roles) if d % 2 == 0 and d > 1 else None):
+        if m and (batch is None or batch % max(1, layouts.parse_mesh(m, opts.axis_roles).data_size) == 0):
+            out.append(dataclasses.replace(opts, mesh=m))
+    if batch is not None:
+        out += [dataclasses.replace(opts, batch=b) for b in (batch + g, batch - g) if b >= g]
+    return out

@@ -1,0 +1,303 @@
+"""`jaxmem explore`'s HTTP server: the page and its JSON API, on 127.0.0.1 only.
+
+The standard library's ThreadingHTTPServer rather than a web framework: a loopback server of a few GET
+routes returning JSON needs no routing, templating or ASGI stack, and jaxmem gains no dependency for it
+(the page is static files, shipped in the package: no CDN, it works offline). One thread per request,
+so a client waiting for an exact answer (wait=exact) or advise's search blocks nobody else; the compiles
+run in the explorer's worker pool (jaxmem.explore.points), never in a request's thread.
+
+Routes (docs/explore.md; the page and scripts both use them):
+  GET /                        the page            GET /static/NAME   its script and style (page/ only)
+  GET /api/answer?<options>    the point's answer: exact, predicted, compiling or error (&wait=exact blocks)
+  GET /api/controls            the controls and the values this model and card accept; the starting point
+  GET /api/points              the points asked for so far, oldest first
+  GET /api/advise?<options>    advise's ranked changes at that point (&wait=1 blocks)
+  GET /api/fit?<options>       the fit search's largest batch at that point (&wait=1 blocks)
+  GET /api/save?<options>&format=json|html|png   the exact point's report as a download
+A value the CLI refuses is a 400 with the CLI's message; an unknown parameter a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.server
+import json
+import mimetypes
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import traceback
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from jaxmem.errors import UserError
+from jaxmem.explore import controls as controls_mod
+from jaxmem.explore import query
+from jaxmem.explore.points import Explorer, Point
+
+PAGE = Path(__file__).parent / "page"
+HOST = "127.0.0.1"
+_STATIC_NAME = re.compile(r"^[A-Za-z0-9_-]+\.(js|css|svg|png|ico|html)$")
+MAX_FIELDS = 100        # query parameters a request may carry (analyze has about 30 options)
+SAVE_FORMATS = ("json", "html", "png")
+
+
+class _Reply(Exception):
+    """A response decided early (a 4xx)."""
+
+    def __init__(self, status: int, body: dict):
+        super().__init__(body.get("error", ""))
+        self.status, self.body = status, body
+
+
+class App:
+    """The routes over one Explorer."""
+
+    def __init__(self, explorer: Explorer):
+        self.explorer = explorer
+        self._jobs: dict[tuple[str, str], dict] = {}   # (kind, key) -> {"thread", "result" | "error"}
+        self._jobs_lock = threading.Lock()
+
+    # ------------------------------------------------------------ helpers
+    def _opts(self, params: dict[str, list[str]]):
+        try:
+            return query.parse(params, self.explorer.start, str(self.explorer.model))
+        except UserError as e:
+            raise _Reply(400, {"error": str(e)}) from None
+
+    @staticmethod
+    def _flag(params: dict[str, list[str]], name: str) -> str | None:
+        v = params.get(name)
+        return None if not v else v[-1]
+
+    # ------------------------------------------------------------ routes
+    def answer(self, params: dict[str, list[str]]) -> dict:
+        wait = self._flag(params, "wait")
+        if wait not in (None, "", "exact"):
+            raise _Reply(400, {"error": f"wait={wait!r}: give wait=exact (block until the exact answer), or leave "
+                                        "it out"})
+        p = self.explorer.ask(self._opts(params))
+        if wait == "exact":
+            self.explorer.wait(p)
+        return self.explorer.answer(p)
+
+    def points(self, params: dict[str, list[str]]) -> list:
+        self._no_params(params, "points")
+        return [self.explorer.summary(p) for p in self.explorer.asked()]
+
+    def controls(self, params: dict[str, list[str]]) -> dict:
+        self._no_params(params, "controls")
+        return controls_mod.controls(self.explorer)
+
+    @staticmethod
+    def _no_params(params: dict[str, list[str]], route: str) -> None:
+        extra = [k for k in params if k not in query.CONTROL]
+        if extra:
+            raise _Reply(400, {"error": f"/api/{route} takes no parameters; got {', '.join(map(repr, extra))}"})
+
+    def _background(self, kind: str, p: Point, work, wait: bool) -> dict:
+        """`work(p)` once per point in a thread of its own; its result when done (or waited for)."""
+        with self._jobs_lock:
+            job = self._jobs.get((kind, p.key))
+            if job is None:
+                job = {}
+
+                def run():
+                    try:
+                        job["result"] = work(p)
+                    except UserError as e:
+                        job["error"] = str(e)
+                    except Exception as e:  # noqa: BLE001 -- this request's failure, not the server's
+                        job["error"] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+
+                job["thread"] = threading.Thread(target=run, name=f"jaxmem-explore-{kind}", daemon=True)
+                self._jobs[(kind, p.key)] = job
+                job["thread"].start()
+        if wait:
+            job["thread"].join()
+        out: dict[str, Any] = {"key": p.key, "command": p.command}
+        if "error" in job:
+            return {**out, "status": "error", "error": job["error"]}
+        if "result" in job:
+            return {**out, "status": "done", kind: job["result"]}
+        return {**out, "status": "running"}
+
+    def advise(self, params: dict[str, list[str]]) -> dict:
+        p = self.explorer.point(self._opts(params))
+        return self._background("advice", p, self._advise, self._flag(params, "wait") not in (None, "", "0"))
+
+    def _advise(self, p: Point) -> dict:
+        from jaxmem.plan import advise  # noqa: PLC0415 - the planner loads when first asked for
+
+        ex = self.explorer
+        ex.ask(p.opts)
+        ex.wait(p)
+        base = dataclasses.replace(p.opts, explain=False)
+        result = advise.advise(str(ex.model), base, always=True, progress=False, runner=ex.advise_runner,
+                               original_report=p.report)
+        return result.to_json()
+
+    def fit(self, params: dict[str, list[str]]) -> dict:
+        p = self.explorer.point(self._opts(params))
+        return self._background("fit", p, self.explorer.fit, self._flag(params, "wait") not in (None, "", "0"))
+
+    def save(self, params: dict[str, list[str]]) -> tuple[bytes, str, str]:
+        fmt = self._flag(params, "format") or "json"
+        if fmt not in SAVE_FORMATS:
+            raise _Reply(400, {"error": f"format={fmt!r}: give one of {', '.join(SAVE_FORMATS)}"})
+        ex = self.explorer
+        p = ex.wait(ex.ask(self._opts(params)))
+        if p.report is None:
+            raise _Reply(409, {"error": p.error or "the point has no exact answer yet", "key": p.key})
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"jaxmem-{p.report.model}-{abs(hash(p.key)) % 10**8:08d}")
+        if fmt == "json":   # byte for byte what `jaxmem analyze --json` prints
+            return (json.dumps(p.report.to_json(), indent=2) + "\n").encode(), "application/json", f"{stem}.json"
+        if fmt == "html":
+            from jaxmem.present import html  # noqa: PLC0415 - the renderers load when a page is saved
+
+            return html.render_html(p.report).encode(), "text/html; charset=utf-8", f"{stem}.html"
+        from jaxmem.present import png  # noqa: PLC0415 - matplotlib loads when a picture is drawn
+
+        folder = tempfile.mkdtemp(prefix="save-")   # in the run's scratch folder (jaxmem.scratch)
+        try:
+            path = png.write_png(p.report, os.path.join(folder, "bar.png"))
+            return Path(path).read_bytes(), "image/png", f"{stem}.png"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _handler(app: App):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "jaxmem-explore"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+            pass   # the terminal is the user's: requests are not news
+
+        def do_GET(self):   # (http.server's name)
+            try:
+                self._route()
+            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                pass   # the client left (a page closed mid-compile): the compile goes on for the next one
+
+        def do_POST(self):
+            self._json(405, {"error": "the explorer's API is GET only"})
+
+        do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815
+
+        def _route(self):
+            url = urllib.parse.urlsplit(self.path)
+            try:
+                params = urllib.parse.parse_qs(url.query, keep_blank_values=True, strict_parsing=False,
+                                               max_num_fields=MAX_FIELDS, errors="strict")
+            except (ValueError, UnicodeDecodeError) as e:
+                self._json(400, {"error": f"the query string cannot be read: {e}"})
+                return
+            path = url.path
+            try:
+                if path in ("/", "/index.html"):
+                    self._file(PAGE / "index.html")
+                elif path.startswith("/static/"):
+                    self._static(path[len("/static/"):])
+                elif path == "/api/save":
+                    data, ctype, name = app.save(params)
+                    self._send(200, data, ctype, {"Content-Disposition": f'attachment; filename="{name}"'})
+                elif path.startswith("/api/") and path[5:] in ("answer", "controls", "points", "advise", "fit"):
+                    self._json(200, getattr(app, path[5:])(params))
+                else:
+                    self._json(404, {"error": f"no route {path!r}; the API is /api/answer, /api/controls, "
+                                              "/api/points, /api/advise, /api/fit, /api/save"})
+            except _Reply as r:
+                self._json(r.status, r.body)
+            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                raise
+            except Exception as e:  # noqa: BLE001 -- a bug answers this request with 500; the server keeps serving
+                if os.environ.get("JAXMEM_DEBUG"):
+                    traceback.print_exc()
+                self._json(500, {"error": f"jaxmem bug: {type(e).__name__}: {e}"})
+
+        def _static(self, name: str):
+            # only the page's own files, by a plain name: no path is ever built from the request
+            files = {p.name: p for p in PAGE.iterdir()} if PAGE.is_dir() else {}
+            if not _STATIC_NAME.match(name) or name not in files:
+                self._json(404, {"error": f"no static file {name!r}"})
+                return
+            self._file(files[name])
+
+        def _file(self, path: Path):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                self._json(404, {"error": f"the page's {path.name} is missing from the package"})
+                return
+            ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            if ctype.startswith("text/") or ctype.endswith("javascript"):
+                ctype += "; charset=utf-8"
+            self._send(200, data, ctype)
+
+        def _json(self, status: int, body: Any):
+            self._send(status, (json.dumps(body) + "\n").encode(), "application/json")
+
+        def _send(self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None):
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True          # a request still waiting does not hold the process at exit
+    allow_reuse_address = False    # a port in use is an error, not shared
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout)):
+            return    # a client that went away
+        if os.environ.get("JAXMEM_DEBUG"):
+            super().handle_error(request, client_address)
+
+
+def make_server(explorer: Explorer, port: int = 0) -> Server:
+    """The server on 127.0.0.1:`port` (0: a free one); a port in use is a UserError."""
+    try:
+        return Server((HOST, port), _handler(App(explorer)))
+    except OSError as e:
+        raise UserError(f"--port {port}: cannot listen on {HOST}:{port} ({e.strerror or e}); give another port, "
+                        "or leave --port out for a free one") from None
+
+
+def url_of(server: Server) -> str:
+    return f"http://{HOST}:{server.server_address[1]}/"
+
+
+def start(explorer: Explorer, port: int = 0) -> tuple[Server, threading.Thread]:
+    """The server answering in a thread of its own (the notebook's, the tests')."""
+    srv = make_server(explorer, port)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name="jaxmem-explore-http",
+                         daemon=True)
+    t.start()
+    return srv, t
+
+
+@contextlib.contextmanager
+def running(explorer: Explorer, port: int = 0):
+    """The server in a thread for the body's length, then shut down (tests, benchmarks)."""
+    srv, t = start(explorer, port)
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(timeout=5)
