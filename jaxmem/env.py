@@ -9,7 +9,11 @@ and the fix (exit 2), instead of a traceback, an abort or a hang later.
 * ``XLA_FLAGS``: XLA aborts the process at backend start on an unknown flag or a value it cannot
   read, and lists no flags anywhere jax exposes. A subprocess starts XLA's CPU client with the
   user's flags (about 1 s) and its verdict is quoted; a good flags string is remembered in the
-  cache folder (keyed by the string, jaxlib and the interpreter), so it is paid once.
+  cache folder (keyed by the string, jaxlib and the interpreter), so it is paid once. The memo is
+  signed like a compile-cache entry (HMAC-SHA256 under the cache's trusted key,
+  jaxmem.compiler.cache_key): an empty file planted in a shared cache vouches for nothing, and
+  without a trusted key the flags are probed each run. A blank XLA_FLAGS is refused without a
+  probe: XLA takes it for the name of a file of flags and aborts.
 * ``JAX_PLATFORMS``: a platform jax does not know, or only platforms this machine cannot start
   (``cuda`` without a GPU), fail inside jax; jaxmem needs none of them (it compiles for GPUs
   without one).
@@ -194,7 +198,11 @@ def _only_host_devices(flags: str) -> bool:
     return all(re.fullmatch(r"--xla_force_host_platform_device_count=\d+", f) for f in flags.split())
 
 
-def _memo(flags: str):
+_MEMO_TAG = b"jaxmem xla-flags-ok\n"   # what a memo's signature covers besides its key: no other entry's digest
+_MEMO_BYTES = 64                        # a memo is the hex HMAC-SHA256 of its key
+
+
+def _memo_key(flags: str) -> str:
     import hashlib  # noqa: PLC0415 - only with XLA_FLAGS: `import jaxmem` loads neither
     import importlib.metadata as md  # noqa: PLC0415 - as hashlib
 
@@ -202,23 +210,70 @@ def _memo(flags: str):
         jaxlib = md.version("jaxlib")
     except md.PackageNotFoundError:
         jaxlib = "?"
-    key = hashlib.sha256(f"{flags}\0{jaxlib}\0{sys.executable}".encode()).hexdigest()
-    return cache_dir() / "xla-flags-ok" / key
+    return hashlib.sha256(f"{flags}\0{jaxlib}\0{sys.executable}".encode()).hexdigest()
+
+
+def _memo_digest(secret: bytes, key: str) -> bytes:
+    import hashlib  # noqa: PLC0415 - as in _memo_key
+    import hmac  # noqa: PLC0415 - as hashlib
+
+    return hmac.new(secret, _MEMO_TAG + key.encode(), hashlib.sha256).hexdigest().encode()
+
+
+def _memo_holds(key: str) -> bool:
+    """A memo for `key` signed with this cache's trusted key (a regular file, not a link, of the
+    digest's size): what an empty or copied file in a shared cache is not."""
+    import hmac  # noqa: PLC0415 - as in _memo_key
+
+    from jaxmem import files  # noqa: PLC0415 - as hmac
+    from jaxmem.compiler import cache_key  # noqa: PLC0415 - as hmac
+
+    path = cache_dir() / "xla-flags-ok" / key
+    if not os.path.lexists(path):
+        return False
+    secret = cache_key.for_use(cache_dir(), create=False)
+    try:
+        data = files.read_regular(path, _MEMO_BYTES, follow=False)
+    except (OSError, files.Refused):
+        return False
+    return secret is not None and hmac.compare_digest(data, _memo_digest(secret, key))
+
+
+def _remember(key: str) -> None:
+    """Sign a memo for `key` (never in read-only mode, nor without a key this user trusts)."""
+    from jaxmem import files  # noqa: PLC0415 - as in _memo_holds
+    from jaxmem.compiler import cache_key  # noqa: PLC0415 - as files
+
+    if cache_key.read_only():
+        return
+    try:
+        path = cache_dir() / "xla-flags-ok" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        secret = cache_key.for_use(cache_dir(), create=True)
+        if secret is not None:
+            files.write_atomic(path, _memo_digest(secret, key))
+    except OSError:
+        pass
 
 
 def check_xla_flags(env) -> None:
     """Raise a UserError naming the flag of XLA_FLAGS that XLA would abort on."""
     flags = env.get("XLA_FLAGS", "")
+    if flags and not flags.strip():
+        raise UserError(f"XLA_FLAGS={clip(repr(flags), 40)} is blank: XLA takes a value that does not start with "
+                        "'--' for the name of a file of flags, and aborts when it cannot open it; unset XLA_FLAGS, "
+                        "or give flags as --xla_name=value.")
     for m in re.finditer(r"--xla_force_host_platform_device_count=(\S*)", flags):
-        # XLA reads 0 but its CPU backend cannot start with it (a value XLA cannot read: the probe quotes XLA)
-        if m.group(1).isdigit() and int(m.group(1)) < 1:
-            raise UserError(f"XLA_FLAGS: {clip(m.group(0), 100)}: XLA's CPU backend needs at least 1 device; remove "
-                            "the flag (jaxmem forces the host devices a CPU mesh needs itself) or give a count of at "
-                            "least 1.")
+        # XLA reads 0 but its CPU backend cannot start with it; past int32 XLA aborts without a word of why
+        # (a value XLA cannot read otherwise: the probe quotes XLA)
+        if m.group(1).isdigit() and not 1 <= int(m.group(1)) <= 2**31 - 1:
+            raise UserError(f"XLA_FLAGS: {clip(m.group(0), 100)}: XLA's CPU backend needs between 1 and 2^31 - 1 "
+                            "devices (a 32-bit count); remove the flag (jaxmem forces the host devices a CPU mesh "
+                            "needs itself) or give a count of at least 1.")
     if not flags.strip() or _only_host_devices(flags):
         return
-    memo = _memo(flags)
-    if memo.is_file():
+    key = _memo_key(flags)
+    if _memo_holds(key):
         return
     import subprocess  # noqa: PLC0415 - only for a probe: `import jaxmem` loads no subprocess
 
@@ -234,11 +289,7 @@ def check_xla_flags(env) -> None:
         if problem is not None:
             raise UserError(problem)
         return   # not a flags problem (a broken install is reported where it bites)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.touch()
-    except OSError:
-        pass
+    _remember(key)
 
 
 def _flags_problem(flags: str, stderr: str) -> str | None:

@@ -57,6 +57,62 @@ def test_good_xla_flags_are_probed_once(tmp_path, monkeypatch):
     env.check_xla_flags({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})   # jaxmem's own: no probe
 
 
+@pytest.mark.parametrize("flags", ["   ", "\t", " \n "])
+def test_a_blank_xla_flags_is_refused_without_a_probe(monkeypatch, flags):
+    # issue 47: XLA_FLAGS='   ' ended in XLA's fatal "Could not open file" line (XLA reads it as a file of flags)
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed"))
+    with pytest.raises(UserError, match=r"XLA_FLAGS='.*' is blank: XLA takes a value that does not start with '--' "
+                                        r"for the name of a file of flags.*unset XLA_FLAGS"):
+        env.check({"XLA_FLAGS": flags})
+    env.check_xla_flags({"XLA_FLAGS": ""})   # empty is unset
+
+
+def test_a_host_device_count_past_int32_is_refused_without_a_probe(monkeypatch):
+    # jaxmem's own flag skips the probe: 99999999999 aborted XLA ("Flag parsing failed"), exit 1
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed"))
+    for count in ("99999999999", "2147483648", "0"):
+        with pytest.raises(UserError, match=rf"--xla_force_host_platform_device_count={count}: XLA's CPU backend "
+                                            r"needs between 1 and 2\^31 - 1 devices"):
+            env.check_xla_flags({"XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"})
+    env.check_xla_flags({"XLA_FLAGS": "--xla_force_host_platform_device_count=2147483647"})
+
+
+def test_a_planted_xla_flags_memo_vouches_for_nothing(tmp_path, monkeypatch):
+    # issue 47: an empty file under the flags' memo name in a shared cache made a bad flag skip the probe (XLA then
+    # aborted, exit 1); the memo is signed with the cache's key as every compile-cache entry is
+    import shutil
+    import subprocess
+
+    def xla(args, env, **kw):   # the probe, as XLA answers it (tests above run the real one)
+        bogus = "--xla_bogus_flag" in env["XLA_FLAGS"]
+        return subprocess.CompletedProcess(args, int(bogus), "", "Unknown flags in XLA_FLAGS: --xla_bogus_flag=1"
+                                           if bogus else "")
+
+    monkeypatch.setattr(subprocess, "run", xla)
+    monkeypatch.setenv("JAXMEM_CACHE", str(tmp_path))
+    bad = {"XLA_FLAGS": "--xla_bogus_flag=1", "PATH": "/usr/bin:/bin"}
+    planted = tmp_path / "xla-flags-ok" / env._memo_key(bad["XLA_FLAGS"])
+    planted.parent.mkdir()
+    for content in (b"", b"0" * 64, env._memo_digest(b"another cache's key" + bytes(13), planted.name)):
+        planted.write_bytes(content)
+        with pytest.raises(UserError, match="XLA knows no flag --xla_bogus_flag=1"):
+            env.check_xla_flags(bad)
+    # a good string's memo, copied under the bad string's name, is no memo for it either
+    good = {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false", "PATH": "/usr/bin:/bin"}
+    env.check_xla_flags(good)
+    shutil.copy(tmp_path / "xla-flags-ok" / env._memo_key(good["XLA_FLAGS"]), planted)
+    with pytest.raises(UserError, match="XLA knows no flag --xla_bogus_flag=1"):
+        env.check_xla_flags(bad)
+    planted.unlink()
+    planted.symlink_to(tmp_path / "xla-flags-ok" / env._memo_key(good["XLA_FLAGS"]))   # a link is not a memo
+    with pytest.raises(UserError, match="XLA knows no flag --xla_bogus_flag=1"):
+        env.check_xla_flags(bad)
+
+
 def test_ray_addresses_that_are_not_addresses(monkeypatch):
     for address, message in (("nohost", "is not HOST:PORT"), ("host:99999", "is not HOST:PORT"),
                              ("http://head:8265", "Ray does not connect over http://")):
