@@ -22,7 +22,7 @@ from jaxmem.compiler import early_stop, versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.compiler.partitioners import rule_failure
 from jaxmem.errors import UserError, cap, trace_error
-from jaxmem.program import sharding
+from jaxmem.program import sharding, sizes
 from jaxmem.program.step import BuiltStep
 from jaxmem.report import ReportWarning
 from jaxmem.xla import dump, memory_stats
@@ -64,6 +64,7 @@ def lower(built: BuiltStep):
         raise UserError(trace_error(e, explicit=_explicit(built.mesh))) from None
 
     built.constraints = sharding.model_constraints(traced.jaxpr)   # what the model constrained itself
+    sizes.check_dots(sharding.equations(traced.jaxpr))   # a matmul XLA cannot shape: refused before compiling
     if built.calls is not None:
         built.calls.check()   # what the trace found (a --remat-at that placed nothing), before any compile
     return lowered, time.perf_counter() - t0

@@ -43,6 +43,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem.errors import UserError
+from jaxmem.program import sizes
 from jaxmem.program.divisors import divisors
 from jaxmem.program.tree import path_str
 
@@ -138,6 +139,10 @@ def resolve(kind: str, stages: int, microbatches: int | None, repeats: int | Non
                         f"for its next repeat, so the circular schedule needs at least one microbatch per stage "
                         f"({stages}); give --microbatches {stages} or more")
     r = 1 if kind == "gpipe" else repeats or 0   # 0: the circular default, one layer per stage per repeat
+    chosen = f"--microbatches {m}" if microbatches is not None else f"{m:,} microbatches (the fewest that split it)"
+    sizes.check_loop(m * max(r, 1) + stages - 1, f"--mesh {axis}={stages} with {chosen}: the pipeline's loop",
+                     f"give --microbatches M (at least {stages}, at most {sizes.MAX_LOOP_ITERATIONS:,}) that splits "
+                     f"the batch of {per_step:,} per step, or a --batch that is a multiple of {stages * max(data, 1)}")
     return Schedule(kind, stages, m, r, axis=axis, stage_remat=stage_remat), notes
 
 

@@ -330,7 +330,7 @@ def model_constraints(jaxpr) -> dict[str, Any]:
 
     sites: dict[tuple[str, str], int] = {}
     count = 0
-    for eqn in _eqns(jaxpr):
+    for eqn in equations(jaxpr):
         if eqn.primitive.name != "sharding_constraint":
             continue
         at = _model_frame(eqn, errors)
@@ -346,7 +346,7 @@ def model_constraints(jaxpr) -> dict[str, Any]:
             "applied": [{"at": at, "spec": spec, "count": n} for (at, spec), n in ranked[:MAX_CONSTRAINT_SITES]]}
 
 
-def _eqns(jaxpr):
+def equations(jaxpr):
     """Every equation of a (closed) jaxpr and of the jaxprs in its equations' parameters."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     for eqn in getattr(jaxpr, "eqns", ()):
@@ -354,7 +354,7 @@ def _eqns(jaxpr):
         for v in eqn.params.values():
             for sub in v if isinstance(v, (tuple, list)) else (v,):
                 if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    yield from _eqns(sub)
+                    yield from equations(sub)
 
 
 def _model_frame(eqn, errors) -> str | None:

@@ -8,8 +8,17 @@ the abstract leaves before lowering (docs/how-it-works.md "Sizes XLA cannot expr
   gather/scatter indices are int32 then, and a larger dimension is truncated (jax warns)
   or crashes XLA:GPU (a RET_CHECK on kernel launch dimensions, or a segfault).
 
-Temporaries can still exceed what one GPU kernel can launch; XLA's RET_CHECK for that is
-turned into the same kind of message (:func:`compile_limit_error`).
+Two more are properties of the traced step and its loops, checked before XLA compiles:
+
+* a matmul's batch dimensions: XLA:GPU merges them into one dimension, which must fit in int32
+  (:func:`check_dots`; the tiny Llama at --batch 2147483629 has a grouped-query attention matmul of
+  2 x 2147483629 batches, and XLA failed with "Invalid dimension size -38");
+* a loop's trip count (--accum's microbatches, a pipeline's M R + N - 1 iterations): XLA's compile
+  time grows with it (:func:`check_loop`; a pipeline of 1,000,003 microbatches ran past 100 s).
+
+Temporaries can still exceed what one GPU kernel can launch; XLA's RET_CHECK for that, and a
+dimension that overflowed int32 inside XLA, are turned into the same kind of message
+(:func:`compile_limit_error`).
 """
 
 from __future__ import annotations
@@ -56,11 +65,50 @@ def check_leaves(leaves, *, x64: bool) -> None:
                             f"compile this step correctly; {_fix(leaf.category)}.")
 
 
+def check_dots(eqns) -> None:
+    """Every dot_general among `eqns` (jaxpr equations: sharding's walk of the traced step) whose
+    batch dimensions multiply past int32: XLA:GPU runs them as one dimension of the matmul, and a
+    larger one wraps around (XLA's "Invalid dimension size -38"). Global shapes, as check_leaves."""
+    for eqn in eqns:
+        if getattr(getattr(eqn, "primitive", None), "name", None) != "dot_general":
+            continue
+        (_, _), (lhs_batch, _) = eqn.params["dimension_numbers"]
+        lhs, rhs = (tuple(int(d) for d in v.aval.shape) for v in eqn.invars[:2])
+        merged = math.prod(lhs[d] for d in lhs_batch)
+        if merged > INT32_MAX:
+            dims = " x ".join(f"{lhs[d]:,}" for d in lhs_batch)
+            raise UserError(f"a matmul of the step, {list(lhs)} by {list(rhs)}, runs {dims} = {merged:,} batches: "
+                            f"XLA:GPU runs a matmul's batch dimensions as one, of at most {INT32_MAX:,} (int32), so "
+                            f"XLA cannot shape this step; {_fix('batch')}.")
+
+
+# The longest loop jaxmem compiles. XLA's compile time grows with a loop's trip count: on the tiny Llama (2 loaded
+# cores) --accum 100,003 took 22 s (16 s compiling) and 1,000,003 took 52 s; a pipeline of 65,536 microbatches 77 s
+# (49 s compiling) and one of 1,000,003 ran past 100 s (a prime batch splits only into one sequence per microbatch).
+MAX_LOOP_ITERATIONS = 16384
+
+
+def check_loop(iterations: int, what: str, fix: str) -> None:
+    """Refuse, before anything is traced, a loop of the step longer than MAX_LOOP_ITERATIONS."""
+    if iterations > MAX_LOOP_ITERATIONS:
+        raise UserError(f"{what} runs {iterations:,} iterations: XLA's compile time grows with a loop's trip count "
+                        f"(a million take a minute or more), and jaxmem compiles loops of at most "
+                        f"{MAX_LOOP_ITERATIONS:,}; {fix}.")
+
+
 _LAUNCH = re.compile(r"Kernel '([^']+)' launch needs more blocks \(([^)]*)\) than allowed by hardware \(([^)]*)\)")
 
 
+_WRAPPED = re.compile(r"Invalid dimension size (-\d+)")
+
+
 def compile_limit_error(e: BaseException) -> UserError | None:
-    """XLA:GPU's RET_CHECK for a kernel too large to launch, as a user error (None: some other error)."""
+    """XLA:GPU's RET_CHECK for a kernel too large to launch, and a dimension XLA computed past int32
+    (a negative size), as a user error (None: some other error)."""
+    wrapped = _WRAPPED.search(str(e))
+    if wrapped is not None:
+        return UserError(f"XLA cannot shape this step: a dimension it formed from the step's shapes is past "
+                         f"{INT32_MAX:,} (int32) and wrapped around to {wrapped.group(1)}; {_fix('batch')}.")
     m = _LAUNCH.search(str(e))
     if m is None:
         return None

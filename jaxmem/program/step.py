@@ -115,6 +115,8 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         if n % opts.accum or (n // opts.accum) % max(mesh_spec.data_size, 1):
             raise UserError(f"--accum {opts.accum}: global batch {n} must split into {opts.accum} microbatches "
                             f"each divisible by the {mesh_spec.data_size} data-parallel devices")
+    sizes.check_loop(opts.accum, f"--accum {opts.accum}: the gradient accumulation loop",
+                     "use a smaller --accum (larger microbatches)")
     user, digest = rules_mod.load(opts.rules) if opts.rules else ((), None)
     rules = rules_mod.rule_set(opts.layout, mesh_spec, user, wl.axis_rules)
     state_specs = None
