@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import numbers
 import os
 from typing import TYPE_CHECKING, Any
 
 from jaxmem import precheck
 from jaxmem.errors import UserError
+from jaxmem.explore import notebook as explore_client
 from jaxmem.program import values
 from jaxmem.program.layouts import mesh_size
 from jaxmem.program.options import AnalyzeOptions
@@ -182,6 +184,42 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
                                  changes=tuple(kinds), model=None if _is_path(model) else model)
 
 
+def explore(model, *, port: int = 0, jobs: int | None = None, executor: str = "local",
+            ray_address: str | None = None, height: int = 900, **options: Any):
+    """The what-if page of ``jaxmem explore``, inline in a notebook: ``jaxmem explore`` from Python.
+
+    Args:
+        model: a model file's path or a config.json (or its folder); the page's worker processes load it
+            by its path, so a ``Workload`` made in this process is refused.
+        **options: the starting point, as for :func:`analyze`.
+        port: the port on 127.0.0.1 (0: a free one). jobs, executor, ray_address: the worker pool, as
+            :func:`compare`'s. height: the inline page's height in pixels.
+
+    Returns:
+        The running explorer: in Jupyter its page (an IFrame of the local server); ``url``; ``stop()``.
+        The server (a ``jaxmem explore`` child process) stops with the interpreter or the kernel.
+
+    Raises:
+        jaxmem.UserError: an unknown option or a bad value (the CLI's message), a model given as an
+            object, a server that could not start (its message).
+
+    Example:
+        >>> ex = jaxmem.explore("models/mlp.py", args={"preset": "tiny"}, gpu="h100")
+        >>> ex.url
+    """
+    path = explore_client.path_of(model)
+    opts = _options(options)
+    port = _checked("port", port, values.count, 0)
+    if port > 65535:
+        raise UserError(f"port={port}: give a port in 0..65535 (0: a free one)")
+    n_jobs = None if jobs is None else _checked("jobs", jobs, values.whole, 1, "the number of worker processes")
+    executor = _checked("executor", executor, values.choice, ("local", "ray"), hint=False)
+    height = _checked("height", height, values.count, 100)
+    precheck.options(path, opts)   # the CLI's own checks, before the server starts
+    return explore_client.start(path, opts, port=port, jobs=n_jobs, executor=executor, ray_address=ray_address,
+                          height=height)
+
+
 # ------------------------------------------------------------------------------------ the options
 
 def _options(given: dict[str, Any], also: tuple[str, ...] = ()):
@@ -233,7 +271,17 @@ def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
     for k, _ in pairs:
         if not isinstance(k, str) or not k.isidentifier():
             raise UserError(f"{key}: {k!r} is not an argument name")
-    return pairs
+    return tuple((k, _plain_number(v)) for k, v in pairs)
+
+
+def _plain_number(value: Any) -> Any:
+    """A numpy integer or float as the Python int or float it is (np.int64(128) is 128 to a workload, as
+    --arg 128 is); bools and everything else as given."""
+    if isinstance(value, (bool, int, float)) or type(value).__module__ != "numpy":
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value) if isinstance(value, numbers.Real) else value
 
 
 def _checked(key: str, value: Any, rule, *args, **kwargs) -> Any:

@@ -317,43 +317,21 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 
 
 @main.command()
-@step_options
+@step_options(json=False)
 @cli_params.fields("microbatches", "mem_fraction", "top", "module_depth", "explain", "cache")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
-              help="The port on 127.0.0.1 to serve on (0: a free one).")
-@click.option("--no-browser", is_flag=True, help="Print the URL only; do not open a browser.")
-@click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
-              help="Worker processes compiling points (default: all cores but one).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: worker processes on this machine; ray: tasks on a Ray cluster.")
-@click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a local "
-              "Ray is started).")
+@cli_params.serving_options
 def explore(port, no_browser, n_jobs, executor, ray_address, **kw):
-    """Open a local page that answers what-ifs on MODEL_FILE's step, every number the compiler's.
-
-    The options are the starting point (any of analyze's). The page changes the card, mesh, batch,
-    sequence, remat, precision, optimizer, LoRA, offload...; a point compiled before answers at once,
-    a batch move is predicted from compiled neighbours until its exact compile lands, and idle
-    workers compile the neighbours of the current point. Serves on 127.0.0.1 only; Ctrl-C stops it,
-    its workers and their compiles (docs/explore.md).
-
-    \b
-    Example:
-      jaxmem explore models/llama.py --mesh data=8 --remat full --precision bf16
-      jaxmem explore benchmarks/hf_configs/Qwen3-8B.json --gpu h200 --mesh fsdp=8 --no-browser --port 8765
-    """
+    """A local page of what-ifs on MODEL_FILE's step from the options given, every number the compiler's:
+    compiled points answer at once, a batch move is predicted from compiled neighbours until its compile
+    lands (docs/explore.md). Serves on 127.0.0.1; Ctrl-C stops it and its workers. Example:
+    jaxmem explore models/llama.py --mesh data=8 --remat full --precision bf16"""
 
     def go():
-        kw.pop("as_json", None)
         _prepare(kw)
         _jax_side().explore.serve(kw["model_file"], _options(kw), port=port, browser=not no_browser, jobs=n_jobs,
                                   executor=executor, ray_address=ray_address, echo=click.echo)
 
     _run(go)
-
-
-# explore serves a page: there is no JSON to print (its API answers in JSON)
-explore.params[:] = [p for p in explore.params if p.name != "as_json"]
 
 
 @main.command("cache")

@@ -152,15 +152,17 @@ def field_option(name: str):
                         help=help_, metavar=metavar)
 
 
-def step_options(f=None, *, model_file_required: bool = True):
+def step_options(f=None, *, model_file_required: bool = True, json: bool = True):
     """Options shared by every command that builds a training step: the shared flags of the
-    options fields (jaxmem/program/options.py), in their order, and --json."""
+    options fields (jaxmem/program/options.py), in their order, and --json (unless `json` is False:
+    explore prints no result)."""
     if f is None:  # @step_options(model_file_required=False)
-        return lambda g: step_options(g, model_file_required=model_file_required)
+        return lambda g: step_options(g, model_file_required=model_file_required, json=json)
 
     decorators = [click.argument("model_file", type=click.Path(dir_okay=True), required=model_file_required),
                   *(field_option(field.name) for field, flag in flagged() if flag.shared),
-                  click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
+                  *([click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")]
+                    if json else [])]
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
@@ -176,6 +178,22 @@ MICROBATCHES_GRID = click.option(
     "--microbatches", "microbatches_grid", default=None, callback=grid("microbatches"),
     help="With a stage axis: pipeline microbatches to compare, e.g. 4,8,16 (default: the smallest that keeps every "
     "stage busy).")
+
+
+def serving_options(f):
+    """explore's own options: where it serves, and its worker pool (as compare's --jobs, --executor)."""
+    for d in reversed([
+        click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+                     help="The port on 127.0.0.1 to serve on (0: a free one)."),
+        click.option("--no-browser", is_flag=True, help="Print the URL only; do not open a browser."),
+        click.option("--jobs", "n_jobs", type=WholeNumber(1, "the number of worker processes"), default=None,
+                     help="Worker processes compiling points (default: all cores but one)."),
+        click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="local: worker processes on this machine; ray: tasks on a Ray cluster."),
+        click.option("--ray-address", default=None, help="The Ray cluster (default: RAY_ADDRESS; without either, a "
+                     "local Ray is started).")]):
+        f = d(f)
+    return f
 
 
 def only_rendering_beside_from(ctx: click.Context) -> None:

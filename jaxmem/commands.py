@@ -3,8 +3,9 @@
 after their options are checked -- the analysis, the planners, the measurements, the renderers.
 Modules, not names, so that a test's monkeypatch of one reaches every caller."""
 
-from jaxmem import explore, pipeline
+from jaxmem import pipeline
 from jaxmem.compiler import cache
+from jaxmem.explore import server as explore
 from jaxmem.plan import advise, compare, saved_rows, search, sweep
 from jaxmem.present import diff as diff_view
 from jaxmem.present import (

@@ -285,6 +285,15 @@ def test_save_html_and_png(srv):
     assert status == 200 and headers["Content-Type"] == "image/png" and png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_advise_and_fit_start_in_the_background_and_say_so(srv):
+    for route, kind in (("/api/advise", "advice"), ("/api/fit", "fit")):
+        t0 = time.monotonic()
+        status, body, _ = get(srv, route, {"batch": 8})
+        assert status == 200 and time.monotonic() - t0 < 5.0   # the search runs on: the request does not wait
+        assert body["status"] in ("running", "done") and body["key"].endswith("--gpu h100")
+        assert get(srv, route, {"batch": "0"})[0] == 400
+
+
 # ------------------------------------------------------------------------------ the command
 
 def _children(pid: int) -> set[int]:
@@ -337,3 +346,24 @@ def test_explore_serves_on_loopback_and_stops_cleanly_on_ctrl_c(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_explore_in_a_notebook_serves_the_page_inline_and_stops():
+    import jaxmem
+
+    with pytest.raises(jaxmem.UserError, match="unknown option 'bacth'"):
+        jaxmem.explore(MLP, bacth=8)
+    with pytest.raises(jaxmem.UserError, match="explore needs the model's path"):
+        jaxmem.explore(lambda: None)
+    ex = jaxmem.explore(MLP, args={"preset": "tiny"}, gpu="h100", jobs=1)
+    try:
+        assert ex.url.startswith("http://127.0.0.1:")
+        assert f'<iframe src="{ex.url}"' in ex._repr_html_()
+        port = int(ex.url.rsplit(":", 1)[1].strip("/"))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/api/controls")
+        assert json.loads(conn.getresponse().read())["start"]["arg.preset"] == "tiny"
+        conn.close()
+    finally:
+        ex.stop()
+    assert ex.proc.returncode == 128 + signal.SIGTERM   # the command's own clean stop

@@ -33,6 +33,8 @@ import tempfile
 import threading
 import traceback
 import urllib.parse
+import webbrowser
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,9 @@ from jaxmem.errors import UserError
 from jaxmem.explore import controls as controls_mod
 from jaxmem.explore import query
 from jaxmem.explore.points import Explorer, Point
+from jaxmem.plan import advise as advise_mod
+from jaxmem.present import html, png
+from jaxmem.program.options import AnalyzeOptions
 
 PAGE = Path(__file__).parent / "page"
 HOST = "127.0.0.1"
@@ -133,13 +138,11 @@ class App:
         return self._background("advice", p, self._advise, self._flag(params, "wait") not in (None, "", "0"))
 
     def _advise(self, p: Point) -> dict:
-        from jaxmem.plan import advise  # noqa: PLC0415 - the planner loads when first asked for
-
         ex = self.explorer
         ex.ask(p.opts)
         ex.wait(p)
         base = dataclasses.replace(p.opts, explain=False)
-        result = advise.advise(str(ex.model), base, always=True, progress=False, runner=ex.advise_runner,
+        result = advise_mod.advise(str(ex.model), base, always=True, progress=False, runner=ex.advise_runner,
                                original_report=p.report)
         return result.to_json()
 
@@ -159,17 +162,65 @@ class App:
         if fmt == "json":   # byte for byte what `jaxmem analyze --json` prints
             return (json.dumps(p.report.to_json(), indent=2) + "\n").encode(), "application/json", f"{stem}.json"
         if fmt == "html":
-            from jaxmem.present import html  # noqa: PLC0415 - the renderers load when a page is saved
-
             return html.render_html(p.report).encode(), "text/html; charset=utf-8", f"{stem}.html"
-        from jaxmem.present import png  # noqa: PLC0415 - matplotlib loads when a picture is drawn
-
         folder = tempfile.mkdtemp(prefix="save-")   # in the run's scratch folder (jaxmem.scratch)
         try:
             path = png.write_png(p.report, os.path.join(folder, "bar.png"))
             return Path(path).read_bytes(), "image/png", f"{stem}.png"
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+Response = tuple[int, bytes, str, dict[str, str]]   # status, body, Content-Type, more headers
+ROUTES = ("answer", "controls", "points", "advise", "fit")
+
+
+def _json(status: int, body: Any) -> Response:
+    return status, (json.dumps(body) + "\n").encode(), "application/json", {}
+
+
+def _page_file(name: str) -> Response:
+    """One of the page's own files, by a plain name: no path is ever built from the request."""
+    files = {p.name: p for p in PAGE.iterdir()} if PAGE.is_dir() else {}
+    if not _STATIC_NAME.match(name) or name not in files:
+        return _json(404, {"error": f"no static file {name!r}"})
+    try:
+        data = files[name].read_bytes()
+    except OSError:
+        return _json(404, {"error": f"the page's {name} cannot be read from the package"})
+    ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    if ctype.startswith("text/") or ctype.endswith("javascript"):
+        ctype += "; charset=utf-8"
+    return 200, data, ctype, {}
+
+
+def respond(app: App, target: str) -> Response:
+    """The response to GET `target` (a request's path and query string)."""
+    url = urllib.parse.urlsplit(target)
+    try:
+        params = urllib.parse.parse_qs(url.query, keep_blank_values=True, strict_parsing=False,
+                                       max_num_fields=MAX_FIELDS, errors="strict")
+    except (ValueError, UnicodeDecodeError) as e:
+        return _json(400, {"error": f"the query string cannot be read: {e}"})
+    path = url.path
+    try:
+        if path in ("/", "/index.html"):
+            return _page_file("index.html")
+        if path.startswith("/static/"):
+            return _page_file(path[len("/static/"):])
+        if path == "/api/save":
+            data, ctype, name = app.save(params)
+            return 200, data, ctype, {"Content-Disposition": f'attachment; filename="{name}"'}
+        if path.startswith("/api/") and path[5:] in ROUTES:
+            return _json(200, getattr(app, path[5:])(params))
+        return _json(404, {"error": f"no route {path!r}; the API is /api/answer, /api/controls, /api/points, "
+                                     "/api/advise, /api/fit, /api/save"})
+    except _Reply as r:
+        return _json(r.status, r.body)
+    except Exception as e:  # noqa: BLE001 -- a bug answers this request with 500; the server keeps serving
+        if os.environ.get("JAXMEM_DEBUG"):
+            traceback.print_exc()
+        return _json(500, {"error": f"jaxmem bug: {type(e).__name__}: {e}"})
 
 
 def _handler(app: App):
@@ -181,78 +232,25 @@ def _handler(app: App):
             pass   # the terminal is the user's: requests are not news
 
         def do_GET(self):   # (http.server's name)
-            try:
-                self._route()
-            except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-                pass   # the client left (a page closed mid-compile): the compile goes on for the next one
+            self._send(*respond(app, self.path))
 
         def do_POST(self):
-            self._json(405, {"error": "the explorer's API is GET only"})
+            self._send(*_json(405, {"error": "the explorer's API is GET only"}))
 
         do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815
 
-        def _route(self):
-            url = urllib.parse.urlsplit(self.path)
+        def _send(self, status: int, data: bytes, ctype: str, headers: dict[str, str]):
             try:
-                params = urllib.parse.parse_qs(url.query, keep_blank_values=True, strict_parsing=False,
-                                               max_num_fields=MAX_FIELDS, errors="strict")
-            except (ValueError, UnicodeDecodeError) as e:
-                self._json(400, {"error": f"the query string cannot be read: {e}"})
-                return
-            path = url.path
-            try:
-                if path in ("/", "/index.html"):
-                    self._file(PAGE / "index.html")
-                elif path.startswith("/static/"):
-                    self._static(path[len("/static/"):])
-                elif path == "/api/save":
-                    data, ctype, name = app.save(params)
-                    self._send(200, data, ctype, {"Content-Disposition": f'attachment; filename="{name}"'})
-                elif path.startswith("/api/") and path[5:] in ("answer", "controls", "points", "advise", "fit"):
-                    self._json(200, getattr(app, path[5:])(params))
-                else:
-                    self._json(404, {"error": f"no route {path!r}; the API is /api/answer, /api/controls, "
-                                              "/api/points, /api/advise, /api/fit, /api/save"})
-            except _Reply as r:
-                self._json(r.status, r.body)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-                raise
-            except Exception as e:  # noqa: BLE001 -- a bug answers this request with 500; the server keeps serving
-                if os.environ.get("JAXMEM_DEBUG"):
-                    traceback.print_exc()
-                self._json(500, {"error": f"jaxmem bug: {type(e).__name__}: {e}"})
-
-        def _static(self, name: str):
-            # only the page's own files, by a plain name: no path is ever built from the request
-            files = {p.name: p for p in PAGE.iterdir()} if PAGE.is_dir() else {}
-            if not _STATIC_NAME.match(name) or name not in files:
-                self._json(404, {"error": f"no static file {name!r}"})
-                return
-            self._file(files[name])
-
-        def _file(self, path: Path):
-            try:
-                data = path.read_bytes()
-            except OSError:
-                self._json(404, {"error": f"the page's {path.name} is missing from the package"})
-                return
-            ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            if ctype.startswith("text/") or ctype.endswith("javascript"):
-                ctype += "; charset=utf-8"
-            self._send(200, data, ctype)
-
-        def _json(self, status: int, body: Any):
-            self._send(status, (json.dumps(body) + "\n").encode(), "application/json")
-
-        def _send(self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None):
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
+                self.close_connection = True   # the client left (a page closed mid-compile): the compile goes on
 
     return Handler
 
@@ -301,3 +299,25 @@ def running(explorer: Explorer, port: int = 0):
         srv.shutdown()
         srv.server_close()
         t.join(timeout=5)
+
+
+def serve(model: str, opts: AnalyzeOptions, *, port: int = 0, browser: bool = True, jobs: int | None = None,
+          executor: str = "local", ray_address: str | None = None, echo: Callable[[str], None] = print) -> None:
+    """`jaxmem explore`: serve the explorer of `model` from the point `opts` until interrupted (^C, SIGTERM: the
+    scope of jaxmem.scratch raises Interrupted here); then its workers, their compile children and the server
+    stop, and the scope removes the scratch folder."""
+    explorer = Explorer(model, opts, jobs=jobs, executor=executor, ray_address=ray_address,
+                        seq_arg=controls_mod.seq_arg_of(model))
+    try:
+        srv = make_server(explorer, port)
+        try:
+            url = url_of(srv)
+            explorer.ask(opts)   # the starting point compiles while the page loads
+            echo(f"jaxmem explore: serving {model} on {url}  (Ctrl-C stops it)")
+            if browser:   # in a thread: a browser that takes its time to start must not hold the server
+                threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+            srv.serve_forever(poll_interval=0.2)
+        finally:
+            srv.server_close()
+    finally:
+        explorer.close()
