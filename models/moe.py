@@ -54,6 +54,7 @@ bf16 flip between experts), the softmaxes and the cross-entropy too. ``attention
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import flax.linen as nn
@@ -281,8 +282,11 @@ def _config(preset: str, overrides: dict) -> Config:
         raise UserError(f"moe: numerics={cfg.numerics!r}; expected one of {', '.join(map(repr, NUMERICS))}")
     if not 1 <= cfg.top_k <= cfg.n_experts:
         raise UserError(f"moe: top_k={cfg.top_k} must be between 1 and n_experts={cfg.n_experts}")
-    if not cfg.capacity_factor > 0:
-        raise UserError(f"moe: capacity_factor={cfg.capacity_factor} must be positive (dropless MoE is not modelled)")
+    cf = cfg.capacity_factor
+    if isinstance(cf, bool) or not isinstance(cf, numbers.Real) or not math.isfinite(cf) or not cf > 0:
+        # inf reached math.ceil inside flax's scan: an OverflowError blaming flax's axes_scan.py
+        raise UserError(f"moe: capacity_factor={cf!r} must be a positive, finite number (dropless MoE is not "
+                        f"modelled); {cfg.n_experts / cfg.top_k:g} (n_experts / top_k) already drops no token")
     if cfg.group_size is not None and cfg.group_size < 1:
         raise UserError(f"moe: group_size={cfg.group_size} must be at least 1")
     return cfg

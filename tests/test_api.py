@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT
@@ -407,7 +408,7 @@ def test_a_choice_is_refused_in_the_words_the_cli_uses(value):
                 == outcome(lambda c=choices: click.Choice(c).convert(value, None, None)))
 
 
-@pytest.mark.parametrize("value", [0, -1, "x", "3", 2.5, 7, True])
+@pytest.mark.parametrize("value", [0, -1, "x", "3", 2.5, 7])   # True: click reads 1; the API refuses it (below)
 def test_a_count_is_refused_in_the_words_the_cli_uses(value):
     import click
 
@@ -422,3 +423,40 @@ def test_a_count_is_refused_in_the_words_the_cli_uses(value):
     for minimum in (0, 1):
         assert (outcome(lambda m=minimum: values.count(value, m))
                 == outcome(lambda m=minimum: click.IntRange(min=m).convert(value, None, None)))
+
+
+@pytest.mark.parametrize("keyword, value, message", [
+    ("lora", True, "lora=True: True is not a number; give a whole number of at least 0"),
+    ("mem_fraction", True, "mem_fraction=True: True is not a number; give a share of the card in (0, 1], e.g. 0.9"),
+    ("batch", True, "batch=True: True is not a number; give the global batch in digits"),
+    ("hosts", False, "hosts=False: False is not a number; give a whole number of at least 1"),
+    ("lora_alpha", True, "lora_alpha=True: True is not a number; give a positive number"),
+    ("top", np.bool_(True), "top=np.True_: True is not a number"),
+])
+def test_a_bool_is_no_number_to_any_option(keyword, value, message):
+    # issue 47: lora=True analyzed rank 1 and mem_fraction=True became 1.0, while batch=True was refused
+    with pytest.raises(jaxmem.UserError) as e:
+        jaxmem.analyze(MLP, gpu="h100", **{keyword: value})
+    assert str(e.value).startswith(message.replace("np.True_: True", f"{value!r}: {value!r}"))
+
+
+def test_a_bool_is_no_number_to_compares_and_advises_own_keywords():
+    with pytest.raises(jaxmem.UserError, match=r"margin=True: True is not a number"):
+        jaxmem.compare(MLP, gpu="h100", find_batch=True, margin=True)
+    with pytest.raises(jaxmem.UserError, match=r"jobs=True: True is not a number"):
+        jaxmem.advise(MLP, gpu="h100", jobs=True)
+
+
+def test_numpy_integers_are_integers_to_options_and_workload_arguments(monkeypatch):
+    # issue 47: np.int64(128) was "not a number" to a config.json's batch_size (jaxmem.hf takes ints)
+    from types import SimpleNamespace
+
+    seen = {}
+    monkeypatch.setattr(api, "_jax_side", lambda: SimpleNamespace(pipeline=SimpleNamespace(
+        analyze_model=lambda model, opts: seen.setdefault("opts", opts))))
+    jaxmem.analyze(MLP, args={"batch_size": np.int64(128), "scale": np.float32(0.5), "flag": np.bool_(True)},
+                   gpu="h100", batch=np.int64(64), top=np.int64(2), hosts=np.int64(1))
+    opts = seen["opts"]
+    assert dict(opts.model_args) == {"batch_size": 128, "scale": 0.5, "flag": np.bool_(True)}
+    assert [type(v) for _, v in opts.model_args] == [int, float, np.bool_]   # a numpy bool stays no number
+    assert (opts.batch, opts.top, opts.hosts) == (64, 2, 1)

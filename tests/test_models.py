@@ -508,8 +508,13 @@ def test_moe_loss_is_cross_entropy_plus_the_weighted_aux_loss():
 def test_moe_arguments_are_checked():
     with pytest.raises(UserError, match="moe: seq_len=32 is not a multiple of group_size=5"):
         load("moe", preset="tiny", group_size=5)
-    with pytest.raises(UserError, match="capacity_factor=0 must be positive"):
+    with pytest.raises(UserError, match="capacity_factor=0 must be a positive, finite number"):
         load("moe", preset="tiny", capacity_factor=0)
+    # issue 47: inf reached math.ceil inside flax's scan, and the OverflowError blamed flax's axes_scan.py
+    for bad in (float("inf"), float("nan"), True, "2"):
+        with pytest.raises(UserError, match=rf"moe: capacity_factor={re.escape(repr(bad))} must be a positive, "
+                                            r"finite number .*; 2 \(n_experts / top_k\) already drops no token"):
+            load("moe", preset="tiny", capacity_factor=bad)
     wl = load("moe", preset="tiny", seq_len=64, group_size=16, capacity_factor=2.0)
     assert wl.batch["tokens"].shape == (4, 64) and wl.model.config.capacity_factor == 2.0
 

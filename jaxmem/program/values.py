@@ -39,7 +39,8 @@ class BadValue(ValueError):
 
 def whole(value: Any, minimum: int, what: str) -> int:
     """An integer in [minimum, 2^63 - 1]; '1e20' or '8.5' get a message that says what to write."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    _no_bool(value, f"{what} in digits, e.g. 1024")
+    if isinstance(value, int):
         n = value
     else:
         text = str(value).strip().replace("_", "")
@@ -54,8 +55,15 @@ def whole(value: Any, minimum: int, what: str) -> int:
     return n
 
 
+def _no_bool(value: Any, what: str) -> None:
+    """True and False are not numbers anywhere (Python's int(True) is 1: `lora=True` would be rank 1)."""
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):   # numpy's bool too
+        raise BadValue(f"{value!r} is not a number; give {what}")
+
+
 def count(value: Any, minimum: int | None) -> int:
     """A small integer of at least `minimum`: click.IntRange's rule and words (the CLI's type for it)."""
+    _no_bool(value, f"a whole number{'' if minimum is None else f' of at least {minimum}'}")
     try:
         n = int(value)
     except (TypeError, ValueError):
@@ -84,6 +92,10 @@ class Number:
     refused: str
 
     def __call__(self, value: Any) -> float:
+        try:
+            _no_bool(value, "a number")
+        except BadValue:
+            raise BadValue(self.not_a_number.format(value=value)) from None
         try:
             x = float(value)
         except (TypeError, ValueError):
