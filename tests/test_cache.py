@@ -2,6 +2,9 @@
 import json
 import shutil
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from helpers import MLP_SMALL as MLP  # noqa: E402
 
@@ -410,3 +413,18 @@ def test_a_gzip_bomb_costs_the_cap_not_its_size():
     assert out.returncode == 0, out.stderr
     grew_mib = int(out.stdout)
     assert grew_mib < 600, grew_mib   # the 256 MiB cap and its buffer; a 1 GiB cap took 1 GiB and more
+
+
+def test_a_large_constant_is_keyed_by_its_bytes_not_printed():
+    def program(table):   # a step that closes over a table and reads rows the data picks (XLA keeps it whole)
+        return jax.jit(lambda i: jnp.asarray(table)[i].sum()).lower(jax.ShapeDtypeStruct((4,), jnp.int32))
+
+    table = np.arange(1 << 18, dtype=np.float32).reshape(-1, 64)   # 1 MiB: 2 MiB of hex if printed
+    text = cache.program_text(program(table))
+    assert len(text) < 64 << 10 and "dense_resource<__elided__>" in text
+    assert cache.program_text(program(table.copy())) == text   # equal bytes, equal key
+    changed = table.copy()
+    changed[-1, -1] += 1
+    assert cache.program_text(program(changed)) != text        # one element differs: another program
+    small = np.arange(8, dtype=np.float32)   # below the limit: printed as it is, no digest
+    assert "// constant sha256" not in cache.program_text(program(small))

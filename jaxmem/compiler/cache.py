@@ -48,6 +48,7 @@ import gzip
 import hashlib
 import hmac
 import importlib.metadata as md
+import io
 import json
 import os
 import re
@@ -62,9 +63,9 @@ from jaxmem import env, files
 from jaxmem.compiler import cache_key, targets
 from jaxmem.compiler.artifacts import CompiledStats
 
-FORMAT = 4   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
+FORMAT = 5   # bump when Artifacts' JSON or the entry's layout changes (2: header with key, versions, HMAC; 3: an
 # early-stopped compile keeps its module's cost: an entry without it would cost its text differently; 4: XLA's
-# rematerialization failures in stats.remat_failures, not among the notes)
+# rematerialization failures in stats.remat_failures, not among the notes; 5: stats.compile_options)
 MAGIC = "jaxmem-compile-cache"
 # The most an entry may hold: a buffer-assignment dump of a large model is tens of MB; a file far
 # larger than any entry is not read into memory (it is a miss).
@@ -129,15 +130,51 @@ def _target(built) -> dict:
 _FILE_LOC = re.compile(r'"[^"]*":\d+:\d+(?: to \d*:?\d+)?')
 
 
+# A constant of more elements than this is printed elided and keyed by the digest of its bytes: MLIR
+# prints a constant as hex (two characters a byte), once per op that holds it, so a step that captures
+# N bytes of tables had its key text at 2N or more per copy (Hugging Face's FlaxLlama builds a rotary
+# table per layer in numpy: 32 x 128 MiB at Llama-3.1-8B's 131072 positions; the key's text was 8 GiB).
+PRINTED_ELEMENTS = 1024
+_ELIDED = "dense_resource<__elided__>"
+
+
 def program_text(lowered) -> str:
     """The lowered program with its op names (the explanation attributes buffers to them) but
     without file:line locations: those name the caller's frames too (the line that called
     analyze), which change nothing XLA decides and nothing jaxmem reports. A custom-partitioned
-    op's per-run callback key is replaced by what its callbacks are (jaxmem.compiler.partitioners)."""
+    op's per-run callback key is replaced by what its callbacks are (jaxmem.compiler.partitioners).
+    A large constant is elided in the text and its bytes' digest appended, in program order."""
 
     from jaxmem.compiler.partitioners import stable_program_text  # noqa: PLC0415 - imports jax: as _versions
 
-    return stable_program_text(_FILE_LOC.sub('"":0:0', lowered.as_text(debug_info=True)))
+    module = lowered.compiler_ir("stablehlo")
+    out = io.StringIO()
+    module.operation.print(file=out, enable_debug_info=True, large_elements_limit=PRINTED_ELEMENTS)
+    text = out.getvalue()
+    digests = _large_constant_digests(module)
+    if text.count(_ELIDED) != len(digests):   # something elided that is not a constant's elements: print whole
+        text, digests = lowered.as_text(debug_info=True), []
+    return stable_program_text(_FILE_LOC.sub('"":0:0', text)) + "".join(f"\n// constant sha256:{d}" for d in digests)
+
+
+def _large_constant_digests(module) -> list[str]:
+    """The SHA-256 of each constant MLIR elides at PRINTED_ELEMENTS, in the order it prints them
+    (the module's op order): read from the attribute's own storage, never copied."""
+    from jax._src.lib.mlir import ir  # noqa: PLC0415 - imports jax: as _versions
+
+    digests: list[str] = []
+
+    def visit(op):
+        attrs = op.attributes
+        for i in range(len(attrs)):
+            attr = attrs[i].attr
+            if (isinstance(attr, ir.DenseElementsAttr) and not attr.is_splat
+                    and len(attr) > PRINTED_ELEMENTS):
+                digests.append(hashlib.sha256(memoryview(attr)).hexdigest())
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)   # as the printer meets them
+    return digests
 
 
 def keys(lowered, built, options: dict, *, explain: bool, until: str = "executable") -> list[str]:

@@ -66,7 +66,8 @@ _HEADER = struct.Struct(">Q")
 
 def _send(stream, message) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    stream.write(_HEADER.pack(len(data)))   # apart: joined, a module's bytecode would be copied once more
+    stream.write(data)
     stream.flush()
 
 
@@ -167,7 +168,7 @@ class Child:
         return cls(targets.CATALOGUE[target.gpu].target_config(), topo, now=now)
 
     def compile(self, request: dict, dump_dir: str) -> tuple[bytes, str]:
-        """Send the request; return (the after-optimizations HloProto, XLA's log) as soon as XLA
+        """Send the request (emptied once sent); return (the after-optimizations HloProto, XLA's log) as soon as XLA
         has written it, stopping the compile there. The child is then asked to print the module
         (see :meth:`printed`, which stops it). Raises CompileFailed."""
         if self._proc is None:
@@ -176,6 +177,7 @@ class Child:
             _send(self._child.stdin, request)
         except (BrokenPipeError, OSError):
             pass  # the child is gone: its exit status says why, below
+        request.clear()   # the module's bytecode (the size of the constants it captured): freed now, not after XLA
         try:
             while True:
                 data = _finished_dump(dump_dir)
