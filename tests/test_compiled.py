@@ -56,3 +56,33 @@ def test_a_fast_option_the_user_sets_in_xla_flags_is_theirs(monkeypatch):
     options = compiled.compile_options(gpu_step)
     assert name not in options and options == {k: v for k, v in compiled.FAST_GPU_OPTIONS.items() if k != name}
     assert compiled.compile_options(gpu_step, fast=False) == {}
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["whole", "stopped"])
+def test_a_speed_option_xla_refuses_is_dropped_said_and_the_answer_unchanged(models_dir, monkeypatch, stopped):
+    """A jaxlib whose XLA refuses a compile with one of jaxmem's speed options (jax 0.11.2 with the fusion
+    autotuner off: "INTERNAL: No supported config found for HLO") is compiled again without them: the
+    default pipeline's numbers, a compile_fallback note naming the options, none of them in compile_options.
+    An option this XLA does not know is such a refusal on every jaxlib."""
+    from jaxmem.compiler import early_stop
+
+    target, built = build_step(models_dir / "gpt2.py", mesh="data=8", layout="dp",
+                               model_args={"preset": "tiny", "batch_size": 8})
+    plain = compiled.compile_step(built, explain=True, cache=False, fast=False)
+    monkeypatch.setitem(compiled.FAST_GPU_OPTIONS, "xla_gpu_jaxmem_no_such_option", True)
+    child = early_stop.Child.start(target) if stopped else None
+    art = compiled.compile_step(built, explain=True, cache=False, fast=True, child=child)
+    assert {k: getattr(art.stats, k) for k in XLA_NUMBERS} == {k: getattr(plain.stats, k) for k in XLA_NUMBERS}
+    note = next(n for n in art.stats.notes if n.startswith("XLA refused the compile with jaxmem's speed option"))
+    assert "xla_gpu_jaxmem_no_such_option=true" in note
+    assert not any(o.split("=")[0] in compiled.FAST_GPU_OPTIONS for o in art.stats.compile_options)
+    assert compiled.check_compile(art.stats)[0].kind == "compile_fallback"
+
+
+def test_the_speed_options_compiled_with_are_in_the_report(models_dir):
+    from jaxmem.pipeline import AnalyzeOptions, analyze_file
+
+    r = analyze_file(str(models_dir / "mlp.py"), AnalyzeOptions(gpu="h100", mesh="data=8"))
+    assert r.xla_flags["compile_options"] == list(compiled._named(compiled.fast_gpu_options()))
+    assert ("xla_gpu_experimental_enable_fusion_autotuner=false" in r.xla_flags["compile_options"]) == \
+        (versions.parse(versions.jaxlib.__version__)[:2] in versions.FUSION_AUTOTUNER_OFF_PROVEN)

@@ -297,7 +297,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         timeline_peak_index=ex.peak_index if ex is not None else -1,
         timings=_timings(m),
         versions=versions.installed(),
-        xla_flags=versions.xla_flags(),
+        xla_flags={**versions.xla_flags(), "compile_options": list(m.stats.compile_options)},
         verdict=m.verdict.verdict, margin_bytes=m.verdict.margin_bytes, verdict_terms=m.verdict.terms,
         **fields.pipeline_fields(built, p.planned, m.peak, m.breakdown, ex),
     )

@@ -30,6 +30,8 @@ class CompiledStats:
     host_alias: int = 0
     # XLA:GPU's rematerialization falling short of its memory limit, as XLA logged it
     remat_failures: tuple[str, ...] = ()
+    # the XLA options jaxmem compiled with, `name=value` (speed options a refusing XLA dropped are not among them)
+    compile_options: tuple[str, ...] = ()
 
     @property
     def lower_bound(self) -> int:
@@ -58,7 +60,8 @@ class Artifacts:
 
     def to_json(self) -> dict:
         return {"stats": {**dataclasses.asdict(self.stats), "notes": list(self.stats.notes),
-                          "remat_failures": list(self.stats.remat_failures)}, "cost": self.cost,
+                          "remat_failures": list(self.stats.remat_failures),
+                          "compile_options": list(self.stats.compile_options)}, "cost": self.cost,
                 "hlo_text": self.hlo_text,
                 "dump": None if self.dump is None else base64.b64encode(self.dump).decode("ascii")}
 
@@ -74,7 +77,7 @@ class Artifacts:
         if set(st) - set(names) or not {n for n, f in names.items() if f.default is dataclasses.MISSING} <= set(st):
             raise ValueError(f"stats fields {sorted(st)} are not CompiledStats'")
         for n, v in st.items():
-            if n in ("notes", "remat_failures"):
+            if n in ("notes", "remat_failures", "compile_options"):
                 if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                     raise ValueError(f"stats.{n} must be a list of strings")
             elif n in ("lower_s", "compile_s"):
@@ -84,6 +87,7 @@ class Artifacts:
                 raise ValueError(f"stats.{n} must be a whole number of bytes")
         st["notes"] = tuple(st.get("notes", ()))
         st["remat_failures"] = tuple(st.get("remat_failures", ()))
+        st["compile_options"] = tuple(st.get("compile_options", ()))
         cost = d.get("cost") or {}
         if not isinstance(cost, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                  for v in cost.values()):

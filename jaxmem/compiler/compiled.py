@@ -107,20 +107,22 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
     t1 = time.perf_counter()
     notes: list[str] = []
     failures: list[str] = []   # XLA's rematerialization falling short (its log)
-    try:
-        with _xla_log(failures), no_persistent_cache():
-            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
-    except Exception as e:
-        msg = str(e)
-        _raise_compile_error(msg)
-        if not _triton_tiling_failed(msg):
-            raise
-        notes.append(_TRITON_NOTE.format(msg.splitlines()[0][:160]))
-        if dump_dir is not None:
-            shutil.rmtree(dump_dir, ignore_errors=True)
-            os.makedirs(dump_dir, exist_ok=True)
-        with _xla_log(failures), no_persistent_cache():
-            compiled = lowered.compile(compiler_options={**options, "xla_gpu_enable_triton_gemm": False})
+    while True:
+        try:
+            with _xla_log(failures), no_persistent_cache():
+                compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+            break
+        except Exception as e:
+            msg = str(e)
+            _raise_compile_error(msg)
+            retry = _fallback(options, msg)
+            if retry is None:
+                raise
+            options, note = retry
+            notes.append(note)
+            if dump_dir is not None:   # the next compile's dump alone
+                shutil.rmtree(dump_dir, ignore_errors=True)
+                os.makedirs(dump_dir, exist_ok=True)
     t2 = time.perf_counter()
     m = compiled.memory_analysis()
     if m is None:
@@ -131,9 +133,39 @@ def _compile(lowered, options: dict, dump_dir: str | None, lower_s: float):
         peak=int(getattr(m, "peak_memory_in_bytes", 0) or 0), host_temp=int(m.host_temp_size_in_bytes),
         lower_s=lower_s, compile_s=t2 - t1, notes=tuple(notes), remat_failures=tuple(failures),
         host_argument=int(m.host_argument_size_in_bytes), host_output=int(m.host_output_size_in_bytes),
-        host_alias=int(m.host_alias_size_in_bytes),
+        host_alias=int(m.host_alias_size_in_bytes), compile_options=_named(options),
     )
     return compiled, stats
+
+
+def _named(options: dict) -> tuple[str, ...]:
+    """The XLA options jaxmem gave a compile, as `name=value` (the report's xla_flags.compile_options);
+    the dump's own options (where XLA writes its buffer assignment) are left out: they only add files."""
+    return tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items()
+                 if not k.startswith("xla_dump"))
+
+
+# XLA's own refusal: an absl status with its code (`INTERNAL: No supported config found for HLO ...`)
+_XLA_STATUS = re.compile(r"\b(INTERNAL|INVALID_ARGUMENT|UNIMPLEMENTED|FAILED_PRECONDITION|NOT_FOUND|UNKNOWN): ")
+
+# How a compile XLA refused is retried (the note each retry leaves in the report)
+_SPEED_NOTE = ("XLA refused the compile with jaxmem's speed option(s) {} ({}); compiled again without them "
+               "(the default backend pipeline: the same buffers, a slower compile)")
+
+
+def _fallback(options: dict, msg: str) -> tuple[dict, str] | None:
+    """(the options to compile with instead, the note saying so) after XLA refused a compile with
+    `options` saying `msg`; None when nothing jaxmem chose can be the cause (the error is then raised).
+    Each retry removes or pins one thing, so the retries end."""
+    if _triton_tiling_failed(msg) and options.get("xla_gpu_enable_triton_gemm") is not False:
+        return {**options, "xla_gpu_enable_triton_gemm": False}, _TRITON_NOTE.format(msg.splitlines()[0][:160])
+    speed = [k for k in options if k in FAST_GPU_OPTIONS]
+    # an option jaxmem added for speed must never cost the answer (a jaxlib it breaks a compile on); only
+    # XLA's own refusal is retried, not a child killed by a signal nor a Python error
+    if speed and _XLA_STATUS.search(msg):
+        return ({k: v for k, v in options.items() if k not in speed},
+                _SPEED_NOTE.format(", ".join(_named({k: options[k] for k in speed})), msg.splitlines()[0][:160]))
+    return None
 
 
 # Without a GPU, XLA cannot autotune and its Triton GEMM emitter finds no tiling for some dot
@@ -184,7 +216,9 @@ FAST_GPU_OPTIONS = {
 # "Where the time goes at jax 0.12"). A generic fusion's kernel config is its code, not its HLO:
 # the buffers are byte-identical without it (tests/test_compiled.py, tests/test_goldens.py). GEMM
 # fusions keep their config search: it picks cuBLAS / Triton and split-k, which do change buffers.
-if versions.has_fusion_autotuner_option():
+# Set only on the jaxlibs where that test proves it (versions.FUSION_AUTOTUNER_OFF_PROVEN); and should
+# XLA refuse a compile with any of these options, the step is compiled again without them (_SPEED_NOTE).
+if versions.fusion_autotuner_off_proven():
     FAST_GPU_OPTIONS["xla_gpu_experimental_enable_fusion_autotuner"] = False
 
 
@@ -320,21 +354,21 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     t0 = time.perf_counter()
     notes: list[str] = []
     compiler = child
-    try:
+    while True:
         try:
             with no_persistent_cache():
-                raw, log = early_stop.compile_until_buffer_assignment(child, lowered, options)
+                raw, log = early_stop.compile_until_buffer_assignment(compiler, lowered, options)
+            break
         except early_stop.CompileFailed as e:
-            if not _triton_tiling_failed(str(e)):
-                raise
-            notes.append(_TRITON_NOTE.format(str(e).splitlines()[0][:160]))
-            compiler = early_stop.Child(*child.args)
-            with no_persistent_cache():
-                raw, log = early_stop.compile_until_buffer_assignment(
-                    compiler, lowered, {**options, "xla_gpu_enable_triton_gemm": False})
-    except early_stop.CompileFailed as e:
-        _raise_compile_error(str(e))
-        raise RuntimeError(str(e)) from None
+            _raise_compile_error(str(e))
+            retry = _fallback(options, str(e))
+            if retry is None:
+                raise RuntimeError(str(e)) from None
+            options, note = retry
+            notes.append(note)
+            if compiler is not child:
+                compiler.close()
+            compiler = early_stop.Child(*child.args)   # a child compiles one step: a fresh one for the retry
     try:
         # read while the child prints the module (early_stop.Child.printed)
         failures = _notes_from_log(log)
@@ -349,6 +383,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
         peak=assignment.xla_peak, host_temp=m["host_temp"],
         lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes), remat_failures=tuple(failures),
         host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],
+        compile_options=_named(options),
     )
     # the deviceless compile-only executable has no cost analysis either: the step-time estimate
     # reads the optimized HLO itself, and XLA's cost of the module the text was printed from is kept
