@@ -1,0 +1,1021 @@
+/* jaxmem explore: the page. Plain JavaScript, no build step and nothing from the network: it reads the
+   explorer's HTTP API (GET /api/controls, /api/answer, /api/points, /api/advise, /api/fit, /api/save) and draws
+   the answer. Every number shown comes from the server's report; the page only formats it, with ports of
+   jaxmem/units.py's fmt_bytes and fmt_seconds so that it prints what the CLI prints. */
+(function () {
+  'use strict';
+
+  // ------------------------------------------------------------------------------------- formatting
+  // Python's f"{x:.Nf}": correctly rounded, ties to even. JS toFixed rounds ties away from zero, so an exact tie
+  // (e.g. 1.125 GiB) is detected on the exact decimal expansion and settled as Python settles it.
+  function pyFixed(x, d) {
+    var s = x.toFixed(d);
+    var full = Math.abs(x).toFixed(100);
+    var point = full.indexOf('.');
+    var tail = full.slice(point + 1 + d);
+    if (tail[0] !== '5' || !/^50*$/.test(tail)) return s;
+    var kept = full.slice(0, point + 1 + d).replace(/\.$/, '');
+    var last = kept.replace('.', '').slice(-1);
+    if (Number(last) % 2 === 0) return (x < 0 ? '-' : '') + kept;
+    return s;
+  }
+
+  var UNITS = [['GiB', 1073741824], ['MiB', 1048576], ['KiB', 1024]];
+  function fmtBytes(n) {               // jaxmem.units.fmt_bytes
+    if (n === null || n === undefined) return '-';
+    var sign = n < 0 ? '-' : '';
+    n = Math.abs(n);
+    for (var i = 0; i < UNITS.length; i++) {
+      if (n >= UNITS[i][1]) return sign + pyFixed(n / UNITS[i][1], 2) + ' ' + UNITS[i][0];
+    }
+    return sign + n + ' B';
+  }
+  function fmtSeconds(x) {             // jaxmem.units.fmt_seconds
+    if (x === null || x === undefined) return '-';
+    if (x >= 1) return pyFixed(x, 2) + ' s';
+    if (x >= 1e-3) return pyFixed(x * 1e3, 1) + ' ms';
+    return pyFixed(x * 1e6, 1) + ' us';
+  }
+  function fmtRate(x) {
+    if (!isFinite(x)) return '-';
+    if (x >= 1e6) return pyFixed(x / 1e6, 2) + ' M';
+    return Math.round(x).toLocaleString('en-US');
+  }
+  function share(v, whole) { return pyFixed(whole > 0 ? 100 * v / whole : 0, 1) + '%'; }
+  function esc(x) {
+    return String(x === null || x === undefined ? '' : x).replace(/[&<>"']/g, function (c) {
+      return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c];
+    });
+  }
+  function $(id) { return document.getElementById(id); }
+
+  // One colour per breakdown part: jaxmem/present/html.py COLORS, so the bar reads as the report's does.
+  var COLORS = {
+    params: '#4c78a8', optimizer_state: '#72b7b2', gradients: '#54a24b', batch: '#eeca3b', other_state: '#b279a2',
+    activations_and_temporaries: '#f58518', outputs_not_aliased: '#e45756', generated_code: '#9d755d',
+    runtime_overhead: '#bab0ac', activations: '#f58518', param_copies: '#9ecae9', temporaries: '#ffbf79',
+    collectives: '#ff9da6', outputs: '#e45756', other: '#79706e'
+  };
+  // The bar's parts (the issue's five); everything else in the breakdown is "other" so the parts sum to the peak.
+  var PARTS = [['params', 'params'], ['gradients', 'gradients'], ['optimizer_state', 'optimizer state'],
+    ['activations_and_temporaries', 'activations and temporaries'], ['runtime_overhead', 'runtime overhead']];
+  var BREAKDOWN_ORDER = ['params', 'optimizer_state', 'gradients', 'batch', 'other_state', 'fp8_state',
+    'activations_and_temporaries', 'outputs_not_aliased', 'generated_code', 'runtime_overhead'];
+  var VERDICT = {fits: ['FITS', 'ok'], tight: ['TIGHT', 'warn'], does_not_fit: ['DOES NOT FIT', 'bad']};
+
+  // ------------------------------------------------------------------------------------------ state
+  var S = {
+    info: null,          // /api/controls
+    start: {},           // the starting point's query
+    query: {},           // the point on screen (option name -> string)
+    seq: 0,              // bumps on every move: an answer to an older move is dropped
+    shown: null,         // the last answer drawn {key, answer, report, command}
+    predictions: {},     // key -> the predicted report shown for it (to say how far it was when the exact lands)
+    history: [],         // [{key, answer, at}] every answer the page received, oldest first (tests read it)
+    points: [],
+    pins: [],
+    changed: null,       // the control last moved (a 400 names it)
+    timer: null, poll: null, advisePoll: null, fitPoll: null
+  };
+  window.jaxmemExplore = {state: S, fmtBytes: fmtBytes, fmtSeconds: fmtSeconds};
+
+  function qs(q, extra) {
+    var p = new URLSearchParams();
+    Object.keys(q).sort().forEach(function (k) { p.append(k, q[k]); });
+    Object.keys(extra || {}).forEach(function (k) { p.append(k, extra[k]); });
+    return p.toString();
+  }
+  function getJSON(url) {
+    return fetch(url, {cache: 'no-store'}).then(function (r) {
+      return r.text().then(function (t) {
+        var d;
+        try { d = JSON.parse(t); } catch (e) { d = {error: 'the server answered ' + r.status + ': ' + t.slice(0, 200)}; }
+        setConn(true);
+        return {ok: r.ok, status: r.status, data: d};
+      });
+    }, function (e) { setConn(false); throw e; });
+  }
+  function setConn(up) {
+    var c = $('conn');
+    c.textContent = up ? '' : 'the explorer is not answering (stopped?) — retrying';
+    c.className = up ? '' : 'down';
+  }
+  function toast(msg) {
+    var t = $('toast');
+    t.textContent = msg; t.style.display = 'block';
+    clearTimeout(toast.t); toast.t = setTimeout(function () { t.style.display = 'none'; }, 1800);
+  }
+
+  // --------------------------------------------------------------------------------------- controls
+  var GROUPS = [
+    ['Card and mesh', ['gpu', 'mesh', 'layout', 'hosts', 'axis-roles', 'axis-types', 'mem-fraction']],
+    ['Batch and sequence', ['batch', 'accum']],
+    ['Memory', ['remat', 'remat-at', 'precision', 'optimizer', 'offload', 'no-donate']],
+    ['Fine-tuning', ['lora', 'lora-targets', 'lora-alpha', 'base-dtype', 'freeze', 'train-all']],
+    ['Pipeline', ['pipeline', 'microbatches', 'repeats', 'stage-remat']],
+    ['More', []]
+  ];
+  function groupOf(name) {
+    if (name.indexOf('arg.') === 0) return 1;
+    for (var i = 0; i < GROUPS.length - 1; i++) if (GROUPS[i][1].indexOf(name) >= 0) return i;
+    return GROUPS.length - 1;
+  }
+  function value(name) {
+    if (name === 'stages') return String(stagesOf(value('mesh')));
+    var c = controlNamed(name);
+    var v = S.query[name];
+    if (v === undefined) v = c && c.default !== undefined && c.default !== null && c.default !== false ? String(c.default) : '';
+    return String(v);
+  }
+  function controlNamed(name) {
+    var cs = (S.info && S.info.controls) || [];
+    for (var i = 0; i < cs.length; i++) if (cs[i].name === name) return cs[i];
+    return null;
+  }
+
+  // /api/controls as the server writes it (lists of the values the CLI accepts, and every analyze option's
+  // kind) into the page's controls, each with only the values this model and this card accept.
+  var SKIP = ['rules', 'no-cache', 'no-explain', 'top', 'depth'];
+  var LABELS = {gpu: 'card', layout: 'layout', 'axis-types': 'axis types', 'axis-roles': 'axis roles',
+    batch: 'batch', accum: 'accumulation', remat: 'remat', 'remat-at': 'remat at', precision: 'precision',
+    optimizer: 'optimizer', offload: 'offload', 'no-donate': 'no donation', lora: 'LoRA rank',
+    'lora-targets': 'LoRA targets', 'lora-alpha': 'LoRA alpha', 'base-dtype': 'base (QLoRA)', freeze: 'freeze',
+    'train-all': 'train all', pipeline: 'schedule', microbatches: 'microbatches', repeats: 'repeats',
+    'stage-remat': 'stage remat', hosts: 'hosts', 'mem-fraction': 'memory share', 'moment-dtype': 'moment dtype',
+    stages: 'stages'};
+  function pow2(lo, hi, extra) {
+    var out = [];
+    for (var v = lo; v <= hi; v *= 2) out.push(v);
+    (extra || []).forEach(function (x) { if (x && out.indexOf(x) < 0) out.push(x); });
+    return out.sort(function (a, b) { return a - b; });
+  }
+  function buildControls(raw) {
+    if (raw.controls) return raw.controls;           // a server that sends the page's own shape
+    var opts = {}, out = [], done = {};
+    (raw.options || []).forEach(function (o) { opts[o.name] = o; });
+    function add(name, extra) {
+      var o = opts[name] || {};
+      var c = {name: name, label: LABELS[name] || name, help: o.help || '',
+        default: o.default === null || o.default === undefined || o.default === false ? '' : o.default};
+      Object.keys(extra).forEach(function (k) { c[k] = extra[k]; });
+      done[name] = true;
+      out.push(c);
+    }
+    function list(xs) { return (xs || []).map(function (x) { return {value: String(x), label: String(x)}; }); }
+    var gpu = S.query.gpu || (raw.start || {}).gpu || '';
+    add('gpu', {kind: 'select', none_label: 'local GPU, else h100', choices: (raw.gpus || []).map(function (g) {
+      return {value: g.name, label: g.name + ' · ' + fmtBytes(g.memory_bytes), note: g.description,
+        group: g.cloud ? 'cloud machine types' : 'cards'};
+    })});
+    add('mesh', {kind: 'mesh'});
+    add('layout', {kind: 'select', choices: list(raw.layouts || (opts.layout || {}).choices)});
+    var b = raw.batch || {}, g = Number(b.granule) || 1, bv = Number(b.value) || 0;
+    add('batch', {kind: 'int', min: g, values: pow2(g, Math.max(g * 1024, bv * 16), [bv]),
+      help: 'global batch; a multiple of ' + g + ' (the data-parallel devices × accumulation)'});
+    if (raw.seq && raw.seq.arg) {
+      var sv = Number(raw.seq.value) || 0;
+      add('arg.' + raw.seq.arg, {kind: 'int', min: 1, label: 'sequence length', values: pow2(128, 131072, [sv]),
+        help: 'the model\'s ' + raw.seq.arg + ' (--arg ' + raw.seq.arg + '=N)'});
+    }
+    add('accum', {kind: 'int', min: 1, values: raw.accum || [1, 2, 4, 8]});
+    add('remat', {kind: 'select', choices: list(raw.remat)});
+    add('remat-at', {kind: 'text', placeholder: 'the model\'s own hook'});
+    var fp8 = (raw.fp8_gpus || []).indexOf(gpu) >= 0 || !gpu && (raw.fp8_gpus || []).indexOf('h100') >= 0;
+    add('precision', {kind: 'select', choices: list((raw.precisions || []).filter(function (x) { return x !== 'fp8' || fp8; }))});
+    add('optimizer', {kind: 'select', none_label: 'the workload\'s own', choices: list(raw.optimizers)});
+    if (opts['moment-dtype']) add('moment-dtype', {kind: 'select', none_label: 'as the optimizer keeps them', choices: list(opts['moment-dtype'].choices)});
+    add('offload', {kind: 'select', none_label: 'nothing', choices: list(raw.offloads)});
+    add('no-donate', {kind: 'flag'});
+    add('lora', {kind: 'int', min: 0, values: raw.lora_ranks || [0, 8, 16, 32, 64]});
+    add('lora-targets', {kind: 'text', placeholder: 'every dense layer'});
+    add('lora-alpha', {kind: 'text', placeholder: 'the rank'});
+    add('base-dtype', {kind: 'select', none_label: 'as trained (no quantization)', choices: list(raw.base_dtypes)});
+    add('freeze', {kind: 'text', placeholder: 'nothing frozen'});
+    add('train-all', {kind: 'flag'});
+    out.push({name: 'stages', label: 'stages', kind: 'int', min: 1, values: raw.stages || [1, 2, 4, 8], default: '1',
+      help: 'pipeline stages: the size of the mesh\'s stage axis'});
+    add('pipeline', {kind: 'select', choices: list(raw.pipelines)});
+    add('microbatches', {kind: 'int', min: 1, values: [1, 2, 4, 8, 16, 32], placeholder: 'auto'});
+    add('repeats', {kind: 'int', min: 1, values: [1, 2, 4, 8], placeholder: 'auto'});
+    add('stage-remat', {kind: 'flag'});
+    add('hosts', {kind: 'int', min: 1, values: [1, 2, 4, 8, 16, 32, 64], placeholder: 'auto'});
+    (raw.options || []).forEach(function (o) {       // any other option analyze has, by its kind
+      if (done[o.name] || o.pinned || SKIP.indexOf(o.name) >= 0) return;
+      var kind = o.kind === 'choice' ? 'select' : o.kind === 'switch' ? 'flag' :
+        (o.kind === 'whole' || o.kind === 'count') ? 'int' : 'text';
+      add(o.name, {kind: kind, choices: list(o.choices)});
+    });
+    return out;
+  }
+  function normalize(raw) {
+    var roles = raw.mesh_roles || (raw.mesh || {}).roles;
+    return {model: raw.model, source: raw.source, start: raw.start || {}, raw: raw, controls: buildControls(raw),
+      mesh: {roles: roles, device_counts: raw.device_counts || (raw.mesh || {}).device_counts,
+        presets: raw.mesh_presets || (raw.mesh || {}).presets || []}};
+  }
+
+  function renderControls() {
+    var box = $('controls');
+    box.innerHTML = '';
+    var sets = GROUPS.map(function (g) {
+      var fs = document.createElement('fieldset');
+      fs.innerHTML = '<legend>' + esc(g[0]) + '</legend>';
+      return fs;
+    });
+    var cs = S.info.controls.slice();
+    // within a group: the order the group lists, then the server's order
+    cs.sort(function (a, b) {
+      var ga = groupOf(a.name), gb = groupOf(b.name);
+      if (ga !== gb) return ga - gb;
+      var la = GROUPS[ga][1].indexOf(a.name), lb = GROUPS[gb][1].indexOf(b.name);
+      if (la < 0) la = a.name.indexOf('arg.') === 0 ? -1 : 99;
+      if (lb < 0) lb = b.name.indexOf('arg.') === 0 ? -1 : 99;
+      return la - lb;
+    });
+    cs.forEach(function (c) { sets[groupOf(c.name)].appendChild(controlRow(c)); });
+    sets.forEach(function (fs) { if (fs.children.length > 1) box.appendChild(fs); });
+    syncControls();
+  }
+
+  function controlRow(c) {
+    var row = document.createElement('div');
+    row.className = 'ctl';
+    row.dataset.name = c.name;
+    var id = 'ctl-' + c.name.replace(/[^a-zA-Z0-9]/g, '-');
+    var label = c.label || (c.name.indexOf('arg.') === 0 ? c.name.slice(4).replace(/_/g, ' ') : c.name);
+    row.innerHTML = '<label for="' + id + '" title="' + esc(c.help || '') + '">' + esc(label) + '</label>';
+    var kind = c.kind;
+    if (kind === 'select') row.appendChild(selectInput(c, id));
+    else if (kind === 'int') row.appendChild(intInput(c, id));
+    else if (kind === 'flag') row.appendChild(flagInput(c, id));
+    else if (kind === 'mesh') meshInput(c, id, row);
+    else row.appendChild(textInput(c, id));
+    var err = document.createElement('div');
+    err.className = 'err'; err.hidden = true;
+    row.appendChild(err);
+    return row;
+  }
+
+  function selectInput(c, id) {
+    var sel = document.createElement('select');
+    sel.id = id;
+    sel.addEventListener('change', function () { move(c.name, sel.value, 0); });
+    return sel;
+  }
+  function fillSelect(sel, c, v) {
+    var choices = (c.choices || []).map(function (ch) {
+      return typeof ch === 'object' ? ch : {value: String(ch), label: String(ch)};
+    });
+    var html = [], groups = {}, order = [];
+    var hasEmpty = choices.some(function (ch) { return String(ch.value) === ''; });
+    if (!hasEmpty && (c.default === '' || c.default === null || c.default === undefined || v === '')) {
+      html.push('<option value="">' + esc(c.none_label || (c.default ? 'default (' + c.default + ')' : '—')) +
+        '</option>');
+    }
+    var known = false;
+    choices.forEach(function (ch) {
+      var g = ch.group || '';
+      if (!(g in groups)) { groups[g] = []; order.push(g); }
+      if (String(ch.value) === v) known = true;
+      groups[g].push('<option value="' + esc(ch.value) + '"' + (ch.note ? ' title="' + esc(ch.note) + '"' : '') +
+        '>' + esc(ch.label || ch.value) + '</option>');
+    });
+    order.forEach(function (g) {
+      html.push(g ? '<optgroup label="' + esc(g) + '">' + groups[g].join('') + '</optgroup>' : groups[g].join(''));
+    });
+    if (!known && v !== '') html.push('<option value="' + esc(v) + '">' + esc(v) + ' (not offered here)</option>');
+    var key = html.join('');
+    if (sel.dataset.key !== key) { sel.innerHTML = key; sel.dataset.key = key; }
+    sel.value = v;
+  }
+
+  // A number: type it, or step through the values people use (−/+ or the arrow keys).
+  function ladder(c) { return (c.values || []).map(Number).filter(isFinite).sort(function (a, b) { return a - b; }); }
+  function stepOf(c, cur, dir) {
+    var lad = ladder(c), n = Number(cur), min = c.min === undefined || c.min === null ? 0 : Number(c.min);
+    if (cur === '' || !isFinite(n)) return lad.length ? lad[0] : Math.max(min, 1);
+    if (dir > 0) {
+      for (var i = 0; i < lad.length; i++) if (lad[i] > n) return lad[i];
+      var up = n > 0 ? n * 2 : 1;
+      return c.max !== undefined && c.max !== null ? Math.min(up, Number(c.max)) : up;
+    }
+    for (var j = lad.length - 1; j >= 0; j--) if (lad[j] < n) return lad[j];
+    return Math.max(min, Math.floor(n / 2));
+  }
+  function intInput(c, id) {
+    var wrap = document.createElement('div');
+    wrap.className = 'stepper';
+    wrap.innerHTML = '<button type="button" class="dec" aria-label="smaller ' + esc(c.name) + '">−</button>' +
+      '<input type="text" inputmode="numeric" id="' + id + '" autocomplete="off" placeholder="' + esc(c.placeholder || '') + '">' +
+      '<button type="button" class="inc" aria-label="larger ' + esc(c.name) + '">+</button>';
+    var inp = wrap.querySelector('input');
+    function stepTo(dir) {
+      // an empty field stands for the model's own value, which the placeholder shows once it is known
+      var cur = inp.value !== '' ? inp.value : (isFinite(parseInt(inp.placeholder, 10)) ? String(parseInt(inp.placeholder, 10)) : '');
+      var v = String(stepOf(c, cur, dir));
+      inp.value = v;
+      move(c.name, v, 120);
+    }
+    wrap.querySelector('.dec').addEventListener('click', function () { stepTo(-1); });
+    wrap.querySelector('.inc').addEventListener('click', function () { stepTo(1); });
+    inp.addEventListener('keydown', function (ev) {
+      if (ev.key === 'ArrowUp') { ev.preventDefault(); stepTo(1); }
+      else if (ev.key === 'ArrowDown') { ev.preventDefault(); stepTo(-1); }
+      else if (ev.key === 'Enter') { ev.preventDefault(); move(c.name, inp.value.trim(), 0); }
+    });
+    // typing: wait until the person pauses, then ask (the server checks the value as the CLI does)
+    inp.addEventListener('input', function () { move(c.name, inp.value.trim(), 450); });
+    return wrap;
+  }
+  function flagInput(c, id) {
+    var l = document.createElement('label');
+    l.className = 'check';
+    l.innerHTML = '<input type="checkbox" id="' + id + '"><span class="note">' + esc(c.help ? '' : '') + '</span>';
+    var box = l.querySelector('input');
+    box.addEventListener('change', function () { move(c.name, box.checked ? '1' : '0', 0); });
+    return l;
+  }
+  function textInput(c, id) {
+    var inp = document.createElement('input');
+    inp.type = 'text'; inp.id = id; inp.autocomplete = 'off'; inp.spellcheck = false;
+    inp.placeholder = c.placeholder || (c.default ? String(c.default) : 'none');
+    inp.addEventListener('change', function () { move(c.name, inp.value.trim(), 0); });
+    inp.addEventListener('keydown', function (ev) {
+      if (ev.key === 'Enter') { ev.preventDefault(); move(c.name, inp.value.trim(), 0); }
+    });
+    return inp;
+  }
+
+  // ---- the mesh: a device count, presets for the common layouts at that count, and the axes themselves
+  function parseMesh(s) {
+    return String(s || '').split(',').map(function (p) { return p.trim(); }).filter(Boolean).map(function (p) {
+      var kv = p.split('=');
+      return [kv[0].trim(), Number(kv[1])];
+    });
+  }
+  function meshText(axes) { return axes.map(function (a) { return a[0] + '=' + a[1]; }).join(','); }
+  function devicesOf(axes) { return axes.reduce(function (n, a) { return n * (a[1] > 0 ? a[1] : 1); }, 1); }
+  function meshRoles() {
+    var m = (S.info && S.info.mesh) || {};
+    return m.roles && m.roles.length ? m.roles : ['data', 'fsdp', 'tensor', 'context', 'expert', 'stage'];
+  }
+  function stagesOf(mesh) {
+    var a = parseMesh(mesh).find(function (x) { return x[0] === 'stage' || x[0] === 'pp'; });
+    return a ? a[1] : 1;
+  }
+  function withStages(mesh, k) {
+    var ax = parseMesh(mesh);
+    var i = ax.findIndex(function (x) { return x[0] === 'stage' || x[0] === 'pp'; });
+    var old = i >= 0 ? ax[i][1] : 1;
+    if (i >= 0) ax.splice(i, 1);
+    if (!ax.length) ax = [['data', 1]];
+    // the same devices where they divide: the axis that splits the batch gives up what the stages take
+    var j = ax.findIndex(function (x) { return x[0] === 'data' || x[0] === 'fsdp'; });
+    if (j < 0) j = 0;
+    var size = ax[j][1] * old;
+    if (size % k === 0) ax[j][1] = size / k;
+    if (k > 1) ax.unshift(['stage', k]);   // (where they do not divide, the stages add devices)
+    return meshText(ax);
+  }
+  // The common layouts at n devices (jaxmem/explore/controls.py mesh_presets at any count), each with its layout.
+  function presets(n) {
+    var roles = meshRoles(), out = [];
+    function add(label, mesh, layout) {
+      var used = parseMesh(mesh).map(function (a) { return a[0]; });
+      if (used.some(function (r) { return roles.indexOf(r) < 0; })) return;
+      if (!out.some(function (p) { return p.mesh === mesh; })) out.push({label: label, mesh: mesh, layout: layout});
+    }
+    add(n === 1 ? 'one GPU' : 'DP', 'data=' + n, n === 1 ? undefined : 'dp');
+    if (n > 1) add('FSDP', 'fsdp=' + n, 'fsdp');
+    if (n > 8 && n % 8 === 0) add('HSDP', 'data=' + n / 8 + ',fsdp=8', 'fsdp');
+    [2, 4, 8].forEach(function (k) { if (n % k === 0 && n > k) add('FSDP+TP' + k, 'fsdp=' + n / k + ',tensor=' + k, 'fsdp_tp'); });
+    if (n > 1) add('TP', 'tensor=' + n, 'tp');
+    if (n > 1 && n % 2 === 0 && S.info.raw && S.info.raw.seq) add('FSDP+CP2', 'fsdp=' + n / 2 + ',context=2', 'fsdp');
+    if (n > 1 && n % 2 === 0) add('PP2', 'stage=2,fsdp=' + n / 2, 'fsdp');
+    return out;
+  }
+  function meshInput(c, id, row) {
+    var counts = document.createElement('select');
+    counts.id = id;
+    counts.title = 'devices: the product of the mesh axes';
+    var devWrap = document.createElement('div');
+    devWrap.className = 'devices';
+    devWrap.appendChild(counts);
+    row.appendChild(devWrap);
+    row.querySelector('label').textContent = 'devices';
+    var pre = document.createElement('div'); pre.className = 'presets';
+    var axes = document.createElement('div'); axes.className = 'axes';
+    row.appendChild(pre); row.appendChild(axes);
+    counts.addEventListener('change', function () {
+      var n = Number(counts.value), ax = parseMesh(value('mesh'));
+      if (!ax.length) ax = [['data', 1]];
+      // keep the layout's other axes; the first axis that splits the batch takes up the rest
+      var i = ax.findIndex(function (a) { return a[0] === 'data' || a[0] === 'fsdp'; });
+      if (i < 0) i = 0;
+      var others = devicesOf(ax) / (ax[i][1] || 1);
+      if (n % others === 0) ax[i][1] = n / others; else ax = [[ax[i][0], n]];
+      move('mesh', meshText(ax), 0);
+    });
+  }
+  function syncMesh(row) {
+    var mesh = value('mesh'), ax = parseMesh(mesh), n = devicesOf(ax);
+    var counts = row.querySelector('select');
+    var list = (((S.info.mesh || {}).device_counts) || [1, 2, 4, 8, 16, 32, 64, 128, 256]).map(Number);
+    if (list.indexOf(n) < 0) list = list.concat([n]).sort(function (a, b) { return a - b; });
+    var html = list.map(function (k) { return '<option value="' + k + '">' + k + (k === 1 ? ' GPU' : ' GPUs') + '</option>'; }).join('');
+    if (counts.dataset.key !== html) { counts.innerHTML = html; counts.dataset.key = html; }
+    counts.value = String(n);
+    var pre = row.querySelector('.presets');
+    pre.innerHTML = presets(n).map(function (p) {
+      return '<button type="button" class="preset' + (p.mesh === mesh ? ' on' : '') + '" data-mesh="' + esc(p.mesh) +
+        '"' + (p.layout ? ' data-layout="' + esc(p.layout) + '"' : '') + ' title="--mesh ' + esc(p.mesh) +
+        (p.layout ? ' --layout ' + esc(p.layout) : '') + '">' + esc(p.label) + '</button>';
+    }).join('');
+    pre.querySelectorAll('button').forEach(function (b) {
+      b.addEventListener('click', function () {
+        var ch = {mesh: b.dataset.mesh};
+        if (b.dataset.layout) ch.layout = b.dataset.layout;
+        moveMany(ch, 0);
+      });
+    });
+    var box = row.querySelector('.axes');
+    var roles = meshRoles();
+    box.innerHTML = ax.map(function (a, i) {
+      var names = roles.indexOf(a[0]) < 0 ? [a[0]].concat(roles) : roles;
+      return '<div class="axis" data-i="' + i + '"><select aria-label="axis ' + (i + 1) + ' role">' +
+        names.map(function (r) { return '<option' + (r === a[0] ? ' selected' : '') + '>' + esc(r) + '</option>'; }).join('') +
+        '</select><input type="text" inputmode="numeric" value="' + esc(a[1]) + '" aria-label="axis ' + (i + 1) + ' size">' +
+        '<button type="button" title="remove this axis"' + (ax.length < 2 ? ' disabled' : '') + '>×</button></div>';
+    }).join('') + '<button type="button" class="addaxis">+ axis</button>';
+    box.querySelectorAll('.axis').forEach(function (el) {
+      var i = Number(el.dataset.i);
+      el.querySelector('select').addEventListener('change', function (ev) {
+        var a = parseMesh(value('mesh')); a[i][0] = ev.target.value; move('mesh', meshText(a), 0);
+      });
+      var size = el.querySelector('input');
+      size.addEventListener('change', function () {
+        var a = parseMesh(value('mesh')); a[i][1] = size.value.trim(); move('mesh', meshText(a), 0);
+      });
+      size.addEventListener('keydown', function (ev) {
+        if (ev.key === 'ArrowUp' || ev.key === 'ArrowDown') {
+          ev.preventDefault();
+          var a = parseMesh(value('mesh')), s = Number(a[i][1]) || 1;
+          a[i][1] = ev.key === 'ArrowUp' ? s * 2 : Math.max(1, Math.floor(s / 2));
+          move('mesh', meshText(a), 250);
+        }
+      });
+      el.querySelector('button').addEventListener('click', function () {
+        var a = parseMesh(value('mesh')); a.splice(i, 1); move('mesh', meshText(a), 0);
+      });
+    });
+    box.querySelector('.addaxis').addEventListener('click', function () {
+      var a = parseMesh(value('mesh'));
+      var free = roles.filter(function (r) { return !a.some(function (x) { return x[0] === r; }); });
+      if (!free.length) return;
+      a.push([free[0], 2]);
+      move('mesh', meshText(a), 0);
+    });
+  }
+
+  // Put the query's values into the controls (after a move elsewhere: a point clicked, a preset, a rescale).
+  function syncControls() {
+    document.querySelectorAll('#controls .ctl').forEach(function (row) {
+      var name = row.dataset.name, c = controlNamed(name), v = value(name);
+      if (!c) return;
+      if (c.kind === 'mesh') return syncMesh(row);
+      if (c.kind === 'select') return fillSelect(row.querySelector('select'), c, v);
+      if (c.kind === 'flag') { row.querySelector('input').checked = v === '1' || v === 'true'; return; }
+      var inp = row.querySelector('input');
+      if (document.activeElement !== inp || c.kind === 'int') inp.value = v;
+    });
+    // options that only matter beside another are shown muted while that one is off
+    var lora = Number(value('lora')) > 0, stage = /(^|,)\s*(stage|pp)\s*=\s*([2-9]|\d\d+)/.test(value('mesh'));
+    dim(['lora-targets', 'lora-alpha', 'base-dtype'], !lora);
+    dim(['pipeline', 'microbatches', 'repeats', 'stage-remat'], !stage);
+  }
+  function dim(names, off) {
+    names.forEach(function (n) {
+      var row = document.querySelector('#controls .ctl[data-name="' + n + '"]');
+      if (row) row.classList.toggle('off', off);
+    });
+  }
+  function showControlError(name, msg) {
+    document.querySelectorAll('#controls .ctl').forEach(function (row) {
+      var err = row.querySelector('.err'), mine = msg && row.dataset.name === name;
+      err.hidden = !mine; err.textContent = mine ? msg : '';
+      row.querySelectorAll('input, select').forEach(function (el) { el.classList.toggle('bad', !!mine); });
+    });
+  }
+
+  // ------------------------------------------------------------------------------------------- moves
+  function move(name, v, delay) {
+    var ch = {};
+    ch[name] = v;
+    moveMany(ch, delay);
+  }
+  function moveMany(changes, delay) {
+    var any = false, gpu = false;
+    Object.keys(changes).forEach(function (name) {
+      var v = changes[name];
+      if (name === 'stages') { name = 'mesh'; v = withStages(value('mesh'), Math.max(1, Number(v) || 1)); }
+      if (S.query[name] === v) return;
+      S.query[name] = v;
+      S.changed = name;
+      any = true;
+      if (name === 'gpu') gpu = true;
+    });
+    if (!any) return;
+    saveHash();
+    if (gpu) { S.info.controls = buildControls(S.info.raw); renderControls(); }   // fp8 comes with the card
+    else syncControls();
+    clearTimeout(S.timer);
+    S.timer = setTimeout(ask, delay === undefined ? 250 : delay);
+  }
+  function goTo(query) {
+    S.query = Object.assign({}, query);
+    S.changed = null;
+    saveHash();
+    syncControls();
+    clearTimeout(S.timer);
+    ask();
+  }
+  function saveHash() {
+    var diff = {};
+    Object.keys(S.query).forEach(function (k) { if (String(S.query[k]) !== String(S.start[k])) diff[k] = S.query[k]; });
+    var h = qs(diff);
+    history.replaceState(null, '', h ? '#' + h : location.pathname);
+  }
+
+  function ask() {
+    S.seq += 1;
+    clearTimeout(S.poll);
+    fetchAnswer(S.seq, Object.assign({}, S.query));
+  }
+  function fetchAnswer(seq, q) {
+    getJSON('/api/answer?' + qs(q)).then(function (res) {
+      if (seq !== S.seq) return;
+      if (!res.ok) return refused(res.data.error || ('the server answered ' + res.status));
+      showControlError(null);
+      onAnswer(res.data, seq, q);
+    }).catch(function () {
+      if (seq === S.seq) S.poll = setTimeout(function () { fetchAnswer(seq, q); }, 1500);
+    });
+  }
+  function onAnswer(d, seq, q) {
+    S.history.push({key: d.key, answer: d.answer, at: Date.now()});
+    if (d.answer === 'exact') {
+      draw(d);
+      loadPoints();
+      return;
+    }
+    if (d.answer === 'predicted') {
+      S.predictions[d.key] = d.report;
+      draw(d);
+    } else if (d.answer === 'compiling') {
+      compiling(d);
+    } else {
+      failed(d);
+      loadPoints();
+      return;
+    }
+    S.poll = setTimeout(function () { fetchAnswer(seq, q); }, 400);
+  }
+
+  // --------------------------------------------------------------------------------------- drawing
+  function verdictOf(r) {
+    if (r.verdict) return r.verdict;
+    if (r.fits === true) return 'fits';
+    if (r.fits === false) return 'does_not_fit';
+    return null;
+  }
+  function describe(q, base) {
+    // a point in a few words: how it differs from `base` (the point on screen, or the start)
+    var parts = [];
+    Object.keys(q).sort().forEach(function (k) {
+      if (String(q[k]) === String(base[k] === undefined ? '' : base[k])) return;
+      var name = k.indexOf('arg.') === 0 ? k.slice(4) : k;
+      var v = q[k];
+      if (v === '1' && controlNamed(k) && controlNamed(k).kind === 'flag') parts.push(name);
+      else if (v === '0' && controlNamed(k) && controlNamed(k).kind === 'flag') parts.push('no ' + name);
+      else parts.push(name + ' ' + (v === '' ? 'default' : v));
+    });
+    Object.keys(base).forEach(function (k) {
+      if (!(k in q) && base[k] !== '' && base[k] !== undefined) parts.push((k.indexOf('arg.') === 0 ? k.slice(4) : k) + ' default');
+    });
+    return parts;
+  }
+
+  function draw(d) {
+    var r = d.report, pred = d.answer === 'predicted';
+    var ans = $('answer');
+    ans.classList.remove('stale');
+    ans.dataset.answer = d.answer;
+    ans.dataset.key = d.key || '';
+    var peak = r.per_device_peak_bytes, t = r.target || {};
+    $('peak').textContent = fmtBytes(peak);
+    $('peak').dataset.bytes = String(peak);
+    $('peak-sub').textContent = pred ? 'per-device peak, predicted' :
+      'per-device peak (' + Number(peak).toLocaleString('en-US') + ' bytes)';
+    var v = verdictOf(r), vb = $('verdict'), vt = VERDICT[v] || ['NO FIXED LIMIT', 'na'];
+    vb.textContent = vt[0]; vb.className = 'badge ' + vt[1]; vb.dataset.verdict = v || '';
+    var st = $('state');
+    st.textContent = pred ? 'prediction' : 'exact';
+    st.className = 'state ' + (pred ? 'predicted' : 'exact');
+    st.title = pred ? 'predicted from compiled neighbours; the exact compile is running' :
+      'XLA compiled this point: the numbers are analyze --json\'s';
+    $('facts').innerHTML = facts(r, v);
+    $('bar').innerHTML = bar(r);
+    $('legend').innerHTML = legend(r);
+    $('steptime').innerHTML = stepTime(r, d.tokens_per_s);
+    $('command').textContent = d.command || '';
+    var lines = '';
+    if (pred) {
+      var from = (r.predicted_from || []).map(function (q) { return describe(q, S.query).join(', ') || 'this point'; });
+      lines = '<div class="predline" id="prediction"><b>Prediction</b> from the compiled point' +
+        (from.length === 1 ? ' ' : 's ') + from.map(function (f) { return '<b>' + esc(f) + '</b>'; }).join(' and ') +
+        (r.prediction && r.prediction.kind ? ' (' + esc(r.prediction.curve || 'fitted') + ' in ' +
+          esc(r.prediction.kind === 'seq' ? 'sequence length' : r.prediction.kind) + ')' : '') +
+        '. The exact compile is running and replaces it when it lands.</div>';
+    } else if (d.prediction || S.predictions[d.key]) {
+      // the exact answer replaced a prediction: say how far it was (the server's record, else the page's)
+      var p = d.prediction || S.predictions[d.key], off = p.per_device_peak_bytes - peak;
+      var pct = peak ? 100 * Math.abs(off) / peak : 0;
+      var src = (p.predicted_from || []).map(function (q) { return describe(q, S.query).join(', ') || 'this point'; });
+      lines = '<div class="predline landed" id="prediction-check" data-predicted="' + p.per_device_peak_bytes +
+        '" data-exact="' + peak + '">The exact compile replaced the prediction' +
+        (src.length ? ' (from ' + src.map(esc).join(' and ') + ')' : '') + ': it was <b>' +
+        esc(fmtBytes(p.per_device_peak_bytes)) + '</b>, ' + (off === 0 ? 'exactly right' : esc(fmtBytes(Math.abs(off))) +
+        (off > 0 ? ' high' : ' low') + ' (' + pyFixed(pct, 2) + '%)') + '.</div>';
+    }
+    $('status-lines').innerHTML = lines;
+    var exact = !pred;
+    ['json', 'html', 'png'].forEach(function (f) {
+      var a = $('save-' + f);
+      a.href = '/api/save?' + qs(S.query, {format: f});
+      a.classList.toggle('disabled', !exact);
+    });
+    if (exact) buffers(r);
+    else $('buffers').innerHTML = '<p class="note">They come with the exact compile.</p>';
+    S.shown = d;
+    markCurrent();
+    if (r.model) { $('model').textContent = r.model; document.title = 'jaxmem · explore · ' + r.model; }
+    // the model's own sequence length, where the point leaves it to the model
+    var seqArg = S.info.raw && S.info.raw.seq && S.info.raw.seq.arg;
+    var seqInput = seqArg && document.querySelector('#controls .ctl[data-name="arg.' + seqArg + '"] input');
+    if (seqInput && r.sequence_length) seqInput.placeholder = r.sequence_length + ' (the model\'s)';
+  }
+
+  function facts(r, v) {
+    var t = r.target || {}, out = [];
+    if (t.usable_bytes === null || t.usable_bytes === undefined) return '<span>' + esc(t.usable_note || 'no fixed limit') + '</span>';
+    var head = r.headroom_bytes !== undefined && r.headroom_bytes !== null ? r.headroom_bytes : t.usable_bytes - r.per_device_peak_bytes;
+    out.push('<span>usable <b>' + esc(fmtBytes(t.usable_bytes)) + '</b> of ' + esc(fmtBytes(t.memory_bytes)) + '</span>');
+    out.push('<span>headroom <b id="headroom" class="' + (head >= 0 ? 'pos' : 'neg') + '">' + esc(fmtBytes(head)) + '</b></span>');
+    if (r.margin_bytes !== undefined && r.margin_bytes !== null) {
+      out.push('<span title="bytes to spare in the tighter constraint (JAX\'s pool, or the card with the runtime ' +
+        'outside it) at the estimates">margin <b id="margin" class="' + (r.margin_bytes >= 0 ? 'pos' : 'neg') + '">' +
+        esc(fmtBytes(r.margin_bytes)) + '</b></span>');
+    }
+    if (v === 'tight' && r.verdict_terms && r.verdict_terms.length) {
+      out.push('<span>hangs on <b>' + esc(r.verdict_terms.map(function (x) {
+        return x.name + ' ' + fmtBytes(x.low_bytes) + '-' + fmtBytes(x.high_bytes);
+      }).join(', ')) + '</b></span>');
+    }
+    var line = out.join('');
+    var devs = t.devices ? (t.devices + ' × ' + (t.description || t.gpu)) : '';
+    return line + (devs ? '<br><span class="note">' + esc(devs) + (t.hosts > 1 ? ', ' + t.hosts + ' hosts' : '') +
+      (r.mesh ? ' · mesh ' + esc(Object.keys(r.mesh).map(function (k) { return k + '=' + r.mesh[k]; }).join(',')) : '') +
+      (t.usable_note ? ' · ' + esc(t.usable_note) : '') + '</span>' : '');
+  }
+
+  function groups(r) {
+    var bd = r.breakdown || {}, named = {}, other = 0, otherParts = [];
+    PARTS.forEach(function (p) { named[p[0]] = bd[p[0]] || 0; });
+    Object.keys(bd).forEach(function (k) {
+      if (!(k in named) && bd[k]) { other += bd[k]; otherParts.push(k + ' ' + fmtBytes(bd[k])); }
+    });
+    var out = PARTS.map(function (p) { return {key: p[0], label: p[1], bytes: named[p[0]]}; });
+    out.push({key: 'other', label: 'other', bytes: other, title: otherParts.join(', ')});
+    return out;
+  }
+  function stack(r, scale, minLabel) {
+    var html = '<div class="stack">';
+    groups(r).forEach(function (g) {
+      if (g.bytes <= 0) return;
+      var w = 100 * g.bytes / scale, lab = w >= minLabel ? esc(g.label) : '';
+      html += '<div' + (lab ? '' : ' class="thin"') + ' data-part="' + g.key + '" style="width:' + w.toFixed(4) +
+        '%;background:' + COLORS[g.key] + '" title="' + esc(g.label + ': ' + fmtBytes(g.bytes)) +
+        (g.title ? ' (' + esc(g.title) + ')' : '') + '">' + lab + '</div>';
+    });
+    return html + '</div>';
+  }
+  // The per-device bar against the card (usable and card marked), and under it the same parts at the peak's
+  // own scale, so a step that uses 1% of the card still shows what its peak is made of.
+  function bar(r) {
+    var t = r.target || {}, peak = r.per_device_peak_bytes;
+    var card = t.memory_bytes || t.usable_bytes || peak;
+    var scale = Math.max(card, peak, 1);
+    var html = '<div class="bar" title="per-device peak ' + esc(fmtBytes(peak)) + ' against the card">' + stack(r, scale, 9);
+    function mark(cls, at, text) {
+      var pct = 100 * at / scale, side = pct > 30 ? 'left' : 'right';
+      var left = pct > 99.5 ? 'calc(' + pct.toFixed(3) + '% - 2px)' : pct.toFixed(3) + '%';
+      return '<div class="mark ' + cls + '" style="left:' + left + '"></div>' +
+        '<div class="marklab ' + cls + ' ' + side + '" style="left:' + left + '">' + esc(text) + '</div>';
+    }
+    if (t.usable_bytes) html += mark('m-usable', t.usable_bytes, 'usable ' + fmtBytes(t.usable_bytes));
+    if (t.memory_bytes && t.memory_bytes !== t.usable_bytes) html += mark('m-card', t.memory_bytes, 'card ' + fmtBytes(t.memory_bytes));
+    html += '</div>';
+    if (peak < 0.5 * scale) {
+      html += '<div class="zoom"><span class="cap">the peak alone</span>' + stack(r, Math.max(peak, 1), 7) + '</div>';
+    }
+    return html;
+  }
+  function legend(r) {
+    var peak = r.per_device_peak_bytes;
+    return groups(r).map(function (g) {
+      if (g.key === 'other' && g.bytes === 0) return '';
+      return '<span data-part="' + g.key + '"' + (g.title ? ' title="' + esc(g.title) + '"' : '') + '>' +
+        '<span class="sw" style="background:' + COLORS[g.key] + '"></span>' + esc(g.label) + ' <b class="bytes">' +
+        esc(fmtBytes(g.bytes)) + '</b> <span class="share">' + share(g.bytes, peak) + '</span></span>';
+    }).join('');
+  }
+  function stepTime(r, tokens) {
+    var st = r.step_time || {};
+    if (!st.available && st.estimate_s === undefined) {
+      return 'step time: no estimate (' + esc(st.reason || 'unavailable') + ')';
+    }
+    var t = r.target || {}, devices = t.devices || 1;
+    var batch = Number((r.options || {}).batch);
+    var html = 'step time (estimate) <b id="step">' + esc(fmtSeconds(st.estimate_s)) + '</b>';
+    if (st.low_s !== undefined) html += ', band <span id="band">' + esc(fmtSeconds(st.low_s)) + '-' + esc(fmtSeconds(st.high_s)) + '</span>';
+    if (st.bound) html += ' <span class="note">(' + esc(st.bound) + '-bound)</span>';
+    if (tokens) {
+      html += ' · <b id="rate">' + fmtRate(tokens) + '</b> tokens/s per device';
+    } else if (batch > 0 && st.estimate_s > 0 && st.available !== false) {
+      html += ' · <b id="rate">' + fmtRate(batch / devices / st.estimate_s) + '</b> samples/s per device';
+    }
+    return html;
+  }
+  function buffers(r) {
+    var bs = r.top_buffers || [];
+    if (!bs.length) { $('buffers').innerHTML = '<p class="note">No buffers listed (run without --no-explain).</p>'; return; }
+    var live = 0;
+    Object.keys(r.peak_categories || {}).forEach(function (k) { live += r.peak_categories[k]; });
+    var biggest = Math.max.apply(null, bs.map(function (b) { return b.size; })) || 1;
+    var rows = bs.slice(0, 12).map(function (b) {
+      var c = COLORS[b.category] || '#8c959f';
+      return '<tr title="' + esc(b.op_name || b.instruction) + '"><td class="num">' + esc(fmtBytes(b.size)) + '</td>' +
+        '<td class="barcell"><div class="minibar" style="width:max(2px,' + (100 * b.size / biggest).toFixed(2) + '%);background:' + c + '"></div></td>' +
+        '<td class="mono">' + esc(b.dtype) + esc(b.shape) + '</td>' +
+        '<td><span class="cat" style="background:' + c + '33;border:1px solid ' + c + '">' + esc(b.category) + '</span></td>' +
+        '<td class="mono path">' + esc(b.module_path || '-') + '</td></tr>';
+    }).join('');
+    $('buffers').innerHTML = '<p class="note">Of the ' + esc(fmtBytes(live)) + ' live at the peak; hover a row for its op.</p>' +
+      '<table><thead><tr><th class="num">bytes</th><th></th><th>dtype · shape</th><th>category</th><th>module</th></tr></thead>' +
+      '<tbody>' + rows + '</tbody></table>';
+  }
+
+  function compiling(d) {
+    $('answer').classList.add('stale');
+    $('answer').dataset.answer = 'compiling';
+    var st = $('state');
+    st.textContent = 'compiling'; st.className = 'state compiling';
+    // the server's eta_s is the time left (the median compile so far, less what this one has run)
+    var p = d.progress || {}, left = p.eta_s === null || p.eta_s === undefined ? NaN : Number(p.eta_s);
+    var el = Number(p.elapsed_s) || 0;
+    var text = !isFinite(left) ? 'compiling (the first compile: no estimate yet; ' + Math.round(el) + ' s so far)' :
+      'compiling (about ' + Math.max(1, Math.round(left)) + ' s)' + (p.queued_before ? ', ' + p.queued_before + ' ahead in the queue' : '');
+    var frac = isFinite(left) ? Math.min(0.97, el / Math.max(el + left, 0.001)) : Math.min(0.9, el / (el + 10));
+    var old = $('compiling');
+    if (!old) {
+      $('status-lines').innerHTML = '<div class="progress" id="compiling"><span></span><div class="track"><div></div></div></div>';
+      old = $('compiling');
+    }
+    old.querySelector('span').textContent = text + (S.shown ? ' — the answer below is the previous point\'s' : '');
+    old.querySelector('.track div').style.width = (100 * frac).toFixed(1) + '%';
+    $('command').textContent = d.command || $('command').textContent;
+    ['json', 'html', 'png'].forEach(function (f) { $('save-' + f).classList.add('disabled'); });
+  }
+  function failed(d) {
+    $('answer').classList.add('stale');
+    $('answer').dataset.answer = 'error';
+    var st = $('state');
+    st.textContent = 'error'; st.className = 'state error';
+    $('status-lines').innerHTML = '<div class="errline" id="error">' + esc(d.error || 'the compile failed') + '</div>';
+    $('command').textContent = d.command || $('command').textContent;
+    ['json', 'html', 'png'].forEach(function (f) { $('save-' + f).classList.add('disabled'); });
+  }
+  function refused(msg) {
+    S.history.push({key: null, answer: 'refused', at: Date.now()});
+    $('answer').classList.add('stale');
+    $('answer').dataset.answer = 'refused';
+    var st = $('state');
+    st.textContent = 'not a valid point'; st.className = 'state error';
+    $('status-lines').innerHTML = '<div class="errline" id="error">' + esc(msg) + '</div>';
+    showControlError(S.changed, msg);
+  }
+
+  // ----------------------------------------------------------------------------------------- points
+  function loadPoints() {
+    getJSON('/api/points').then(function (res) {
+      if (res.ok && Array.isArray(res.data)) { S.points = res.data; drawPoints(); }
+    }).catch(function () {});
+  }
+  function drawPoints() {
+    var strip = $('strip');
+    var pts = S.points;
+    if (!pts.length) { strip.innerHTML = '<span class="empty">none yet</span>'; return; }
+    var top = Math.max.apply(null, pts.map(function (p) { return p.peak || 0; })) || 1;
+    strip.innerHTML = pts.map(function (p) {
+      var words = describe(p.query || {}, S.start), label = words.length ? words.join(', ') : 'the starting point';
+      var pinned = S.pins.indexOf(p.key) >= 0;
+      var v = p.verdict || 'none';
+      var meta = p.answer === 'compiling' ? 'compiling…' : p.answer === 'error' ? 'error: ' + (p.error || '') :
+        (p.answer === 'predicted' ? 'predicted · ' : '') +
+        (p.step_time ? fmtSeconds(p.step_time) + ' / step' : '') +
+        (p.tokens_per_s ? ' · ' + fmtRate(p.tokens_per_s) + ' tok/s' : '');
+      return '<div class="pt' + (pinned ? ' pinned' : '') + ' a-' + esc(p.answer) + '" data-key="' + esc(p.key) + '" title="' + esc(label) + '">' +
+        '<button class="pin" title="pin to compare (two at a time)" aria-label="pin">' + (pinned ? '◆' : '◇') + '</button>' +
+        '<div class="lab">' + esc(label) + '</div>' +
+        '<div class="pk"><span class="dot ' + esc(v) + '"></span>' + (p.peak === null || p.peak === undefined ? '…' : esc(fmtBytes(p.peak))) + '</div>' +
+        '<div class="mini"><div style="width:' + (100 * (p.peak || 0) / top).toFixed(1) + '%;background:' +
+        (v === 'does_not_fit' ? 'var(--bad)' : v === 'tight' ? 'var(--warn)' : 'var(--accent)') + '"></div></div>' +
+        '<div class="meta">' + esc(meta) + '</div></div>';
+    }).join('');
+    strip.querySelectorAll('.pt').forEach(function (el) {
+      var p = pts.find(function (x) { return x.key === el.dataset.key; });
+      el.addEventListener('click', function (ev) {
+        if (ev.target.classList.contains('pin')) { pin(p.key); ev.stopPropagation(); return; }
+        goTo(p.query);
+      });
+    });
+    markCurrent();
+  }
+  function markCurrent() {
+    var key = S.shown && S.shown.key;
+    document.querySelectorAll('#strip .pt').forEach(function (el) {
+      el.classList.toggle('current', el.dataset.key === key);
+    });
+  }
+  function pin(key) {
+    var i = S.pins.indexOf(key);
+    if (i >= 0) S.pins.splice(i, 1);
+    else { S.pins.push(key); if (S.pins.length > 2) S.pins.shift(); }
+    drawPoints();
+    drawCompare();
+  }
+  function drawCompare() {
+    var box = $('compare');
+    if (S.pins.length < 2) {
+      box.innerHTML = S.pins.length ? '<p class="note">Pin one more point to compare the two side by side.</p>' : '';
+      return;
+    }
+    var ps = S.pins.map(function (k) { return S.points.find(function (p) { return p.key === k; }); });
+    if (!ps[0] || !ps[1]) { box.innerHTML = ''; return; }
+    Promise.all(ps.map(function (p) { return getJSON('/api/answer?' + qs(p.query)); })).then(function (res) {
+      var a = res[0].data.report, b = res[1].data.report;
+      if (!a || !b) { box.innerHTML = '<p class="note">Both points need their exact answer to compare.</p>'; return; }
+      var la = describe(ps[0].query, S.start).join(', ') || 'the starting point';
+      var lb = describe(ps[1].query, S.start).join(', ') || 'the starting point';
+      var rows = [];
+      function row(name, x, y, fmt, delta) {
+        var dv = delta === false ? '' : (y - x === 0 ? '=' : (y > x ? '+' : '−') + fmt(Math.abs(y - x)));
+        rows.push('<tr><td>' + esc(name) + '</td><td class="num">' + esc(fmt(x)) + '</td><td class="num">' + esc(fmt(y)) +
+          '</td><td class="num delta">' + esc(dv) + '</td></tr>');
+      }
+      describe(ps[1].query, ps[0].query).forEach(function (w) { rows.push('<tr><td colspan="4" class="note">B: ' + esc(w) + '</td></tr>'); });
+      row('per-device peak', a.per_device_peak_bytes, b.per_device_peak_bytes, fmtBytes);
+      BREAKDOWN_ORDER.forEach(function (k) {
+        var x = (a.breakdown || {})[k], y = (b.breakdown || {})[k];
+        if (x || y) row('  ' + k, x || 0, y || 0, fmtBytes);
+      });
+      rows.push('<tr><td>verdict</td><td class="num">' + esc((VERDICT[verdictOf(a)] || ['-'])[0]) + '</td><td class="num">' +
+        esc((VERDICT[verdictOf(b)] || ['-'])[0]) + '</td><td></td></tr>');
+      var sa = (a.step_time || {}).estimate_s, sb = (b.step_time || {}).estimate_s;
+      if (sa && sb) row('step time (estimate)', sa, sb, fmtSeconds);
+      box.innerHTML = '<table><thead><tr><th></th><th class="num">A: ' + esc(la) + '</th><th class="num">B: ' + esc(lb) +
+        '</th><th class="num">B − A</th></tr></thead><tbody>' + rows.join('') + '</tbody></table>';
+    }).catch(function () {});
+  }
+
+  // --------------------------------------------------------------------------------- advise and fit
+  // A candidate's command line back into a query: the page moves there when "try" is clicked.
+  function shellWords(s) {
+    var out = [], cur = '', q = null, any = false;
+    for (var i = 0; i < s.length; i++) {
+      var ch = s[i];
+      if (q) { if (ch === q) q = null; else cur += ch; continue; }
+      if (ch === "'" || ch === '"') { q = ch; any = true; continue; }
+      if (ch === ' ') { if (cur || any) out.push(cur); cur = ''; any = false; continue; }
+      cur += ch;
+    }
+    if (cur || any) out.push(cur);
+    return out;
+  }
+  function queryOf(command) {
+    var w = shellWords(command), q = {};
+    Object.keys(S.query).forEach(function (k) { q[k] = S.query[k]; });
+    for (var i = 3; i < w.length; i++) {
+      if (w[i].indexOf('--') !== 0) continue;
+      var name = w[i].slice(2), c = controlNamed(name);
+      if (name === 'no-explain' || name === 'json') continue;
+      if (name === 'arg') { var kv = w[++i].split('='); q['arg.' + kv[0]] = kv.slice(1).join('='); continue; }
+      var next = w[i + 1];
+      if ((c && c.kind === 'flag') || next === undefined || next.indexOf('--') === 0) { q[name] = '1'; continue; }
+      q[name] = next; i++;
+    }
+    return q;
+  }
+  // /api/advise and /api/fit run in the background on the server: {status: running | done | error, advice | fit}
+  function background(route, q, box, draw, pollName) {
+    clearTimeout(S[pollName]);
+    (function poll() {
+      getJSON('/api/' + route + '?' + qs(q)).then(function (res) {
+        var d = res.data;
+        if (!res.ok || d.status === 'error' || d.answer === 'error') {
+          box.innerHTML = '<div class="errline">' + esc(d.error || 'failed') + '</div>';
+          return;
+        }
+        if (d.status === 'running' || d.answer === 'compiling') { S[pollName] = setTimeout(poll, 1500); return; }
+        draw(d);
+      }).catch(function () { S[pollName] = setTimeout(poll, 3000); });
+    })();
+  }
+  function runAdvise() {
+    $('advise-card').hidden = false;
+    $('advise').innerHTML = '<p class="progress">running jaxmem advise: it compiles each candidate change…</p>';
+    background('advise', Object.assign({}, S.query), $('advise'), function (d) { drawAdvise(d.advice || d); }, 'advisePoll');
+  }
+  function drawAdvise(d) {
+    var cs = (d.candidates || []).filter(function (c) { return c.status === 'ok' || c.per_device_peak_bytes; });
+    if (!cs.length) { $('advise').innerHTML = '<p class="note">No change advise tries fits.</p>'; return; }
+    var rows = cs.slice(0, 15).map(function (c, i) {
+      var v = c.verdict || (c.fits ? 'fits' : 'does_not_fit');
+      return '<tr><td class="num">' + (i + 1) + '</td><td>' + esc(c.label) + '</td><td class="num"><span class="dot ' + esc(v) + '"></span>' +
+        esc(fmtBytes(c.per_device_peak_bytes)) + '</td><td class="num">' +
+        (c.relative_step_time ? '×' + pyFixed(c.relative_step_time, 2) : '-') + '</td>' +
+        '<td><button class="btn go" data-i="' + i + '" title="' + esc(c.command) + '">try</button></td></tr>';
+    }).join('');
+    var orig = d.original || {};
+    $('advise').innerHTML = '<p class="note">' + (d.fits_as_given ? 'It fits as given; these are faster or roomier.' :
+      'As given it does not fit; these do, fastest first.') + ' Step time relative to the point as given (' +
+      esc(fmtSeconds(orig.step_time_estimate_s)) + ').</p><table><thead><tr><th class="num">#</th><th>change</th>' +
+      '<th class="num">peak</th><th class="num">step</th><th></th></tr></thead><tbody>' + rows + '</tbody></table>';
+    $('advise').querySelectorAll('button.go').forEach(function (b) {
+      b.addEventListener('click', function () { goTo(queryOf(cs[Number(b.dataset.i)].command)); });
+    });
+  }
+  function runFit() {
+    $('fit-card').hidden = false;
+    $('fit').innerHTML = '<p class="progress">searching: a few compiles fit memory\'s curve, then the boundary is proved…</p>';
+    background('fit', Object.assign({}, S.query), $('fit'), function (d) {
+      var f = d.fit || d, b = f.max_batch !== undefined ? f.max_batch : f.batch;
+      if (b === null || b === undefined) {
+        $('fit').innerHTML = '<p>' + esc(f.error || 'No batch fits on this card and mesh.') + '</p>';
+        return;
+      }
+      var margin = f.margin !== undefined && f.margin !== null ? ' keeping ' + pyFixed(100 * f.margin, 0) + '% of usable memory free' : '';
+      $('fit').innerHTML = '<p>The largest global batch that fits' + esc(margin) + ': <b id="fit-batch" style="font-size:20px">' +
+        esc(b) + '</b>' + (f.capped ? ' <span class="note">(the search\'s cap: larger may fit too)</span>' : '') +
+        '<br><span class="note">proved: it fits, and the next step up does not.</span></p>' +
+        '<button class="btn primary" id="fit-go">go to batch ' + esc(b) + '</button>';
+      $('fit-go').addEventListener('click', function () { move('batch', String(b), 0); });
+    }, 'fitPoll');
+  }
+
+  // ------------------------------------------------------------------------------------------ start
+  function copyCommand() {
+    var text = $('command').textContent;
+    function done() { toast('copied: ' + (text.length > 60 ? text.slice(0, 57) + '…' : text)); }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, fallback);
+    } else fallback();
+    function fallback() {
+      var ta = document.createElement('textarea');
+      ta.value = text; document.body.appendChild(ta); ta.select();
+      try { document.execCommand('copy'); done(); } catch (e) { toast('select the command and copy it'); }
+      document.body.removeChild(ta);
+    }
+  }
+  function boot() {
+    var fromHash = Object.fromEntries(new URLSearchParams(location.hash.replace(/^#/, '')));
+    getJSON('/api/controls').then(function (res) {
+      if (!res.ok) { $('controls').innerHTML = '<div class="errline">' + esc(res.data.error) + '</div>'; return; }
+      S.start = Object.assign({}, res.data.start || {});
+      S.query = Object.assign({}, S.start, fromHash);
+      S.info = normalize(res.data);
+      var name = res.data.model || '';
+      $('model').textContent = name.split('/').pop() || name;
+      $('source').textContent = name + ' — per-device memory of one training step, compiled for each point';
+      document.title = 'jaxmem · explore · ' + (name.split('/').pop() || name);
+      renderControls();
+      ask();
+      loadPoints();
+      setInterval(loadPoints, 2500);
+    }).catch(function () { setTimeout(boot, 1500); });
+  }
+  $('copy').addEventListener('click', copyCommand);
+  $('advise-btn').addEventListener('click', runAdvise);
+  $('fit-btn').addEventListener('click', runFit);
+  boot();
+})();
