@@ -16,6 +16,7 @@ import re
 import stat
 from typing import Any
 
+from jaxmem import files
 from jaxmem.compiler.targets import host_count, resolve_gpu_name
 from jaxmem.errors import UserError, did_you_mean
 from jaxmem.program import layouts, sizes
@@ -34,6 +35,9 @@ def model_file(path: str | os.PathLike) -> None:
     try:
         st = os.stat(text)
     except FileNotFoundError:
+        if os.path.islink(text):   # not "did you mean" the very same name
+            raise UserError(f"{text} is a symbolic link to {os.readlink(text)}, which does not exist; fix the link, "
+                            "or give the model file itself") from None
         raise UserError(f"model file not found: {text}{_closest_sibling(text)}") from None
     except NotADirectoryError:
         raise UserError(f"model file not found: {text} (a part of the path is a file, not a folder)") from None
@@ -42,9 +46,16 @@ def model_file(path: str | os.PathLike) -> None:
     except OSError as e:   # a name too long, a loop of links: the file cannot be reached
         raise UserError(f"cannot read the model file {text}: {e.strerror or e}") from None
     if stat.S_ISDIR(st.st_mode):
+        config = os.path.join(text, "config.json")
+        kind = files.special_kind(config) if os.path.lexists(config) else None
+        if kind is not None:   # the folder is fine; what it holds is not (a link to /dev/zero)
+            raise UserError(f"the folder {text} holds config.json, which is not a regular file ({kind}); give a "
+                            "folder whose config.json is the model's Hugging Face config")
         return
     if not stat.S_ISREG(st.st_mode):   # a FIFO would block the import; a device is no model
-        raise UserError(f"{text} is not a regular file; give the model file (a .py defining workload()).")
+        kind = files.special_kind(text)
+        raise UserError(f"{text} is not a regular file{f' ({kind})' if kind else ''}; give the model file (a .py "
+                        "defining workload()).")
     try:
         with open(text, "rb") as f:
             f.read(1)

@@ -163,6 +163,23 @@ def test_an_existing_folder_or_json_is_left_to_the_loader(tmp_path):
         precheck.model_file(tmp_path / "nope.json")
 
 
+def test_a_path_message_says_what_the_path_is(tmp_path):
+    # issue 47: a dangling link was answered "did you mean" the same path; a folder whose config.json links to
+    # /dev/zero was called a directory
+    (tmp_path / "llama.py").symlink_to(tmp_path / "gone" / "llama.py")
+    with pytest.raises(UserError) as e:
+        precheck.model_file(tmp_path / "llama.py")
+    assert str(e.value) == (f"{tmp_path / 'llama.py'} is a symbolic link to {tmp_path / 'gone' / 'llama.py'}, which "
+                            "does not exist; fix the link, or give the model file itself")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(UserError, match=r"^the folder .*folder holds config.json, which is not a regular file "
+                                        r"\(a link into /dev\); give a folder whose config.json is"):
+        precheck.model_file(tmp_path / "folder")
+    with pytest.raises(UserError, match=r"^/dev/null is not a regular file \(a device\); give the model file"):
+        precheck.model_file("/dev/null")
+
+
 def test_no_suggestion_when_nothing_is_close():
     with pytest.raises(UserError) as e:
         precheck.gpu("zzzzzz")
