@@ -9,6 +9,7 @@ cannot be forged or lost" issue asks for. Exit status 1 when any probe breaks it
     python benchmarks/probes.py                 # all probes (a few minutes on 2 busy cores)
     python benchmarks/probes.py -k SIGTERM      # the probes whose name contains SIGTERM
     python benchmarks/probes.py --round3        # only issue 35's classes (tests/test_hostile.py, test_precheck.py)
+    python benchmarks/probes.py --round4        # only issue 47's probes (tests/probe_round4.py): probes-round4.md
 
 Issue 35's classes ("trust, round three") are pytest tests, not Probe rows: they run here through
 pytest (each test id a row, its class from the words of its name: ROUND3_CLASSES), and their table
@@ -36,6 +37,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "probes.md"))
     ap.add_argument("--round2", action="store_true", help="only the probes of tests/probe_round2.py (issue 25)")
     ap.add_argument("--round3", action="store_true", help="only issue 35's classes (pytest: ROUND3_FILES)")
+    ap.add_argument("--round4", action="store_true", help="only the probes of tests/probe_round4.py (issue 47)")
     ap.add_argument("--no-load", action="store_true", help="without the second probe process running meanwhile")
     ap.add_argument("--as-load", action="store_true", help=argparse.SUPPRESS)   # the second process itself
     a = ap.parse_args()
@@ -52,6 +54,10 @@ def main() -> int:
         import probe_round2
 
         probes = [p for p in probes if p in probe_round2.ROUND2]
+    if a.round4:
+        import probe_round4
+
+        probes = [p for p in probes if p in probe_round4.ROUND4]
     # the load the flaky test met: a second probe process runs the whole time (issue 25)
     load = None if a.no_load else subprocess.Popen([sys.executable, __file__, "--as-load"], stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL, start_new_session=True)
@@ -88,7 +94,11 @@ def main() -> int:
     counts = _counts(rows)
     for k, v in counts.items():
         print(f"{k}: {v}")
-    if a.k is None:
+    if a.k is None and a.round4:
+        out4 = a.out if a.out != ap.get_default("out") else str(ROOT / "benchmarks" / "results" / "probes-round4.md")
+        pathlib.Path(out4).write_text("\n".join(_round4_lines(rows, load_runs if load is not None else None)) + "\n")
+        print(f"wrote {out4}")
+    elif a.k is None:
         if a.round2 and a.out == ap.get_default("out"):
             a.out = str(ROOT / "benchmarks" / "results" / "probes-round2.md")
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
@@ -136,10 +146,7 @@ def main() -> int:
             "| probe | class | exit (must) | traceback | left in TMPDIR | alive after (3 s x load) | s | kept | message |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for p, out, ok, msg in rows:
-            lines.append(f"| {p.id} | {p.cls or 'input'} | {out.exit} ({p.exit}) | {'yes' if out.traceback else 'no'} | "
-                         f"{len(out.leftovers)} | {len(out.alive)} | {out.seconds:.1f} | "
-                         f"{'yes' if ok else 'NO: ' + '; '.join(out.problems).replace('|', '/')} | {msg} |")
+        lines += [_row(p, out, ok, msg) for p, out, ok, msg in rows]
         if not a.round2:   # issue 35's classes, run through pytest
             round3, broken3 = _round3()
             lines += ["", *round3]
@@ -147,6 +154,41 @@ def main() -> int:
         pathlib.Path(a.out).write_text("\n".join(lines) + "\n")
         print(f"wrote {a.out}")
     return 1 if broken else 0
+
+
+def _row(p, out, ok, msg) -> str:
+    return (f"| {p.id} | {p.cls or 'input'} | {out.exit} ({p.exit}) | {'yes' if out.traceback else 'no'} | "
+            f"{len(out.leftovers)} | {len(out.alive)} | {out.seconds:.1f} | "
+            f"{'yes' if ok else 'NO: ' + '; '.join(out.problems).replace('|', '/')} | {msg} |")
+
+
+def _round4_lines(rows, load_runs) -> list[str]:
+    """Issue 47's probes alone (--round4): what its "Numbers it must reach" count, the classes, the rows."""
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    kept = sum(ok for _, _, ok, _ in rows)
+    counts = {
+        "exit 1 (jaxmem bug) for user or environment input": sum(o.exit == 1 for _, o, _, _ in rows),
+        "tracebacks": sum(o.traceback for _, o, _, _ in rows),
+        "runs past 30 s that compile nothing": sum(o.seconds > 30 and not p.compiles for p, o, _, _ in rows),
+        "runs over 2 GiB of jaxmem's own memory (where measured)": sum(
+            o.rss_mib is not None and o.rss_mib >= 2048 for _, o, _, _ in rows),
+    }
+    return [
+        "# Hostile-input probes, trust round four (issue 47)", "",
+        f"`python benchmarks/probes.py --round4` on {datetime.date.today()}, commit {rev.strip()}, "
+        f"{platform.machine()} with {platform.python_version()}: every probe of `tests/probe_round4.py` run as "
+        "`python -m jaxmem.cli ...` (or a caller's script of the API) in a fresh process with its own TMPDIR"
+        + (f", while a second probe process ran the fast probes of round two ({load_runs} runs of its own)."
+           if load_runs is not None else "."), "",
+        (f"**{kept}/{len(rows)} kept their promise.** Each class is also a test of the module that keeps it "
+         "(tests/probe_round4.py's docstring names them)."), "",
+        "| class | probes | kept |", "|---|---|---|",
+        *[f"| {c} | {n} | {k} |" for c, (n, k) in _by_class(rows).items()],
+        "", *[f"- {k}: **{v}**" for k, v in counts.items()], "",
+        "| probe | class | exit (must) | traceback | left in TMPDIR | alive after (3 s x load) | s | kept | message |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *[_row(p, out, ok, msg) for p, out, ok, msg in rows],
+    ]
 
 
 # Issue 35 ("trust, round three"): its classes are pytest tests of these files (those present).

@@ -704,3 +704,9 @@ PROBES += TRUST_PROBES
 from probe_round2 import ROUND2  # noqa: E402
 
 PROBES += ROUND2
+
+# "Trust, round four" (issue 47): hostile config.json values, another step than asked, cloud hosts, the
+# environment and outputs, batches past XLA's shapes, the API's types (tests/probe_round4.py; the benchmark's).
+from probe_round4 import ROUND4  # noqa: E402
+
+PROBES += ROUND4
