@@ -19,14 +19,14 @@ the gradients' collectives do not, which an affine fit (quadratic in the sequenc
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from jaxmem.plan import saved_rows
 from jaxmem.plan.search import curve
 from jaxmem.program.options import AnalyzeOptions
-from jaxmem.report import Report, verdict_of
+from jaxmem.report import Options, Report, verdict_of
 
 KINDS = {"batch": 1, "seq": 2}   # the kind of move -> the degree of memory's curve in it
 _STEP_KEYS = ("estimate_s", "low_s", "high_s")
@@ -61,7 +61,7 @@ def _without(opts: AnalyzeOptions, kind: str, arg: str | None) -> AnalyzeOptions
 def _x(opts: AnalyzeOptions, kind: str, arg: str | None) -> int | None:
     if kind == "batch":
         return opts.batch
-    v = dict(opts.model_args).get(arg)
+    v = dict(opts.model_args).get(arg or "")
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -90,7 +90,7 @@ def predict(opts: AnalyzeOptions, known: list[Known], seq_arg: str | None) -> di
         if x is None:
             continue
         base = _without(opts, kind, seq_arg)
-        at = {}
+        at: dict[int, Known] = {}
         for k in known:
             v = batch_of(k) if kind == "batch" else seq_of(k, seq_arg or "")
             if v is not None and v != x and _without(k.opts, kind, seq_arg) == base:
@@ -117,15 +117,15 @@ def _report(opts: AnalyzeOptions, kind: str, arg: str | None, x: int, used: list
     breakdown = {key: max(0, round(_fit(xs, [k.report.breakdown.get(key, 0) for k in used], degree, x)))
                  for key in keys}
     peak = sum(breakdown.values())
-    options = dict(nearest.options)
+    options: dict[str, Any] = dict(nearest.options)
     if kind == "batch":
         options["batch"] = x
     else:
         options[f"arg:{arg}"] = x
     judged = saved_rows.rejudged(dataclasses.replace(nearest, per_device_peak_bytes=peak, breakdown=breakdown,
-                                                     options=options), "the prediction")
+                                                     options=cast("Options", options)), "the prediction")
     step = dict(nearest.step_time)
-    times = [k.report.step_time for k in used]
+    times: list[dict[str, Any]] = [dict(k.report.step_time) for k in used]
     if all(t.get("available") and all(isinstance(t.get(s), (int, float)) for s in _STEP_KEYS) for t in times):
         fitted = {s: max(0.0, _fit(xs, [float(t[s]) for t in times], degree, x)) for s in _STEP_KEYS}
         step = {"label": nearest.step_time.get("label", ""), "available": True, **fitted,

@@ -175,7 +175,8 @@ class Search:
         if len(pts) < 2 or not self.budgets:
             return None
         budget = min(self.budgets)
-        coef = curve([self.feature(self.candidates(i)) for i, _ in pts], [p for _, p in pts], self.degree)
+        coef = curve([self.feature(self.candidates(i)) for i, _ in pts], [p for _, p in pts if p is not None],
+                     self.degree)
         if coef is None:
             return None
         if float(np.polyval(coef, self.feature(self.candidates(top)))) <= float(np.polyval(
