@@ -36,12 +36,17 @@ def test_report_equals_the_golden_from_before_roles(case):
     assert fresh == _golden(jax.__version__, case[0])
 
 
-def test_the_ends_of_the_tested_range_have_goldens():
-    # .ci/run's legs (both ends of the range and the reference between): each compares against a golden, not skip
+def test_every_minor_ci_runs_has_goldens():
+    # .ci/run's legs (both ends of the range, the reference and the middle smoke between): each compares against
+    # a golden, not skip; together they cover every minor of the declared range
     ci = pathlib.Path(__file__).resolve().parent.parent / ".ci"
-    pins = [line.split("==")[1].strip() for f in ("lowest.txt", "reference.txt", "newest.txt")
+    pins = [line.split("==")[1].strip() for f in ("lowest.txt", "reference.txt", "middle.txt", "newest.txt")
             for line in (ci / f).read_text().splitlines() if line.startswith("jax==")]
-    assert len(pins) == 3 and set(pins) <= set(HELD)
+    assert len(pins) == 4 and set(pins) <= set(HELD)
+    minors = {versions.parse(p)[:2] for p in pins}
+    low, high = versions.TESTED
+    assert minors == {(0, m) for m in range(low[1], high[1] + 1)}
+    pins = [pins[0], pins[1], pins[3]]
     assert versions.parse(pins[0])[:3] == versions.TESTED[0] and versions.parse(pins[2])[:2] == versions.TESTED[1]
 
 
