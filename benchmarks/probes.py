@@ -165,6 +165,8 @@ def _row(p, out, ok, msg) -> str:
 def _round4_lines(rows, load_runs) -> list[str]:
     """Issue 47's probes alone (--round4): what its "Numbers it must reach" count, the classes, the rows."""
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
     kept = sum(ok for _, _, ok, _ in rows)
     counts = {
         "exit 1 (jaxmem bug) for user or environment input": sum(o.exit == 1 for _, o, _, _ in rows),
@@ -175,7 +177,8 @@ def _round4_lines(rows, load_runs) -> list[str]:
     }
     return [
         "# Hostile-input probes, trust round four (issue 47)", "",
-        f"`python benchmarks/probes.py --round4` on {datetime.date.today()}, commit {rev.strip()}, "
+        f"`python benchmarks/probes.py --round4` on {datetime.date.today()}, commit {rev.strip()}"
+        f"{' with uncommitted changes in ' + str(len(dirty.splitlines())) + ' files' if dirty else ''}, "
         f"{platform.machine()} with {platform.python_version()}: every probe of `tests/probe_round4.py` run as "
         "`python -m jaxmem.cli ...` (or a caller's script of the API) in a fresh process with its own TMPDIR"
         + (f", while a second probe process ran the fast probes of round two ({load_runs} runs of its own)."
