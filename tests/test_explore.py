@@ -159,6 +159,9 @@ def test_a_sequence_prediction_is_quadratic_through_three_points():
     want = base.breakdown["activations_and_temporaries"] + 7 * 768 * 768 + 1000 * 768
     assert pred["breakdown"]["activations_and_temporaries"] == want
     assert pred["prediction"]["curve"] == "quadratic"
+    # two sequence points give no prediction: a line is not the curve
+    assert predict.predict(AnalyzeOptions(mesh="data=8", gpu="h100", model_args=(("seq_len", 768),)), out[:2],
+                           "seq_len") is None
 
 
 def test_the_controls_offer_the_catalogue_and_the_seq_argument_where_the_model_takes_one():

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.errors import UserError
 from jaxmem.explore import predict, query
 from jaxmem.plan import compare, meshes, sweep
 from jaxmem.program import layouts
@@ -129,7 +130,10 @@ class Explorer:
                 return p.prediction
             known = [predict.Known(q.opts, q.report, q.query) for q in self.points.values()
                      if q.status == "exact" and q.report is not None]
-        pred = predict.predict(p.opts, known, self.seq_arg)
+        try:
+            pred = predict.predict(p.opts, known, self.seq_arg)
+        except UserError:   # a neighbour's memory settings jaxmem cannot judge again (saved_rows): no prediction
+            pred = None
         with self._lock:
             if pred is not None and p.prediction is None and p.status != "exact":
                 p.prediction = pred

@@ -81,8 +81,10 @@ def choose(x: float, xs: list[float], need: int) -> list[int]:
 
 
 def predict(opts: AnalyzeOptions, known: list[Known], seq_arg: str | None) -> dict[str, Any] | None:
-    """The predicted report of `opts` from the compiled points `known`, or None when no axis move
-    links it to two compiled points of distinct values (a batch move, else a sequence move)."""
+    """The predicted report of `opts` from the compiled points `known`, or None when no axis move links it
+    to enough compiled points of distinct values: two for a batch move, three for a sequence move (a line
+    through two sequence points is the wrong curve: README command 1's seq_len 8192 from 2048 and 4096 came
+    out 18% low in benchmarks/explore.py)."""
     for kind in KINDS:
         if kind == "seq" and not seq_arg:
             continue
@@ -95,10 +97,10 @@ def predict(opts: AnalyzeOptions, known: list[Known], seq_arg: str | None) -> di
             v = batch_of(k) if kind == "batch" else seq_of(k, seq_arg or "")
             if v is not None and v != x and _without(k.opts, kind, seq_arg) == base:
                 at.setdefault(v, k)
-        if len(at) < 2:
+        degree = KINDS[kind]
+        if len(at) < degree + 1:   # the curve needs its points: a line through two sequence points was 18% off
             continue
         values = sorted(at)
-        degree = KINDS[kind] if len(values) > KINDS[kind] else 1
         used = [at[values[i]] for i in choose(float(x), [float(v) for v in values], degree + 1)]
         return _report(opts, kind, seq_arg, x, used, degree)
     return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import http.server
 import json
 import mimetypes
@@ -158,7 +159,8 @@ class App:
         p = ex.wait(ex.ask(self._opts(params)))
         if p.report is None:
             raise _Reply(409, {"error": p.error or "the point has no exact answer yet", "key": p.key})
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"jaxmem-{p.report.model}-{abs(hash(p.key)) % 10**8:08d}")
+        digest = hashlib.sha256(p.key.encode()).hexdigest()[:8]   # the point's, the same in every run
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"jaxmem-{p.report.model}-{digest}")
         if fmt == "json":   # byte for byte what `jaxmem analyze --json` prints
             return (json.dumps(p.report.to_json(), indent=2) + "\n").encode(), "application/json", f"{stem}.json"
         if fmt == "html":
