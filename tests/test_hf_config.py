@@ -100,14 +100,20 @@ def test_parameters_carry_maxtexts_logical_axes_so_layouts_split_heads_mlp_exper
     assert moe["layers/attn/q_norm/scale"] == ("layers", "head_dim")
 
 
+def _windows(family: str, **changes) -> tuple:
+    arch = hf.config.parse({**json.loads((FIX / family / "config.json").read_text()), **changes}, pathlib.Path("x"))
+    return tuple(arch.windows.at(i) for i in range(arch.n_layers))
+
+
 def test_sliding_windows_are_read_per_layer_as_each_family_does():
-    gemma2 = hf.load_arch(FIX / "gemma2" / "config.json")
-    assert gemma2.windows == (16, None)                  # even layers local, odd global
-    gemma3 = hf.load_arch(FIX / "gemma3" / "config.json")
-    assert gemma3.windows == (16, 16, 16)                # pattern 6: the sixth layer is global
-    assert hf.load_arch(FIX / "mistral" / "config.json").windows == (16, 16)
-    assert hf.load_arch(FIX / "qwen2" / "config.json").windows == (None, None)   # use_sliding_window false
-    assert hf.load_arch(FIX / "mixtral" / "config.json").windows == (None, None)
+    assert _windows("gemma2") == (16, None)                  # even layers local, odd global
+    assert _windows("gemma3") == (16, 16, 16)                # pattern 6: the sixth layer is global
+    assert _windows("gemma3", num_hidden_layers=7, sliding_window_pattern=3) == (16, 16, None, 16, 16, None, 16)
+    assert _windows("mistral") == (16, 16)
+    assert _windows("qwen2") == (None, None)                 # use_sliding_window false
+    assert _windows("qwen2", use_sliding_window=True, max_window_layers=1) == (None, 512)
+    assert _windows("mixtral") == (None, None)
+    assert _windows("gemma2", layer_types=["full_attention", "sliding_attention"]) == (None, 16)
 
 
 def test_a_multimodal_gemma3_config_builds_its_text_model():

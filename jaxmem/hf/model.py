@@ -17,7 +17,10 @@ models/llama.py. Fused HF kernels (Phi-3's qkv_proj and gate_up_proj, GPT-2's c_
 their parts: the same parameters, split by heads as the unfused families are.
 
 Per-layer differences that keep the parameters' shapes (Gemma's alternating sliding windows) are
-a scanned per-layer input, so one layer program serves every layer, as MaxText compiles them.
+a scanned per-layer input, so one layer program serves every layer, as MaxText compiles them; the
+input is computed in the program from the layer index (an iota), never listed per layer in Python
+or as a constant (a config may name 2^31 - 1 layers). A window at least as wide as the sequence
+masks nothing: those layers are built as global attention (jaxmem.hf.config.Windows.mode).
 
 MoE layers are models/moe.py's formulation (MaxText's capacity path, GShard priority): a router,
 top-k dispatch with ``capacity_factor`` (``--arg capacity_factor=``, default 1.25), experts stacked
@@ -36,11 +39,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 import jaxmem
 from jaxmem.errors import UserError
-from jaxmem.hf.config import Arch
+from jaxmem.hf.config import Arch, Windows
 
 _INIT = nn.initializers.normal(stddev=0.02)
 NUMERICS = {"default": None, "maxtext": jnp.bfloat16}
@@ -137,7 +141,8 @@ class Attention(nn.Module):
     train: bool = True   # dropout draws masks only in training (cuDNN attention takes no dropout)
 
     @nn.compact
-    def __call__(self, x, cos, sin, window):  # x: (B, T, E); window: this layer's sliding window (0: global)
+    def __call__(self, x, cos, sin, window):  # x: (B, T, E); window: this layer's sliding window (0: global),
+        # scanned where the layers differ (Windows.mode "mixed"), else None
         a, dt = self.arch, NUMERICS[self.opts.numerics]
         B, T, E = x.shape
         H, K, D = a.n_heads, a.n_kv_heads, a.head_dim
@@ -152,16 +157,18 @@ class Attention(nn.Module):
         q = _constrain(q, "batch", "length", "heads", None)
         if a.positions == "rope":
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        windowed = any(w is not None for w in a.windows)
+        mode = a.windows.mode(a.n_layers, T)
+        if mode == "uniform":
+            window = a.windows.size
         if self.opts.attention == "cudnn":
-            out = self._cudnn(q, k, v, window, windowed)
+            out = self._cudnn(q, k, v, window, mode)
         else:
             qg = q.reshape(B, T, K, H // K, D)  # query heads grouped by the K/V head they share
             scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) / math.sqrt(D)
             if a.attn_softcap:
                 scores = a.attn_softcap * jnp.tanh(scores / a.attn_softcap)
             mask = jnp.tril(jnp.ones((T, T), dtype=bool))   # causal, as models/llama.py
-            if windowed:
+            if mode != "global":
                 i, j = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
                 mask = mask & ((window == 0) | (i - j < window))
             # an additive bias, as models/llama.py: a jnp.where on the scores would keep its full-shape mask
@@ -175,7 +182,7 @@ class Attention(nn.Module):
         out = Proj((H, D, E), "bthd,hde->bte", ("heads", "head_dim", "embed"), o_bias, dt, name="o_proj")(out)
         return checkpoint_name(out, "out_proj")
 
-    def _cudnn(self, q, k, v, window, windowed):
+    def _cudnn(self, q, k, v, window, mode):
         if q.dtype not in (jnp.bfloat16, jnp.float16):
             if not self.is_initializing():
                 raise UserError(
@@ -188,11 +195,10 @@ class Attention(nn.Module):
             return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn",
                                                 local_window_size=None if size is None else (size - 1, 0))
 
-        sizes = sorted(set(self.arch.windows), key=lambda w: (w is None, w or 0))
-        if not windowed or len(sizes) == 1:
-            return attend(sizes[0] if sizes else None)
+        local = self.arch.windows.size
+        if mode != "mixed":
+            return attend(local if mode == "uniform" else None)
         # local and global layers in one scanned program: both kernels compiled, one runs per layer
-        local = next(w for w in sizes if w is not None)
         return jax.lax.cond(window == 0, lambda: attend(None), lambda: attend(local))
 
 
@@ -297,6 +303,18 @@ class DecoderLayer(nn.Module):
         return _constrain(x + h, "batch", "length", "embed"), aux
 
 
+def _layer_windows(w: Windows, n_layers: int):
+    """int32[n_layers]: each layer's window, 0 for a global layer, computed in the program from the
+    layer index (a config's periodic rule); from the config's own per-layer list when it gave one."""
+    if len(w.global_at) > 2:   # layer_types: as long as the list the config holds
+        return jnp.asarray(np.array([w.at(i) or 0 for i in range(n_layers)], np.int32))
+    i = jax.lax.iota(jnp.int32, n_layers)
+    local = i >= w.first
+    for g in w.global_at:
+        local = local & (i % w.period != g)
+    return jnp.where(local, jnp.int32(w.size), jnp.int32(0))
+
+
 class Decoder(nn.Module):
     arch: Arch
     opts: Opts
@@ -319,7 +337,7 @@ class Decoder(nn.Module):
         if a.embd_dropout:
             x = nn.Dropout(a.embd_dropout)(x, deterministic=not train)
         x = _constrain(x, "batch", "length", "embed")
-        windowed = any(w is not None for w in a.windows)
+        windowed = a.windows.mode(a.n_layers, T) == "mixed"
         layer = DecoderLayer
         if self.opts.remat != "none":
             save = [n for n in self.opts.remat_save.split(",") if n]
@@ -334,7 +352,7 @@ class Decoder(nn.Module):
             length=a.n_layers,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
-        windows = jnp.asarray([w or 0 for w in a.windows], jnp.int32) if windowed else None
+        windows = _layer_windows(a.windows, a.n_layers) if windowed else None
         x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
         x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
         if a.tie_embeddings:
