@@ -7,8 +7,9 @@ activations grow with it, the state does not) and close to quadratic in the sequ
 represents) -- the curves the fit searches already fit (jaxmem.plan.search.curve: the same function
 here). So each breakdown part is fitted on its own and the peak is their sum (a least-squares fit is
 linear in the values, so this equals fitting the peak). The points used are the nearest on each
-side of the value asked (interpolation where the compiled points bracket it, else the nearest ones),
-as many as the curve needs: two for a line, three for a quadratic.
+side of the value asked where the compiled points bracket it (interpolation), else the nearest and the
+farthest (a wide baseline, as the fit searches extrapolate), as many as the curve needs: two for a line,
+three for a quadratic.
 
 The verdict is the analysis' own (jaxmem.plan.saved_rows.rejudged: runtime.judge against the card's
 usable bytes at the neighbour's memory settings, the runtime's estimated terms at both ends). The step
@@ -66,18 +67,21 @@ def _x(opts: AnalyzeOptions, kind: str, arg: str | None) -> int | None:
 
 
 def choose(x: float, xs: list[float], need: int) -> list[int]:
-    """The indices of the `need` points to fit at `x`: the nearest on each side first (interpolation),
-    then the nearest remaining ones."""
+    """The indices of the `need` points to fit at `x`. Between compiled points: the nearest on each side
+    (then the next nearest). Beyond them: the nearest and the farthest, a wide baseline as the fit searches
+    extrapolate (jaxmem.plan.search: adjacent points differ by XLA's jitter as much as by the batch), and for
+    a quadratic the one between them."""
     order = sorted(range(len(xs)), key=lambda i: (abs(xs[i] - x), xs[i]))
     below = [i for i in order if xs[i] < x]
     above = [i for i in order if xs[i] > x]
-    picked = [lst[0] for lst in (below, above) if lst]
-    for i in order:
-        if len(picked) >= need:
-            break
-        if i not in picked:
-            picked.append(i)
-    return picked[:need]
+    if below and above:
+        picked = [below[0], above[0]]
+        picked += [i for i in order if i not in picked][:max(0, need - 2)]
+        return picked[:need]
+    side = below or above    # nearest first
+    if need <= 2 or len(side) <= 2:
+        return (side[:1] + side[-1:] if need == 2 and len(side) > 1 else side[:need])
+    return [side[0], side[len(side) // 2], side[-1]]
 
 
 def predict(opts: AnalyzeOptions, known: list[Known], seq_arg: str | None) -> dict[str, Any] | None:
