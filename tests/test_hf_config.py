@@ -157,8 +157,9 @@ def test_analyze_a_config_folder_names_its_model_type_and_parameter_count():
     r = _run("analyze", FIX / "qwen3_moe", "--gpu", "h100", "--mesh", "data=2", *SMALL, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    expected = hand_count(json.loads((FIX / "qwen3_moe" / "config.json").read_text()))
-    assert d["hf_config"] == {"model_type": "qwen3_moe", "parameters": expected,
+    config = json.loads((FIX / "qwen3_moe" / "config.json").read_text())
+    expected = hand_count(config)
+    assert d["hf_config"] == {"model_type": "qwen3_moe", "parameters": expected, "vocab_size": config["vocab_size"],
                               "path": str(FIX / "qwen3_moe" / "config.json")}
     assert d["param_count"] == expected
     assert d["options"]["batch"] == 2 and d["sequence_length"] == 32

@@ -2,8 +2,9 @@
 
 jaxmem.hf.config reads the config (no network, no weights), jaxmem.hf.model is the Flax decoder it
 names, and :func:`workload_function` is the ``workload()`` a model file would define: it takes
-the same ``--arg``s (``batch_size``, ``seq_len``, ``attention``, ``numerics``, ``remat_save``, and the
-MoE's ``capacity_factor``, ``group_size``, ``aux_loss_coef``) and ``remat``, so every option of
+the same ``--arg``s (``batch_size``, ``seq_len``, ``attention`` (auto, xla, cudnn), ``numerics``,
+``remat_save``, ``vocab_tiles`` (the loss in that many tiles of the sequence), and the MoE's
+``capacity_factor``, ``group_size``, ``aux_loss_coef``) and ``remat``, so every option of
 analyze, compare, advise and the API applies through the one Workload path
 (jaxmem.program.workload.load_workload routes a config there).
 """
@@ -29,6 +30,7 @@ __all__ = ["SUPPORTED", "Arch", "config_file", "info", "load_arch", "parameter_c
 
 DEFAULT_SEQ_LEN = 2048   # models/llama.py's default, capped at the model's own context (GPT-2: 1024)
 DEFAULT_BATCH = 8
+ATTENTION = ("auto", "xla", "cudnn")   # --arg attention: auto is jaxmem.hf.model.attention_choice
 
 
 def load_arch(path: str | Path) -> Arch:
@@ -41,11 +43,12 @@ def workload_function(path: Path):
     arch = load_arch(path)
 
     def workload(batch_size: int | None = None, seq_len: int | None = None, remat: str = "none",
-                 attention: str = "xla", numerics: str = "default", remat_save: str = "",
-                 capacity_factor: float = 1.25, group_size: int | None = None, aux_loss_coef: float = 0.01):
+                 attention: str = "auto", numerics: str = "default", remat_save: str = "",
+                 capacity_factor: float = 1.25, group_size: int | None = None, aux_loss_coef: float = 0.01,
+                 vocab_tiles: int = 1):
         return build_workload(arch, path, batch_size=batch_size, seq_len=seq_len, remat=remat, attention=attention,
                               numerics=numerics, remat_save=remat_save, capacity_factor=capacity_factor,
-                              group_size=group_size, aux_loss_coef=aux_loss_coef)
+                              group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles)
 
     workload.__qualname__ = workload.__name__ = f"{arch.model_type}"
     return workload
@@ -58,12 +61,15 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     for key, value, kind in (("batch_size", batch_size, int), ("seq_len", seq_len, int),
                              ("group_size", options.get("group_size"), int),
                              ("capacity_factor", options.get("capacity_factor"), (int, float)),
-                             ("aux_loss_coef", options.get("aux_loss_coef"), (int, float))):
+                             ("aux_loss_coef", options.get("aux_loss_coef"), (int, float)),
+                             ("vocab_tiles", options.get("vocab_tiles"), int)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
             raise UserError(f"{where}: --arg {key}={value!r} is not a number; give e.g. --arg {key}=8")
     opts = Opts(**options)
-    if opts.attention not in ("xla", "cudnn"):
-        raise UserError(f"{where}: --arg attention={opts.attention!r}; expected 'xla' or 'cudnn'")
+    if opts.attention not in ATTENTION:
+        raise UserError(f"{where}: --arg attention={opts.attention!r}; expected one of "
+                        f"{', '.join(map(repr, ATTENTION))} (auto: cuDNN flash attention where the target supports it, "
+                        "else xla)")
     if opts.numerics not in NUMERICS:
         raise UserError(f"{where}: --arg numerics={opts.numerics!r}; expected one of {', '.join(map(repr, NUMERICS))}")
     unknown = [n for n in opts.remat_save.split(",") if n and n not in CHECKPOINT_NAMES]
@@ -83,6 +89,12 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     if arch.positions == "learned" and arch.max_positions < t:
         raise UserError(f"{where}: --arg seq_len={t} is longer than the model's {arch.max_positions} learned "
                         "positions (n_positions)")
+    if opts.vocab_tiles < 1 or t % opts.vocab_tiles:
+        want = opts.vocab_tiles if opts.vocab_tiles >= 1 else 8
+        fit = max(d for d in range(1, min(t, want) + 1) if t % d == 0)
+        raise UserError(f"{where}: --arg vocab_tiles={opts.vocab_tiles} must be at least 1 and divide seq_len={t} "
+                        "(the loss is computed in that many equal tiles of each sequence); "
+                        f"e.g. --arg vocab_tiles={fit}")
     if arch.moe and opts.group_size is not None and (opts.group_size < 1 or t % opts.group_size):
         raise UserError(f"{where}: --arg group_size={opts.group_size} must divide seq_len={t}")
     batch = {"tokens": jax.ShapeDtypeStruct((b, t), jnp.int32), "targets": jax.ShapeDtypeStruct((b, t), jnp.int32)}
@@ -94,6 +106,9 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
 
 
 def _loss(model, batch):
+    if model.opts.vocab_tiles > 1:   # the cross-entropy tile by tile: the full logits are never live
+        ce, aux = model(batch["tokens"], train=True, targets=batch["targets"])
+        return ce + model.opts.aux_loss_coef * aux if model.arch.moe else ce
     logits, aux = model(batch["tokens"], train=True)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["targets"]).mean()
     return ce + model.opts.aux_loss_coef * aux if model.arch.moe else ce
@@ -110,11 +125,13 @@ def parameter_count(arch: Arch) -> int:
 
 
 def info(path: str | Path) -> dict[str, Any]:
-    """The report's `hf_config`: the config's model_type, its parameter count and its path."""
+    """The report's `hf_config`: the config's model_type, its parameter count, its vocabulary (the logits'
+    last dimension, which the report's hints find them by) and its path."""
     p = Path(path)
     cfg = config_file(p) or p
     arch = load_arch(cfg)
-    return {"model_type": arch.model_type, "parameters": parameter_count(arch), "path": str(cfg)}
+    return {"model_type": arch.model_type, "parameters": parameter_count(arch), "vocab_size": arch.vocab_size,
+            "path": str(cfg)}
 
 
 def info_if_config(path: str | Path) -> dict[str, Any] | None:

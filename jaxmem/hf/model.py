@@ -40,6 +40,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.ad_checkpoint import checkpoint_name
 
 import jaxmem
@@ -65,11 +66,12 @@ class Opts:
 
     remat: str = "none"
     remat_save: str = ""             # checkpoint names saved on top of the remat policy (models/llama.py)
-    attention: str = "xla"           # "xla" (written out in jnp) or "cudnn" (fused flash attention)
+    attention: str = "auto"          # "auto" (attention_choice), "xla" (written out in jnp) or "cudnn" (flash)
     numerics: str = "default"        # "default" (compute follows the parameters) or "maxtext" (bf16 compute)
     capacity_factor: float = 1.25    # MoE: expert capacity, as models/moe.py
     group_size: int | None = None    # MoE: tokens routed together (None: one sequence)
     aux_loss_coef: float = 0.01      # MoE: Switch Transformer's alpha
+    vocab_tiles: int = 1             # > 1: the loss in this many sequence tiles, full logits never live (tiled_loss)
 
 
 class Norm(nn.Module):
@@ -135,6 +137,63 @@ def _act(name: str):
     return nn.silu if name == "silu" else partial(nn.gelu, approximate=True)
 
 
+# Where `--arg attention=auto` (the default) compiles cuDNN flash attention, as MaxText on GPUs and Hugging
+# Face's SDPA / FlashAttention-2 trainers run it; XLA's attention, written out in jnp, elsewhere:
+# - a CUDA GPU of compute capability 8.0 or later: cuDNN's SDPA "requires SM80 (Ampere) or newer
+#   architectures" (its support matrix: docs.nvidia.com/deeplearning/cudnn/frontend/latest/operations/Attention.html);
+# - bf16 or fp16 q, k, v: that matrix has no fp32 row, and jax's cudnn path has no fp32 kernel;
+# - head_dim a multiple of 8 and at most 128: jax's check (jax/_src/cudnn/fused_attention_stablehlo.py,
+#   check_is_flash_attention: "The head dim must be <= {H_max} and a multiple of 8", H_max 256 only when
+#   check_compute_capability("9.0") finds a local Hopper GPU, which a deviceless compile has not);
+# - an even sequence length: in training jax's check refuses an odd one ("Unsupported sequence length",
+#   check_is_flash_attention: it counts the empty bias it passes as a bias, whose lengths must be even);
+# - no logit softcap (Gemma 2) and no attention dropout: jax.nn.dot_product_attention takes neither;
+# - the sequence not split over a mesh axis: the cuDNN call's partitioning rule refuses a split sequence.
+CUDNN_MIN_CAPABILITY = (8, 0)
+CUDNN_HEAD_DIM = 128
+
+
+def attention_choice(arch: Arch, dtype, seq_len: int, *, sequence_split: bool = False,
+                     device=None) -> tuple[str, str]:
+    """("cudnn" | "xla", why): the kernel `--arg attention=auto` compiles for `device` (default: the first of
+    jax.devices(), which answers with the target's devices while jaxmem traces the step)."""
+    if device is None:
+        device = jax.devices()[0]
+    capability = str(getattr(device, "compute_capability", "") or "")
+    if getattr(device, "platform", "") not in ("gpu", "cuda") or not capability:
+        return "xla", "not a CUDA GPU"
+    cc = tuple(int(x) for x in capability.split(".")[:2])
+    if cc < CUDNN_MIN_CAPABILITY:
+        return "xla", f"compute capability {capability}: cuDNN flash attention needs 8.0 (Ampere) or later"
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return "xla", (f"{jnp.dtype(dtype).name} compute: cuDNN flash attention has bf16/fp16 kernels only "
+                       "(--precision bf16 selects it)")
+    if arch.head_dim % 8 or arch.head_dim > CUDNN_HEAD_DIM:
+        return "xla", (f"head_dim {arch.head_dim}: jax's cuDNN attention takes a multiple of 8 up to "
+                       f"{CUDNN_HEAD_DIM} in a deviceless compile")
+    if seq_len % 2:
+        return "xla", f"odd sequence length {seq_len}: jax's cuDNN attention refuses it in training"
+    if arch.attn_softcap:
+        return "xla", "attention logit softcapping: jax's cuDNN attention has none"
+    if arch.attn_dropout:
+        return "xla", f"attention dropout {arch.attn_dropout}: jax's cuDNN attention takes no dropout"
+    if sequence_split:
+        return "xla", "the sequence is split over a mesh axis, which the cuDNN call's partitioning refuses"
+    return "cudnn", (f"cuDNN flash attention: compute capability {capability}, {jnp.dtype(dtype).name} compute, "
+                     f"head_dim {arch.head_dim}")
+
+
+def _sequence_split() -> bool:
+    """Whether the logical-axis rules in context split the sequence ("length") over a mesh axis of size > 1."""
+    try:
+        axes = nn.logical_to_mesh_axes(("length",))[0]
+        sizes = dict(jax.sharding.get_abstract_mesh().shape)
+    except Exception:  # noqa: BLE001 -- no rules or mesh in context: nothing splits the sequence
+        return False
+    names = axes if isinstance(axes, tuple) else (axes,)
+    return any(sizes.get(n, 1) > 1 for n in names if n is not None)
+
+
 class Attention(nn.Module):
     arch: Arch
     opts: Opts
@@ -160,7 +219,10 @@ class Attention(nn.Module):
         mode = a.windows.mode(a.n_layers, T)
         if mode == "uniform":
             window = a.windows.size
-        if self.opts.attention == "cudnn":
+        kernel = self.opts.attention
+        if kernel == "auto":   # as the trainers run it: flash attention where the target has it
+            kernel = attention_choice(a, q.dtype, T, sequence_split=_sequence_split())[0]
+        if kernel == "cudnn":
             out = self._cudnn(q, k, v, window, mode)
         else:
             qg = q.reshape(B, T, K, H // K, D)  # query heads grouped by the K/V head they share
@@ -320,7 +382,9 @@ class Decoder(nn.Module):
     opts: Opts
 
     @nn.compact
-    def __call__(self, tokens, train: bool = True):  # tokens: (B, T) int32 -> (logits, aux loss)
+    def __call__(self, tokens, train: bool = True, targets=None):
+        # tokens: (B, T) int32 -> (logits, aux loss); with targets and opts.vocab_tiles > 1: (the mean
+        # cross-entropy, aux loss), the logits made tile by tile (tiled_loss) and never whole
         a, dt = self.arch, NUMERICS[self.opts.numerics]
         T = tokens.shape[1]
         embed = nn.Embed(a.vocab_size, a.d_model, param_dtype=jnp.float32, dtype=dt, name="embed",
@@ -355,6 +419,9 @@ class Decoder(nn.Module):
         windows = _layer_windows(a.windows, a.n_layers) if windowed else None
         x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
         x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
+        if targets is not None and self.opts.vocab_tiles > 1:
+            table = embed.embedding if a.tie_embeddings else None
+            return tiled_loss(a, self.opts, x, targets, table), (jnp.mean(aux) if a.moe else None)
         if a.tie_embeddings:
             logits = embed.attend(x)
         else:
@@ -362,3 +429,49 @@ class Decoder(nn.Module):
         if a.final_softcap:
             logits = (a.final_softcap * jnp.tanh(logits.astype(jnp.float32) / a.final_softcap)).astype(logits.dtype)
         return _constrain(logits, "batch", "length", "vocab"), (jnp.mean(aux) if a.moe else None)
+
+
+class HeadTile(nn.Module):
+    """One tile of the vocabulary-tiled loss: the logits of T/n positions (lm_head's kernel, or the tied
+    embedding table) and their summed cross-entropy, as nn.scan wants: (total, (x, labels), table) ->
+    (total, None). Its kernel is lm_head's own (same name, shape, axes and init): the parameters are
+    those of the plain loss."""
+
+    arch: Arch
+    opts: Opts
+
+    @nn.compact
+    def __call__(self, total, xs, table):
+        a, dt = self.arch, NUMERICS[self.opts.numerics]
+        x, labels = xs
+        if table is None:
+            kernel = self.param("kernel", _param_init("embed", "vocab"), (a.d_model, a.vocab_size), jnp.float32)
+            if dt is not None:
+                x, kernel = x.astype(dt), kernel.astype(dt)
+            logits = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+        else:   # as nn.Embed.attend: the table's transpose, in the promoted dtype
+            x, table = nn.dtypes.promote_dtype(x, table, dtype=dt)
+            logits = jnp.dot(x, table.T)
+        if a.final_softcap:
+            logits = a.final_softcap * jnp.tanh(logits.astype(jnp.float32) / a.final_softcap)
+        logits = _constrain(logits, "batch", "length", "vocab")
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+        return total + jnp.sum(ce), None
+
+
+def tiled_loss(arch: Arch, opts: Opts, x, targets, table):
+    """The mean cross-entropy of final hidden states x (B, T, E) against targets (B, T), in opts.vocab_tiles
+    tiles of the sequence (MaxText's num_vocab_tiling, which tiles the flattened batch x sequence: here each
+    sequence is cut, so the batch keeps its mesh axis and the scan never runs over a split dimension). Each
+    tile is rematerialized (nn.remat): the forward keeps no logits, the backward recomputes one tile's at a
+    time, so the (B, T, vocab) logits and their gradient are never live, only a tile's (B, T/n, vocab)."""
+    n = opts.vocab_tiles
+    B, T, E = x.shape
+    xs = _constrain(x.reshape(B, n, T // n, E).swapaxes(0, 1), None, "batch", "length", "embed")
+    labels = targets.reshape(B, n, T // n).swapaxes(0, 1)
+    tiles = nn.scan(nn.remat(HeadTile, prevent_cse=False), variable_broadcast="params",
+                    split_rngs={"params": False}, in_axes=(0, nn.broadcast), length=n)
+    # untied: named lm_head, so its kernel is the plain head's parameter (lm_head/kernel)
+    total, _ = tiles(arch, opts, name="tied_head" if table is not None else "lm_head")(
+        jnp.zeros((), jnp.float32), (xs, labels), table)
+    return total / (B * T)
