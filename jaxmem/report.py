@@ -10,7 +10,8 @@ import dataclasses
 from typing import Any, TypedDict
 
 # The breakdown keys, in display order; they sum to per_device_peak_bytes. fp8_state is present
-# only under --precision fp8 (a column of 0 elsewhere): every renderer takes the keys from here.
+# only under --precision fp8 (a column of 0 elsewhere), constants only where XLA keeps some in device
+# memory apart from generated_code: every renderer takes the keys from here.
 BREAKDOWN_KEYS = (
     "params",
     "optimizer_state",
@@ -20,6 +21,7 @@ BREAKDOWN_KEYS = (
     "fp8_state",
     "activations_and_temporaries",
     "outputs_not_aliased",
+    "constants",
     "generated_code",
     "runtime_overhead",
 )
@@ -42,6 +44,7 @@ BREAKDOWN_HELP = {
     "fp8_state": "FP8 delayed scaling: scales and amax histories (--precision fp8)",
     "activations_and_temporaries": "activations saved for backward, fusion temporaries, collective buffers, workspaces",
     "outputs_not_aliased": "outputs that could not reuse a donated input buffer",
+    "constants": "constants XLA keeps in device memory: tables the step closed over (see constants)",
     "generated_code": "compiled kernels",
     "runtime_overhead": "allocator and runtime cost outside XLA's buffers (see runtime_overhead_source)",
 }
@@ -358,6 +361,10 @@ class Report:
     # "nnx.LoRAParam" (the model's own qwix adapters, trained alone as tunix's PEFT trainer does),
     # "--lora", "--freeze", "--train-all". Empty for a custom step's state.
     trainable: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The constants the step captured of 1 MiB or more (jaxmem.program.constants: tables the model's code
+    # made from concrete values), by shape and dtype: `count`, `bytes` captured, `modules` that read them,
+    # `device_bytes` XLA keeps in device memory (in breakdown.constants) and `on_device`. Only where any.
+    constants: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self):
         total = sum(self.breakdown.values())
@@ -375,6 +382,8 @@ class Report:
             d.pop("timeline_peak_index")
         if not timings:
             d.pop("timings")
+        if not self.constants:   # only a step that captured a large constant has them
+            d.pop("constants")
         if not self.pipeline:   # only a pipelined step has them (reports without a stage axis are unchanged)
             d.pop("pipeline")
             d.pop("stages")
@@ -408,6 +417,7 @@ class Report:
             d["timeline"] = tuple(d["timeline"])
         d["shardings"] = tuple(d.get("shardings", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
+        d["constants"] = tuple(d.get("constants", ()))
         d["stages"] = tuple(d.get("stages", ()))
         d["verdict_terms"] = tuple(d.get("verdict_terms", ()))
         return cls(**d)

@@ -25,7 +25,7 @@ from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import early_stop, runtime, steptime, targets, versions
 from jaxmem.compiler.artifacts import Artifacts
 from jaxmem.errors import UserError
-from jaxmem.program import finetune, layouts, sizes, splits, step, train_state
+from jaxmem.program import constants, finetune, layouts, sizes, splits, step, train_state
 from jaxmem.program.options import AnalyzeOptions, offloads_activations
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload
@@ -202,6 +202,7 @@ def _breakdown(state: train_state.StateBytes, stats, ex, rt: runtime.Runtime) ->
         **({"fp8_state": state.fp8_state} if state.fp8_state else {}),
         "activations_and_temporaries": stats.temp - gradients,
         "outputs_not_aliased": stats.output - stats.alias,
+        **({"constants": stats.constant} if stats.constant else {}),
         "generated_code": stats.generated_code,
         "runtime_overhead": rt.in_pool_bytes,
     }
@@ -283,6 +284,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         host=m.host,
         mesh_roles=m.roles,
         activation_constraints=built.constraints or {},
+        constants=constants.rows(built.captured, _kept_constants(m.compiled)),
         trainable=finetune.trainable_report(built.leaves, built.trainable_source),
         shardings=splits.shardings(built.leaves),
         sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
@@ -301,6 +303,18 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         verdict=m.verdict.verdict, margin_bytes=m.verdict.margin_bytes, verdict_terms=m.verdict.terms,
         **fields.pipeline_fields(built, p.planned, m.peak, m.breakdown, ex),
     )
+
+
+def _kept_constants(c: Compiled) -> list[int] | None:
+    """The bytes of each constant XLA keeps in device memory (its constant allocations); None without
+    the buffer assignment (--no-explain)."""
+    if c.assignment is None:
+        return None
+    sizes: dict[int, int] = {}
+    for b in c.assignment.buffers:
+        if b.is_constant and not b.is_thread_local:
+            sizes[b.allocation] = max(sizes.get(b.allocation, 0), b.size)
+    return list(sizes.values())
 
 
 def _timings(m: Measured) -> report_mod.Timings:

@@ -38,6 +38,7 @@ COLORS = {
     "other_state": "#b279a2",
     "activations_and_temporaries": "#f58518",
     "outputs_not_aliased": "#e45756",
+    "constants": "#8c6d31",
     "generated_code": "#9d755d",
     "runtime_overhead": "#bab0ac",
     # categories of buffers live at the peak (explain.py)
