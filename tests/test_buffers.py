@@ -472,9 +472,11 @@ def test_live_buffers_and_categories_sum_to_the_curve(compiled):
     for i in sorted({0, a.peak_index, len(a.timeline) // 2, len(a.timeline) - 1}):
         assert sum(b.size for b in a.live_at(i)) == a.timeline[i]
     at_peak = a.categories_at(a.peak_index, compiled.categories)
-    assert set(at_peak) == set(categories.CATEGORIES)
+    # "constants" only where XLA keeps one (XLA:CPU keeps a few bytes of them here)
+    assert set(categories.CATEGORIES) <= set(at_peak) <= {*categories.CATEGORIES, "constants"}
     assert sum(at_peak.values()) == a.peak_bytes
-    assert {a.categorize(b, compiled.categories) for b in a.buffers} <= set(categories.CATEGORIES)
+    assert all((a.categorize(b, compiled.categories) == "constants") == b.is_constant for b in a.buffers)
+    assert {a.categorize(b, compiled.categories) for b in a.buffers} <= {*categories.CATEGORIES, "constants"}
 
 
 def _shard_shape(leaf) -> tuple[int, ...]:

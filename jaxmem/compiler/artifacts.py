@@ -32,11 +32,14 @@ class CompiledStats:
     remat_failures: tuple[str, ...] = ()
     # the XLA options jaxmem compiled with, `name=value` (speed options a refusing XLA dropped are not among them)
     compile_options: tuple[str, ...] = ()
+    # the constants XLA keeps in device memory, where generated_code does not already hold them (XLA:GPU
+    # counts them there for an executable it built whole: jaxmem.xla.memory_stats.constant_bytes)
+    constant: int = 0
 
     @property
     def lower_bound(self) -> int:
-        """XLA's device-memory lower bound: code + args + outputs - aliased + temp."""
-        return self.generated_code + self.argument + self.output - self.alias + self.temp
+        """XLA's device-memory lower bound: code + constants + args + outputs - aliased + temp."""
+        return self.generated_code + self.constant + self.argument + self.output - self.alias + self.temp
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from jaxmem.compiler import early_stop, versions
 from jaxmem.compiler.artifacts import Artifacts, CompiledStats
 from jaxmem.compiler.partitioners import rule_failure
 from jaxmem.errors import UserError, cap, trace_error
-from jaxmem.program import sharding, sizes
+from jaxmem.program import constants, sharding, sizes
 from jaxmem.program.step import BuiltStep
 from jaxmem.report import ReportWarning
 from jaxmem.xla import dump, memory_stats
@@ -64,6 +64,7 @@ def lower(built: BuiltStep):
         raise UserError(trace_error(e, explicit=_explicit(built.mesh))) from None
 
     built.constraints = sharding.model_constraints(traced.jaxpr)   # what the model constrained itself
+    built.captured = constants.captured(traced.jaxpr)   # the tables it closed over, before the arrays go
     sizes.check_dots(sharding.equations(traced.jaxpr))   # a matmul XLA cannot shape: refused before compiling
     if built.calls is not None:
         built.calls.check()   # what the trace found (a --remat-at that placed nothing), before any compile
@@ -314,6 +315,8 @@ def _compile_whole(built: BuiltStep, lowered, options: dict, lower_s: float, *, 
         with scratch.phase("compiling the step (XLA)"):
             compiled, stats = _compile(lowered, full, dump_dir, lower_s)
         raw = _read_dump(dump_dir, fallback) if dump_dir is not None else None
+        if raw is not None and not (_gpu(built) and stats.generated_code > 0):   # a GPU executable's code holds them
+            stats = dataclasses.replace(stats, constant=_constant_bytes(raw))
         assignment, stats = _static_peak(built, raw, stats, fallback)
         if fallback:
             stats = dataclasses.replace(stats, notes=(*stats.notes, *fallback))
@@ -325,6 +328,13 @@ def _compile_whole(built: BuiltStep, lowered, options: dict, lower_s: float, *, 
         cost = cost[0] if cost else None
     cost = {str(k): float(v) for k, v in (cost or {}).items()}
     return Artifacts(stats=stats, cost=cost, hlo_text=compiled.as_text() or "", dump=raw, assignment=assignment)
+
+
+def _constant_bytes(raw: bytes) -> int:
+    try:
+        return memory_stats.constant_bytes(raw)
+    except ValueError:   # a dump _static_peak cannot read either: it says so
+        return 0
 
 
 def _read_dump(dump_dir: str, fallback: list[str]) -> bytes | None:
@@ -380,6 +390,7 @@ def _compile_early(child, lowered, options: dict, lower_s: float) -> Artifacts:
     stats = CompiledStats(
         argument=m["argument"], output=m["output"], alias=m["alias"], temp=m["temp"],
         generated_code=0,   # what a compile-only executable reports: no code is loaded
+        constant=memory_stats.constant_bytes(raw),   # which XLA:GPU would count in generated_code
         peak=assignment.xla_peak, host_temp=m["host_temp"],
         lower_s=lower_s, compile_s=time.perf_counter() - t0, notes=tuple(notes), remat_failures=tuple(failures),
         host_argument=m["host_argument"], host_output=m["host_output"], host_alias=m["host_alias"],

@@ -59,6 +59,7 @@ class BuiltStep:
     calls: calls_mod.CallLog | None = None   # filled when the step is traced: where --remat-at checkpointed
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
     constraints: dict | None = None   # filled when the step is traced: the model's own activation constraints
+    captured: tuple = ()   # filled when the step is traced: its large constants (jaxmem.program.constants)
     trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
 
 

@@ -131,7 +131,8 @@ class BufferAssignment:
         """Bytes per category at ``index``; the values sum to ``timeline[index]``."""
         out = dict.fromkeys(CATEGORIES, 0)
         for b in self.live_at(index):
-            out[categorize(b, param_categories, assignment=self)] += b.size
+            cat = categorize(b, param_categories, assignment=self)
+            out[cat] = out.get(cat, 0) + b.size   # "constants" only where XLA keeps one
         return out
 
 

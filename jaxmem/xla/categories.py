@@ -39,8 +39,10 @@ def categorize(buffer: Buffer, param_categories: Sequence[str], *,
     - ``"activations"``: not defined in the backward pass and still live when it begins
       (``assignment.backward_start``): values saved for the backward pass. Needs
       ``assignment``.
+    - ``"constants"``: a constant XLA keeps in device memory (a table the step closed over); only
+      where there is one, so not in :data:`CATEGORIES`.
     - ``"temporaries"``: everything else (fusion temporaries, loop-local values, cuBLAS / cuDNN
-      workspaces from custom calls, constants).
+      workspaces from custom calls).
     """
     if buffer.is_parameter:
         if buffer.dtype == "tuple":          # the pointer table of a tupled parameter
@@ -51,6 +53,8 @@ def categorize(buffer: Buffer, param_categories: Sequence[str], *,
         return "other_state"
     if buffer.live_out:
         return "outputs"
+    if buffer.is_constant:
+        return "constants"
     if buffer.collective:
         return "collectives"
     if (assignment is not None and assignment.backward_start is not None and assignment.backward_end is not None

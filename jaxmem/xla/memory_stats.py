@@ -76,3 +76,20 @@ def from_hlo_proto(data: bytes) -> dict[str, int]:
         if not (is_param or live_out or wire.integer(al.get(3)) or wire.integer(al.get(12))):
             out[host + "temp"] += size
     return out
+
+
+def constant_bytes(data: bytes) -> int:
+    """Device bytes of the constants XLA keeps for the program (its ``is_constant`` allocations: a
+    table the step closed over that XLA could not slice away). PJRT's numbers leave them out of
+    ``temp``; XLA:GPU counts them in ``generated_code`` (``GpuExecutable::SizeOfGeneratedCodeInBytes``:
+    the cubin plus the constants), which neither a compile-only executable nor a compile stopped at
+    buffer assignment has. XLA's peak (the memory curve's static part) holds them."""
+    _, assignment = split_hlo_proto(data)
+    total = 0
+    ba = wire.fields(assignment, 0, len(assignment), _ASSIGNMENT)
+    for s, e in ba.get(3, ()):
+        al = wire.fields(assignment, s, e, _ALLOCATION)
+        if (wire.integer(al.get(12)) and not wire.integer(al.get(3))
+                and wire.integer(al.get(8)) != HOST_MEMORY_SPACE):
+            total += wire.integer(al.get(2))
+    return total
