@@ -106,6 +106,25 @@ class Options(TypedDict, total=False):
     moment_dtype: str                  # --moment-dtype: the built-in optimizer's moments (bf16)
 
 
+class Choices(TypedDict, total=False):
+    """Every choice that decides the answer (jaxmem.analysis.choices), each with why it is what it is:
+    values are what the step compiled with; a model file's attention is read from its compiled program
+    ("unknown" where nothing there tells), its loss is "the model's own"."""
+
+    precision: str                     # --precision: the compute precision
+    precision_why: str
+    attention: str                     # "cudnn" (fused flash attention), "xla" (materialized scores), "unknown"
+    attention_why: str
+    loss: str                          # "cross_entropy", "cross_entropy_vocab_tiles=N", "the model's own"
+    loss_why: str
+    remat: str                         # --remat policy
+    lora_rank: int | None              # None: no LoRA
+    lora_targets: str | None           # --lora-targets, or "every dense/einsum/conv layer" (the default)
+    base_dtype: str | None             # --base-dtype: LoRA's frozen base storage (QLoRA), None as trained
+    mem_fraction: float | None         # JAX's share of the card (None: no fixed memory, an attached GPU's limit)
+    mem_fraction_why: str              # what set it: JAX's default, --mem-fraction, the environment
+
+
 class NcclInfo(TypedDict):
     """The NCCL communicators of the busiest device, the device groups of the program's collectives."""
 
@@ -361,6 +380,9 @@ class Report:
     # "nnx.LoRAParam" (the model's own qwix adapters, trained alone as tunix's PEFT trainer does),
     # "--lora", "--freeze", "--train-all". Empty for a custom step's state.
     trainable: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Every choice that decides the answer, stated (Choices; jaxmem.analysis.choices): precision, attention,
+    # loss, remat, LoRA targets and rank, base dtype, memory fraction. Empty in reports written before it.
+    choices: Choices | dict = dataclasses.field(default_factory=dict)
     # The constants the step captured of 1 MiB or more (jaxmem.program.constants: tables the model's code
     # made from concrete values), by shape and dtype: `count`, `bytes` captured, `modules` that read them,
     # `device_bytes` XLA keeps in device memory (in breakdown.constants) and `on_device`. Only where any.

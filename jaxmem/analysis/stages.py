@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxmem import report as report_mod
 from jaxmem import scratch
+from jaxmem.analysis import choices as choices_mod
 from jaxmem.analysis import fields
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import early_stop, runtime, steptime, targets, versions
@@ -261,6 +262,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
     """The Report: every field from the stages, and the warnings (jaxmem.analysis.checks.run(m))."""
     p, built, stats, ex = m.prepared, m.built, m.stats, m.ex
     usable = m.budget.usable_bytes
+    seq = layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"])
     return report_mod.Report(
         model=p.wl.name or "workload",
         source=p.source,
@@ -286,8 +288,10 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         activation_constraints=built.constraints or {},
         constants=constants.rows(built.captured, _kept_constants(m.compiled)),
         trainable=finetune.trainable_report(built.leaves, built.trainable_source),
+        choices=choices_mod.choices(opts=p.opts, wl=p.wl, target=p.target, budget=m.budget,
+                                    hlo_text=m.compiled.art.hlo_text, seq_len=seq, mesh_spec=p.mesh_spec),
         shardings=splits.shardings(built.leaves),
-        sequence_length=layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"]),
+        sequence_length=seq,
         logical_names=built.logical_names,
         fits=m.fits,
         headroom_bytes=None if usable is None else usable - m.peak,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import cast
 
 from jaxmem import __version__, files
+from jaxmem.present import levers
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_HELP, VERDICT_TEXT, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes
@@ -248,6 +249,8 @@ h2 { font-size: 17px; margin: 0 0 4px; font-weight: 620; }
 .sub { color: var(--muted); margin: 0 0 12px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 18px 20px;
   margin: 16px 0; }
+.choices { margin: 10px 0 0; }
+.choices-why { margin: 4px 0 0; padding-left: 18px; color: var(--muted); font-size: 13px; }
 .chips { display:flex; flex-wrap:wrap; gap:6px; margin-top:10px; }
 .chip { border:1px solid var(--line); border-radius: 999px; padding: 1px 10px; font-size: 12.5px; background:#fff; }
 .chip b { font-weight: 600; }
@@ -335,7 +338,16 @@ def _header(r: Report) -> str:
     chip_html = "".join(f'<span class="chip">{e(k)} <b>{e(v)}</b></span>' for k, v in chips)
     return (f'<header><h1><span class="brand">jaxmem ·</span> {e(r.model)}</h1>'
             f'<p class="sub">{e(r.source)} — per-device memory of one training step on {e(where)}</p>'
-            f'<div class="chips">{chip_html}</div></header>')
+            f'<div class="chips">{chip_html}</div>{_choices(r)}</header>')
+
+def _choices(r: Report) -> str:
+    """Every choice that decides the answer (levers.choices_line), and why where it says more than its flag."""
+    stated = levers.choices_line(r)
+    if stated is None:
+        return ""
+    notes = "".join(f"<li>{e(n)}</li>" for n in levers.choice_notes(r))
+    return (f'<p class="choices" id="choices">{e(stated)}</p>'
+            + (f'<ul class="choices-why">{notes}</ul>' if notes else ""))
 
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from jaxmem.compiler import versions
 from jaxmem.compiler.steptime import band, peaks_text, tied_with
 from jaxmem.plan.compare import probe_count
+from jaxmem.present import levers
 from jaxmem.present.console import make_console
 from jaxmem.program.splits import header
 from jaxmem.report import BREAKDOWN_HELP, Report, breakdown_in_order, tight_text, verdict_of
@@ -74,7 +75,7 @@ def hints(r: Report) -> list[str]:
             out.append(f"{part}: --optimizer adafactor or lion, or --precision bf16-pure")
         elif key == "params" and r.layout == "fsdp":
             out.append(f"{part}: more devices on the data axis, or --layout fsdp_tp with a model axis")
-    return out
+    return out + levers.hints(r)   # the choices' levers: attention scores, logits, moments, fp32, the memory fraction
 
 
 def runtime_lines(r) -> list[str]:
@@ -214,6 +215,11 @@ def _print_header(r: Report, console: Console) -> None:
     console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
+    stated = levers.choices_line(r)
+    if stated:   # every choice that decides the answer, and why where it is not just the flag given
+        console.print(escape(stated))
+        for note in levers.choice_notes(r):
+            console.print(f"[dim]  {escape(note)}[/dim]")
     if r.hf_config:   # a config.json analyzed (jaxmem/hf): what it names
         hf = r.hf_config
         console.print(escape(f"config {hf['path']}: model_type {hf['model_type']}, {hf['parameters']:,} parameters "

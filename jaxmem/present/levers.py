@@ -1,0 +1,128 @@
+"""The choices that decide a report's answer (Report.choices), as the text and HTML reports state them,
+and the levers they leave: when attention scores, logits, the optimizer's moments, fp32 activations or
+JAX's memory fraction decide the peak, a hint names the option that changes it and by about how much."""
+
+from __future__ import annotations
+
+import re
+
+from jaxmem.report import Report
+from jaxmem.units import fmt_bytes
+
+SHARE = 0.10              # a part worth a hint: at least a tenth of the peak (as render.hints)
+FRACTIONS = (0.9, 0.95)   # the shares trainers give JAX (advise tries the same)
+TILES = 8                 # the vocabulary tiles a hint proposes (advise's VOCAB_TILES)
+
+
+def choices_line(r: Report) -> str | None:
+    """`choices: precision bf16, attention cudnn, loss cross_entropy, remat full, no LoRA, memory fraction 0.75`."""
+    c = r.choices
+    if not c:
+        return None   # a report saved before choices were stated
+    parts = [f"precision {c.get('precision')}", f"attention {c.get('attention')}", f"loss {c.get('loss')}",
+             f"remat {c.get('remat')}"]
+    if c.get("lora_rank"):
+        parts.append(f"LoRA r={c['lora_rank']} on {c.get('lora_targets')}"
+                     + (f", base {c['base_dtype']}" if c.get("base_dtype") else ""))
+    else:
+        parts.append("no LoRA")
+    frac = c.get("mem_fraction")
+    parts.append("memory fraction -" if frac is None else f"memory fraction {frac:g}")
+    return "choices: " + ", ".join(parts)
+
+
+def choice_notes(r: Report) -> list[str]:
+    """The reasons worth reading: each of precision, attention and loss whose why says more than its flag."""
+    c = r.choices
+    out = []
+    for key in ("precision", "attention", "loss"):
+        why = c.get(f"{key}_why")
+        if why and ":" in why:   # "--precision bf16" alone restates the value
+            out.append(f"{key}: {why}")
+    return out
+
+
+def _dims(shape: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", shape or ""))
+
+
+def attention_score_bytes(r: Report) -> int:
+    """Bytes of the buffers live at the peak shaped (..., T, T), T the batch's sequence length."""
+    t = r.sequence_length
+    if not t or t < 2:
+        return 0
+    return sum(b.size for b in r.top_buffers if len(d := _dims(b.shape)) >= 3 and d[-2:] == (t, t))
+
+
+def logits_buffers(r: Report, vocab: int | None) -> list:
+    """The activations and temporaries live at the peak shaped as logits: the vocabulary last, after
+    (batch, sequence) or (batch x sequence) rows -- not the head's weights or their (embed, vocab) copies."""
+    t = r.sequence_length or 1
+    if not vocab:
+        return []
+    out = []
+    for b in r.top_buffers:
+        d = _dims(b.shape)
+        rows = d[0] if len(d) == 2 else 0
+        if (d[-1:] == (vocab,) and (len(d) >= 3 or (rows > 0 and rows % t == 0))
+                and b.category in ("activations", "temporaries")):
+            out.append(b)
+    return out
+
+
+def logits_bytes(r: Report, vocab: int | None) -> int:
+    """Bytes of logits_buffers: the logits, their copies and gradients live at the peak."""
+    return sum(b.size for b in logits_buffers(r, vocab))
+
+
+def hints(r: Report) -> list[str]:
+    """The levers of the choices: each part they decide that is at least SHARE of the peak, the option
+    that changes it and its effect."""
+    c = r.choices
+    if not c:
+        return []
+    peak = max(r.per_device_peak_bytes, 1)
+    config = bool(r.hf_config)
+    fp32 = c.get("precision") == "fp32"
+    out = []
+    scores = attention_score_bytes(r)
+    if scores >= SHARE * peak and c.get("attention") != "cudnn":
+        how = (("--arg attention=cudnn" + (" with --precision bf16 (cuDNN has no fp32 kernel)" if fp32 else ""))
+               if config else "jax.nn.dot_product_attention(q, k, v, implementation='cudnn') in the model, on bf16 "
+               "inputs")
+        out.append(f"attention scores {fmt_bytes(scores)} ({scores / peak:.0%} of the peak, (..., "
+                   f"{r.sequence_length}, {r.sequence_length}) buffers): flash attention never materializes them: "
+                   f"{how}")
+    logits = logits_bytes(r, r.hf_config.get("vocab_size")) if config else 0
+    if logits >= SHARE * peak and not str(c.get("loss", "")).startswith("cross_entropy_vocab_tiles"):
+        out.append(f"logits {fmt_bytes(logits)} ({logits / peak:.0%} of the peak): --arg vocab_tiles={TILES} computes "
+                   f"the loss in {TILES} tiles of the sequence, so about 1/{TILES} of them is live at a time "
+                   "(the backward recomputes each tile)")
+    opt = r.breakdown.get("optimizer_state", 0)
+    jaxmems = str(r.options.get("optimizer", "")) not in ("workload's own",) and \
+        not str(r.options.get("optimizer", "")).startswith("step's own")
+    if opt >= SHARE * peak and jaxmems and not r.options.get("moment_dtype"):
+        out.append(f"optimizer_state {fmt_bytes(opt)} ({opt / peak:.0%} of the peak): --moment-dtype bf16 keeps "
+                   f"the moments in bf16, about {fmt_bytes(opt // 2)} less")
+    acts = r.breakdown.get("activations_and_temporaries", 0)
+    if fp32 and acts >= SHARE * peak:
+        who = "as this model's trainers do" if config else "as mixed-precision trainers do"
+        out.append(f"fp32 compute: --precision bf16 computes in bf16 {who}; activations and temporaries "
+                   f"({fmt_bytes(acts)}) mostly halve")
+    out.extend(_fraction_hint(r))
+    return out
+
+
+def _fraction_hint(r: Report) -> list[str]:
+    """JAX's default share of the card, when a larger one trainers set would hold the peak."""
+    t, c = r.target, r.choices
+    frac = c.get("mem_fraction")
+    asked = "--mem-fraction" in str(c.get("mem_fraction_why"))   # a share the user states is theirs to keep
+    if r.fits is not False or frac is None or t.memory_bytes is None or asked:
+        return []
+    for f in FRACTIONS:
+        if f > frac and r.per_device_peak_bytes <= int(t.memory_bytes * f):
+            return [(f"memory fraction {frac:g}: XLA_PYTHON_CLIENT_MEM_FRACTION={f} in the training's environment "
+                     f"gives JAX {fmt_bytes(int(t.memory_bytes * f))} of the card, which holds this peak "
+                     f"(jaxmem: --mem-fraction {f}; the runtime's memory outside the pool must still fit)")]
+    return []

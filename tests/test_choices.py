@@ -1,0 +1,131 @@
+"""Every choice that decides the answer is stated (Report.choices: JSON, text, HTML), a config.json
+model compiles flash attention where the target has it, and its vocabulary-tiled loss (issue 46)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import pytest
+
+import jaxmem
+from jaxmem.present import levers
+from jaxmem.present.html import render_html
+from jaxmem.present.render import render
+from jaxmem.report import BufferRow, Report
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+LLAMA = ROOT / "tests" / "fixtures" / "hf" / "llama"
+SMALL = {"seq_len": 128, "batch_size": 2}
+
+
+def _text(r: Report) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 -- closed with the console
+    render(r, console)
+    console.file.close()
+    return console.export_text()
+
+
+@pytest.fixture(scope="module")
+def config_bf16() -> Report:
+    return jaxmem.analyze(LLAMA, gpu="h100", precision="bf16", args=SMALL)
+
+
+@pytest.fixture(scope="module")
+def config_fp32() -> Report:
+    return jaxmem.analyze(LLAMA, gpu="h100", args=SMALL)
+
+
+def test_a_config_model_states_its_choices_in_json_text_and_html(config_bf16):
+    c = config_bf16.choices
+    assert (c["precision"], c["attention"], c["loss"], c["remat"]) == ("bf16", "cudnn", "cross_entropy", "none")
+    assert (c["lora_rank"], c["lora_targets"], c["mem_fraction"]) == (None, None, 0.75)
+    assert c["attention_why"].startswith("--arg attention=auto (the default): cuDNN flash attention: compute "
+                                         "capability 9.0, bfloat16 compute, head_dim 16")
+    assert c["mem_fraction_why"].startswith("JAX default")
+    d = json.loads(json.dumps(config_bf16.to_json()))
+    assert d["choices"] == dict(c)
+    assert Report.from_json(d).choices == c
+    line = "choices: precision bf16, attention cudnn, loss cross_entropy, remat none, no LoRA, memory fraction 0.75"
+    assert line in _text(config_bf16)
+    assert f'<p class="choices" id="choices">{line}</p>' in render_html(config_bf16)
+
+
+def test_a_config_models_fp32_default_is_stated_with_the_bf16_its_trainers_use(config_fp32):
+    c = config_fp32.choices
+    assert (c["precision"], c["attention"]) == ("fp32", "xla")
+    assert "trainers compute in bf16 (--precision bf16)" in c["precision_why"]
+    assert c["attention_why"] == ("--arg attention=auto (the default): float32 compute: cuDNN flash attention has "
+                                  "bf16/fp16 kernels only (--precision bf16 selects it)")
+    text = _text(config_fp32)
+    assert "precision: jaxmem's default: fp32 compute" in text
+    assert "attention: --arg attention=auto (the default): float32 compute" in text
+
+
+def test_lora_targets_and_rank_are_stated():
+    r = jaxmem.analyze(LLAMA, gpu="h100", precision="bf16", lora=8, args={**SMALL, "attention": "xla"})
+    c = r.choices
+    assert (c["attention"], c["attention_why"]) == ("xla", "--arg attention=xla")
+    assert (c["lora_rank"], c["lora_targets"], c["base_dtype"]) == (8, "every dense/einsum/conv layer", None)
+    assert "LoRA r=8 on every dense/einsum/conv layer" in levers.choices_line(r)
+
+
+def test_a_model_file_states_the_attention_its_compiled_program_shows():
+    xla = jaxmem.analyze(ROOT / "models" / "gpt2.py", gpu="h100", precision="bf16", batch=2,
+                         args={"preset": "tiny"})
+    assert xla.choices["attention"] == "xla"
+    assert xla.choices["attention_why"].startswith("the model's own: materialized attention scores (bf16[")
+    assert xla.choices["attention_why"].endswith(",64,64]) in the compiled program")   # tiny: block_size 64
+    assert (xla.choices["loss"], xla.choices["loss_why"]) == ("the model's own", "the model file's loss function")
+    fused = jaxmem.analyze(ROOT / "models" / "llama.py", gpu="h100", precision="bf16", batch=2,
+                           args={"preset": "tiny", "attention": "cudnn"})
+    assert fused.choices["attention"] == "cudnn"
+    assert "attention cudnn, loss the model's own" in _text(fused)
+
+
+def test_the_compiled_program_decides_a_model_files_attention_or_says_unknown():
+    from jaxmem.analysis.choices import attention_in_program
+
+    assert attention_in_program('custom-call(...), custom_call_target="__cudnn$fmhaSoftmax"', 64)[0] == "cudnn"
+    assert attention_in_program("%x = f32[2,4,64,64]{3,2,1,0} fusion(...)", 64)[0] == "xla"
+    assert attention_in_program("%x = f32[64,64]{1,0} fusion(...)", 64)[0] == "unknown"   # a matrix, no heads
+    assert attention_in_program("%x = f32[2,4,32,32]{3,2,1,0} fusion(...)", 64)[0] == "unknown"
+    assert attention_in_program(None, 64)[0] == "unknown"
+
+
+def _with_buffers(r: Report, rows: list[tuple[int, str, str]], **breakdown: int) -> Report:
+    """`r` with these buffers live at the peak and this breakdown (the peak its sum)."""
+    b = {**dict.fromkeys(r.breakdown, 0), **breakdown}
+    return dataclasses.replace(r, top_buffers=tuple(BufferRow(size, shape, "f32", "", cat, "fusion", "")
+                                                    for size, shape, cat in rows),
+                               breakdown=b, per_device_peak_bytes=sum(b.values()), fits=False, verdict="does_not_fit")
+
+
+def test_hints_name_the_lever_of_the_choice_that_holds_the_peak(config_fp32):
+    gib = 1 << 30
+    r = _with_buffers(config_fp32, [(4 * gib, "(2, 8, 128, 128)", "temporaries"),
+                                    (3 * gib, "(2, 128, 256)", "temporaries")],
+                      optimizer_state=2 * gib, activations_and_temporaries=8 * gib)
+    r = dataclasses.replace(r, hf_config={**r.hf_config, "vocab_size": 256})
+    hs = levers.hints(r)
+    assert any(h.startswith("attention scores 4.00 GiB (40% of the peak, (..., 128, 128) buffers)") and
+               "--arg attention=cudnn with --precision bf16" in h for h in hs)
+    assert any(h.startswith("logits 3.00 GiB (30% of the peak): --arg vocab_tiles=8") for h in hs)
+    assert any(h.startswith("optimizer_state 2.00 GiB (20% of the peak): --moment-dtype bf16") and
+               "about 1.00 GiB less" in h for h in hs)
+    assert any(h.startswith("fp32 compute: --precision bf16") for h in hs)
+    cudnn = dataclasses.replace(r, choices={**r.choices, "attention": "cudnn", "loss": "cross_entropy_vocab_tiles=8"})
+    assert not any(h.startswith(("attention scores", "logits")) for h in levers.hints(cudnn))
+
+
+def test_a_peak_that_a_larger_memory_fraction_holds_names_the_environment_variable(config_fp32):
+    card = config_fp32.target.memory_bytes
+    r = _with_buffers(config_fp32, [], activations_and_temporaries=int(card * 0.8))
+    hs = levers.hints(r)
+    assert any(h.startswith("memory fraction 0.75: XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 in the training's environment")
+               for h in hs)
+    asked = dataclasses.replace(r, choices={**r.choices, "mem_fraction_why": "--mem-fraction 0.75"})
+    assert not any(h.startswith("memory fraction") for h in levers.hints(asked))
