@@ -3,7 +3,8 @@
 jaxmem.hf.config reads the config (no network, no weights), jaxmem.hf.model is the Flax decoder it
 names, and :func:`workload_function` is the ``workload()`` a model file would define: it takes
 the same ``--arg``s (``batch_size``, ``seq_len``, ``attention`` (auto, xla, cudnn), ``numerics``,
-``remat_save``, ``vocab_tiles`` (the loss in that many tiles of the sequence), and the MoE's
+``remat_save``, ``vocab_tiles`` (the loss in that many tiles of the sequence), ``scan`` (false: the layers
+as a Python loop, as Hugging Face's Flax models run them), and the MoE's
 ``capacity_factor``, ``group_size``, ``aux_loss_coef``) and ``remat``, so every option of
 analyze, compare, advise and the API applies through the one Workload path
 (jaxmem.program.workload.load_workload routes a config there).
@@ -31,6 +32,9 @@ __all__ = ["SUPPORTED", "Arch", "config_file", "info", "load_arch", "parameter_c
 DEFAULT_SEQ_LEN = 2048   # models/llama.py's default, capped at the model's own context (GPT-2: 1024)
 DEFAULT_BATCH = 8
 ATTENTION = ("auto", "xla", "cudnn")   # --arg attention: auto is jaxmem.hf.model.attention_choice
+# --arg scan=false: the most layers unrolled (the largest published decoders have a few hundred; each
+# layer of a Python loop is traced and compiled on its own)
+MAX_UNROLLED_LAYERS = 1024
 
 
 def load_arch(path: str | Path) -> Arch:
@@ -45,10 +49,11 @@ def workload_function(path: Path):
     def workload(batch_size: int | None = None, seq_len: int | None = None, remat: str = "none",
                  attention: str = "auto", numerics: str = "default", remat_save: str = "",
                  capacity_factor: float = 1.25, group_size: int | None = None, aux_loss_coef: float = 0.01,
-                 vocab_tiles: int = 1):
+                 vocab_tiles: int = 1, scan: bool = True):
         return build_workload(arch, path, batch_size=batch_size, seq_len=seq_len, remat=remat, attention=attention,
                               numerics=numerics, remat_save=remat_save, capacity_factor=capacity_factor,
-                              group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles)
+                              group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles,
+                              scan=scan)
 
     workload.__qualname__ = workload.__name__ = f"{arch.model_type}"
     return workload
@@ -66,6 +71,9 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
         if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
             raise UserError(f"{where}: --arg {key}={value!r} is not a number; give e.g. --arg {key}=8")
     opts = Opts(**options)
+    if not isinstance(opts.scan, bool):
+        raise UserError(f"{where}: --arg scan={opts.scan!r}; expected true (the layers under nn.scan, the default) "
+                        "or false (a Python loop, as Hugging Face's Flax models run them)")
     if opts.attention not in ATTENTION:
         raise UserError(f"{where}: --arg attention={opts.attention!r}; expected one of "
                         f"{', '.join(map(repr, ATTENTION))} (auto: cuDNN flash attention where the target supports it, "
@@ -86,6 +94,10 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     t = seq_len or (min(DEFAULT_SEQ_LEN, arch.max_positions) if arch.max_positions else DEFAULT_SEQ_LEN)
     if b < 1 or t < 1:
         raise UserError(f"{where}: --arg batch_size={b} seq_len={t}: both must be at least 1")
+    if not opts.scan and arch.n_layers > MAX_UNROLLED_LAYERS:   # a Python loop traces every layer on its own
+        raise UserError(f"{where}: --arg scan=false with {arch.n_layers:,} layers: the Python loop traces and "
+                        f"compiles each layer on its own, and jaxmem unrolls at most {MAX_UNROLLED_LAYERS:,}; "
+                        "drop --arg scan=false (the layers under nn.scan compile once)")
     if arch.positions == "learned" and arch.max_positions < t:
         raise UserError(f"{where}: --arg seq_len={t} is longer than the model's {arch.max_positions} learned "
                         "positions (n_positions)")
