@@ -117,8 +117,6 @@ class Choices(TypedDict, total=False):
     attention_why: str
     loss: str                          # "cross_entropy", "cross_entropy_vocab_tiles=N", "the model's own"
     loss_why: str
-    layers: str                        # "scan" | "loop" (a config.json decoder's --arg scan), "the model's own"
-    layers_why: str
     remat: str                         # --remat policy
     lora_rank: int | None              # None: no LoRA
     lora_targets: str | None           # --lora-targets, or "every dense/einsum/conv layer" (the default)
@@ -259,6 +257,7 @@ WARNING_KINDS: dict[str, str] = {
     "collectives_not_overlapped": "XLA compiled the step without its latency-hiding scheduler: collectives "
                                   "run beside no compute",
     "remat_at_ignored": "--remat-at on a model whose workload() places its own checkpoints",
+    "lora_skipped": "--lora left a module without an adapter: it is applied with a params dict the model builds",
     "unsharded_leaf": "a leaf could not be sharded as the layout asked",
     "axis_splits_nothing": "a mesh axis that splits nothing of what its role should split",
     "tensor_split_by_size": "a tp layout on weights without logical axis names: each split by its largest dimension",
@@ -324,9 +323,6 @@ class Report:
     timeline: tuple[int, ...] = ()     # bytes live over program order (downsampled)
     timeline_peak_index: int = -1
     timings: Timings = dataclasses.field(default_factory=lambda: Timings())
-    # indices on `timeline` where the backward pass starts and the optimizer update follows it (the first
-    # point after the backward's last allocation); () where the program shows no backward pass
-    timeline_phases: tuple[int, ...] = ()
     # What the step was compiled with (jaxmem.compiler.versions.installed): python, jax, jaxlib, flax,
     # optax, qwix, the CUDA plugin and the CUDA runtime / cuDNN the GPU target is described with.
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -359,10 +355,6 @@ class Report:
     sequence_length: int | None = None
     logical_names: tuple[str, ...] = ()
     # A stage axis (jaxmem/program/pipeline_stages.py): the schedule (kind, stages, microbatches,
-    # The tokens one step trains on (global): batch x sequence of the batch's first integer leaf of rank 2
-    # (token ids); None for a batch of samples (images, feature vectors). compare and advise rank by
-    # throughput per device: tokens/s with it, samples/s without (jaxmem.plan.throughput).
-    tokens_per_step: int | None = None
     # repeats, layers, iterations, bubble, how the microbatches were chosen) and, at the peak, the
     # activations the stage loop saved for the backward pass and the stage-to-stage transfer buffers;
     # `stages`: per stage, its layers (storage rows of the stacked weights), peak and breakdown.
@@ -412,7 +404,6 @@ class Report:
             d.pop("timeline")
             d.pop("timeline_peak_index")
         if not timings:
-            d.pop("timeline_phases")
             d.pop("timings")
         if not self.constants:   # only a step that captured a large constant has them
             d.pop("constants")
@@ -448,7 +439,6 @@ class Report:
         if "timeline" in d:
             d["timeline"] = tuple(d["timeline"])
         d["shardings"] = tuple(d.get("shardings", ()))
-        d["timeline_phases"] = tuple(d.get("timeline_phases", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
         d["constants"] = tuple(d.get("constants", ()))
         d["stages"] = tuple(d.get("stages", ()))

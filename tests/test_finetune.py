@@ -1,5 +1,6 @@
 """Fine-tuning: frozen parameters, LoRA / QLoRA adapters (qwix), optimizer state in pinned host memory."""
 import json
+import math
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from jaxmem.cli import main
 from jaxmem.compiler import compiled, versions
 from jaxmem.errors import UserError
 from jaxmem.plan import compare
-from jaxmem.program import train_state
+from jaxmem.program import finetune, train_state
 from jaxmem.program.finetune import FineTune
 from jaxmem.program.workload import load_workload
 from jaxmem.report import Report
@@ -101,6 +102,19 @@ def test_lora_adds_r_times_din_plus_dout_per_target_and_adamw_follows(rank):
     assert r.trainable_param_count == adapters
     assert r.frozen_param_count == (37 * 53 + 53) + (53 * 29 + 29) + (29 * 11 + 11)   # the whole base
     assert r.breakdown["optimizer_state"] == 2 * adapters * 4 + ADAMW_COUNT
+
+
+def test_lora_leaves_a_head_applied_with_its_own_params_dict_unadapted_and_names_it():
+    # GPT-2's tied head: lm_head.apply({"params": {"kernel": wte.T}}, h) can hold no adapter (qwix raised
+    # ScopeParamNotFoundError): the default --lora adapts every other Dense and warns naming the head
+    built = build(FIX / "tied_head_apply.py", lora_rank=4)
+    assert list(built.lora_skipped) == ["lm_head"] and "a tied head" in built.lora_skipped["lm_head"]
+    trainable = [leaf for leaf in built.leaves if leaf.category == "params" and "lora" in leaf.path]
+    # the two blocks' fc and proj (64 -> 64): rank 4 x (64 + 64) each; none on the head (64 -> 256)
+    assert sum(math.prod(leaf.shape) for leaf in trainable) == 4 * 4 * (64 + 64)
+    [w] = finetune.check_lora_skipped(built.lora_skipped)
+    assert w.kind == "lora_skipped" and w.message.startswith("--lora: no adapter on lm_head: Dense applied with")
+    assert build(MLP, lora_rank=4).lora_skipped == {}   # a model whose layers own their weights: nothing skipped
 
 
 def test_lora_on_scanned_layers_counts_every_layer():

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from jaxmem.analysis.stages import Measured
 from jaxmem.compiler import compiled, runtime, schedule, steptime, targets, versions
-from jaxmem.program import sharding, splits, step, train_state, workload
+from jaxmem.program import finetune, sharding, splits, step, train_state, workload
 from jaxmem.report import ReportWarning
 from jaxmem.xla import explain
 
@@ -71,6 +71,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("collectives_not_overlapped",), lambda m: schedule.check_collectives_not_overlapped(
         m.step_time, schedule.scheduler_ran(m.target.gpu, _xla_flags()))),
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
+    Check(("lora_skipped",), lambda m: finetune.check_lora_skipped(m.built.lora_skipped)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(
         m.roles, m.opts.layout, m.state.params + m.state.optimizer_state + m.state.other_state,

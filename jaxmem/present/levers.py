@@ -21,8 +21,6 @@ def choices_line(r: Report) -> str | None:
         return None   # a report saved before choices were stated
     parts = [f"precision {c.get('precision')}", f"attention {c.get('attention')}", f"loss {c.get('loss')}",
              f"remat {c.get('remat')}"]
-    if c.get("layers") in ("scan", "loop"):   # a config.json decoder's, as compiled
-        parts.insert(3, f"layers {c['layers']}")
     if c.get("lora_rank"):
         parts.append(f"LoRA r={c['lora_rank']} on {c.get('lora_targets')}"
                      + (f", base {c['base_dtype']}" if c.get("base_dtype") else ""))

@@ -29,6 +29,7 @@ from jaxmem.errors import UserError, clip
 from jaxmem.program import patterns
 from jaxmem.program.options import BASE_DTYPES, OFFLOADS, FineTune
 from jaxmem.program.tree import is_float, path_str
+from jaxmem.report import ReportWarning
 
 QUANTIZED_OPS = ("dot_general", "einsum")   # the ops whose weights --base-dtype quantizes (not convs)
 # qwix stores a quantized weight W as W/array/qvalue (the values) and W/array/scale
@@ -132,7 +133,9 @@ def _provider_class():
         if not isinstance(rule, qwix_lora.LoraRule):
             return None
         weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
-        return None if weight_name is None else (rule, weight_name)   # None: rhs is not a weight
+        if weight_name is None:   # rhs is not a weight
+            return None
+        return None if _skipped_here(provider, weight_name) else (rule, weight_name)
 
     class LoraProvider(qwix.LoraProvider):
         """qwix's LoraProvider, with the adapter's contribution in the base op's output dtype.
@@ -196,6 +199,25 @@ def _provider_class():
     return LoraProvider
 
 
+def _skipped_here(provider, weight_name: str) -> bool:
+    """The current linen module cannot hold an adapter: it runs under its own ``apply`` with a params
+    dict the model built itself (Hugging Face's GPT-2 ties its head as ``lm_head.apply({"params":
+    {"kernel": wte.T}}, h)``), whose scope takes no new parameter, and it has none from an init (qwix
+    would raise ScopeParamNotFoundError). Such a weight is the model's own, not a trained layer's: it is
+    left without an adapter, and the module named in `provider.jaxmem_skipped` (a lora_skipped warning)."""
+    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
+
+    module = flax_util.get_current_module()
+    scope = getattr(module, "scope", None) if isinstance(module, nn.Module) else None
+    if scope is None or scope.is_mutable_collection("params") or module.has_variable("params", f"{weight_name}_lora_a"):
+        return False
+    name = "/".join(str(p) for p in module.path) or module.name or type(module).__name__
+    provider.jaxmem_skipped.setdefault(
+        name, f"{type(module).__name__} applied with a params dict the model builds itself "
+              f"({name}.apply({{'params': ...}}): a tied head), which holds no parameter but the {weight_name!r} given")
+    return True
+
+
 def _in_embed(flax_util) -> bool:
     """The op runs inside an embedding module (linen or NNX Embed: ``attend`` of a tied head); `flax_util`
     is qwix's (qwix._src.utils.flax_util)."""
@@ -248,14 +270,27 @@ def _conv_delta(qwix_lora, rule, weight_name: str, lhs, rhs, window_strides, pad
 
 
 def _LoraProvider(rules):  # noqa: N802 (a class made on first use: qwix is imported only for fine-tuning)
-    return _provider_class()(rules)
+    provider = _provider_class()(rules)
+    provider.jaxmem_skipped = {}   # module -> why it took no adapter (_skipped_here)
+    return provider
 
 
-def wrap_linen(model, ft: FineTune):
-    """The linen model with qwix's adapters (and quantized base) intercepting its ops."""
+def wrap_linen(model, ft: FineTune, skipped: dict[str, str] | None = None):
+    """The linen model with qwix's adapters (and quantized base) intercepting its ops. `skipped`: filled,
+    as the model is traced, with the modules that could take no adapter and why (_skipped_here)."""
     import qwix  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
 
-    return qwix.apply_lora_to_model(model, provider(ft))
+    p = provider(ft)
+    if skipped is not None:
+        p.jaxmem_skipped = skipped
+    return qwix.apply_lora_to_model(model, p)
+
+
+def check_lora_skipped(skipped: dict[str, str]) -> list[ReportWarning]:
+    """lora_skipped: a module --lora targets that could take no adapter (wrap_linen's `skipped`)."""
+    return [ReportWarning("lora_skipped", f"--lora: no adapter on {name}: {why}; its matmul uses that weight "
+                          "as given, frozen with the rest of the base")
+            for name, why in sorted(skipped.items())]
 
 
 def wrap_nnx(make_model, ft: FineTune, loss, batch):

@@ -57,6 +57,7 @@ class AbstractState:
     micro_size: int | None      # leading dim of one microbatch
     opt_memory: str = "device"  # where the optimizer state lives between steps: "device" | "pinned_host"
     trainable_source: str = finetune.EVERY   # what chose the trainable leaves (finetune.trainable_set)
+    lora_skipped: dict = dataclasses.field(default_factory=dict)   # --lora: modules left without an adapter, why
 
     def params(self, trainable, frozen):
         """The full params tree from its two parts (inside the step: traced values)."""
@@ -75,6 +76,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
     finetune.check(ft, precision=opts.precision, donate=opts.donate)
     tx = optimizer(wl, opts)
     split = opts.accum * (opts.microbatches or 1)   # --accum's microbatches, each split again by the pipeline's
+    lora_skipped: dict[str, str] = {}   # filled as the linen model is traced (finetune.wrap_linen)
     if is_nnx(wl):
         kind = "nnx"
         model, params, mutable, param_names, own = _abstract_nnx(wl, ft, micro(batch, split), opts.precision,
@@ -83,7 +85,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
         own = None
         if not isinstance(wl.model, nn.Module):
             raise UserError(f"Workload.model is a {type(wl.model).__name__}; expected a Flax linen or NNX module")
-        kind, model = "linen", (finetune.wrap_linen(wl.model, ft) if ft.lora_rank else wl.model)
+        kind, model = "linen", (finetune.wrap_linen(wl.model, ft, lora_skipped) if ft.lora_rank else wl.model)
         if opts.precision == "fp8":
             model = fp8.wrap_linen(model, wl.fp8_exclude)
         with fp8.scans_carry_state() if opts.precision == "fp8" else contextlib.nullcontext():
@@ -98,7 +100,7 @@ def abstract_state(wl: Workload, opts: StepOptions, batch, call_context: Callabl
     leaves = jax.tree.leaves(batch)
     micro_size = leaves[0].shape[0] // split if leaves and leaves[0].shape else None
     return AbstractState(kind, model, trainable, frozen, param_names, opt_state, mutable, rng, batch, tx, micro_size,
-                         "pinned_host" if ft.offload_optimizer else "device", source)
+                         "pinned_host" if ft.offload_optimizer else "device", source, lora_skipped)
 
 
 def override_batch(batch, batch_size: int | None):

@@ -60,6 +60,7 @@ class BuiltStep:
     schedule: pipeline_stages.Schedule | None = None   # the pipeline over the stage axis, its layers known
     constraints: dict | None = None   # filled when the step is traced: the model's own activation constraints
     captured: tuple = ()   # filled when the step is traced: its large constants (jaxmem.program.constants)
+    lora_skipped: dict = dataclasses.field(default_factory=dict)   # --lora: modules left without an adapter, why
     trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
 
 
@@ -200,7 +201,7 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
                      trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
                      logical_names=tuple(sorted(names)), calls=log, schedule=schedule,
-                     trainable_source=st.trainable_source)
+                     trainable_source=st.trainable_source, lora_skipped=st.lora_skipped)
 
 
 def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh, mesh_spec, *,
