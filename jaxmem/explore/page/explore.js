@@ -110,9 +110,9 @@
   var GROUPS = [
     ['Card and mesh', ['gpu', 'mesh', 'layout', 'hosts', 'axis-roles', 'axis-types', 'mem-fraction']],
     ['Batch and sequence', ['batch', 'accum']],
-    ['Memory', ['remat', 'remat-at', 'precision', 'optimizer', 'offload', 'no-donate']],
+    ['Memory', ['remat', 'remat-at', 'precision', 'optimizer', 'moment-dtype', 'offload', 'no-donate']],
     ['Fine-tuning', ['lora', 'lora-targets', 'lora-alpha', 'base-dtype', 'freeze', 'train-all']],
-    ['Pipeline', ['pipeline', 'microbatches', 'repeats', 'stage-remat']],
+    ['Pipeline', ['stages', 'pipeline', 'microbatches', 'repeats', 'stage-remat']],
     ['More', []]
   ];
   function groupOf(name) {
@@ -349,8 +349,9 @@
   // ---- the mesh: a device count, presets for the common layouts at that count, and the axes themselves
   function parseMesh(s) {
     return String(s || '').split(',').map(function (p) { return p.trim(); }).filter(Boolean).map(function (p) {
-      var kv = p.split('=');
-      return [kv[0].trim(), Number(kv[1])];
+      var kv = p.split('='), size = (kv[1] || '').trim();
+      // a size that is not a number stays as typed: the server refuses it with the CLI's words
+      return [kv[0].trim(), size !== '' && isFinite(Number(size)) ? Number(size) : size];
     });
   }
   function meshText(axes) { return axes.map(function (a) { return a[0] + '=' + a[1]; }).join(','); }
@@ -563,6 +564,7 @@
   }
   function onAnswer(d, seq, q) {
     S.history.push({key: d.key, answer: d.answer, at: Date.now()});
+    if (S.history.length > 2000) S.history.splice(0, 1000);
     if (d.answer === 'exact') {
       draw(d);
       loadPoints();
@@ -662,7 +664,7 @@
     // the model's own sequence length, where the point leaves it to the model
     var seqArg = S.info.raw && S.info.raw.seq && S.info.raw.seq.arg;
     var seqInput = seqArg && document.querySelector('#controls .ctl[data-name="arg.' + seqArg + '"] input');
-    if (seqInput && r.sequence_length) seqInput.placeholder = r.sequence_length + ' (the model\'s)';
+    if (seqInput && r.sequence_length) seqInput.placeholder = r.sequence_length + ' (model)';
   }
 
   function facts(r, v) {
@@ -813,6 +815,7 @@
     st.textContent = 'not a valid point'; st.className = 'state error';
     $('status-lines').innerHTML = '<div class="errline" id="error">' + esc(msg) + '</div>';
     showControlError(S.changed, msg);
+    ['json', 'html', 'png'].forEach(function (f) { $('save-' + f).classList.add('disabled'); });
   }
 
   // ----------------------------------------------------------------------------------------- points
@@ -829,7 +832,7 @@
     strip.innerHTML = pts.map(function (p) {
       var words = describe(p.query || {}, S.start), label = words.length ? words.join(', ') : 'the starting point';
       var pinned = S.pins.indexOf(p.key) >= 0;
-      var v = p.verdict || 'none';
+      var v = p.answer === 'error' ? 'error' : p.verdict || 'none';
       var meta = p.answer === 'compiling' ? 'compiling…' : p.answer === 'error' ? 'error: ' + (p.error || '') :
         (p.answer === 'predicted' ? 'predicted · ' : '') +
         (p.step_time ? fmtSeconds(p.step_time) + ' / step' : '') +
@@ -837,7 +840,7 @@
       return '<div class="pt' + (pinned ? ' pinned' : '') + ' a-' + esc(p.answer) + '" data-key="' + esc(p.key) + '" title="' + esc(label) + '">' +
         '<button class="pin" title="pin to compare (two at a time)" aria-label="pin">' + (pinned ? '◆' : '◇') + '</button>' +
         '<div class="lab">' + esc(label) + '</div>' +
-        '<div class="pk"><span class="dot ' + esc(v) + '"></span>' + (p.peak === null || p.peak === undefined ? '…' : esc(fmtBytes(p.peak))) + '</div>' +
+        '<div class="pk"><span class="dot ' + esc(v) + '"></span>' + (p.peak === null || p.peak === undefined ? (p.answer === 'error' ? 'error' : '…') : esc(fmtBytes(p.peak))) + '</div>' +
         '<div class="mini"><div style="width:' + (100 * (p.peak || 0) / top).toFixed(1) + '%;background:' +
         (v === 'does_not_fit' ? 'var(--bad)' : v === 'tight' ? 'var(--warn)' : 'var(--accent)') + '"></div></div>' +
         '<div class="meta">' + esc(meta) + '</div></div>';
@@ -853,8 +856,14 @@
   }
   function markCurrent() {
     var key = S.shown && S.shown.key;
+    var strip = $('strip');
     document.querySelectorAll('#strip .pt').forEach(function (el) {
-      el.classList.toggle('current', el.dataset.key === key);
+      var on = el.dataset.key === key;
+      el.classList.toggle('current', on);
+      // keep the point on screen in view within the strip (the strip alone scrolls, never the page)
+      if (on && (el.offsetLeft + el.offsetWidth > strip.scrollLeft + strip.clientWidth || el.offsetLeft < strip.scrollLeft)) {
+        strip.scrollLeft = Math.max(0, el.offsetLeft - (strip.clientWidth - el.offsetWidth) / 2);
+      }
     });
   }
   function pin(key) {
@@ -954,13 +963,14 @@
       return '<tr><td class="num">' + (i + 1) + '</td><td>' + esc(c.label) + '</td><td class="num"><span class="dot ' + esc(v) + '"></span>' +
         esc(fmtBytes(c.per_device_peak_bytes)) + '</td><td class="num">' +
         (c.relative_step_time ? '×' + pyFixed(c.relative_step_time, 2) : '-') + '</td>' +
+        '<td class="mono path note">' + esc(c.command.replace(/^jaxmem analyze \S+ /, '')) + '</td>' +
         '<td><button class="btn go" data-i="' + i + '" title="' + esc(c.command) + '">try</button></td></tr>';
     }).join('');
     var orig = d.original || {};
     $('advise').innerHTML = '<p class="note">' + (d.fits_as_given ? 'It fits as given; these are faster or roomier.' :
       'As given it does not fit; these do, fastest first.') + ' Step time relative to the point as given (' +
       esc(fmtSeconds(orig.step_time_estimate_s)) + ').</p><table><thead><tr><th class="num">#</th><th>change</th>' +
-      '<th class="num">peak</th><th class="num">step</th><th></th></tr></thead><tbody>' + rows + '</tbody></table>';
+      '<th class="num">peak</th><th class="num">step</th><th>as a command</th><th></th></tr></thead><tbody>' + rows + '</tbody></table>';
     $('advise').querySelectorAll('button.go').forEach(function (b) {
       b.addEventListener('click', function () { goTo(queryOf(cs[Number(b.dataset.i)].command)); });
     });
