@@ -4,9 +4,15 @@ formula; the config routed through the model-file path (analyze, --lora, compare
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import resource
+import subprocess
+import sys
+import threading
 
 import jax
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -206,3 +212,178 @@ def test_dropout_rates_that_draw_masks_in_training_are_read():
 def test_a_non_numeric_arg_is_exit_2_naming_it():
     r = _run("analyze", FIX / "gpt2", "--gpu", "h100", "--arg", "seq_len=abc")
     assert r.exit_code == 2 and "seq_len" in r.output and "Traceback" not in r.output, r.output
+
+
+# ------------------------------------------------------------ issue 47: hostile config.json values
+
+LLAMA = json.loads((FIX / "llama" / "config.json").read_text())
+BEYOND = "is beyond int32 (2,147,483,647), the largest dimension XLA can shape"
+
+
+def _parse(family: str = "llama", **changes):
+    base = json.loads((FIX / family / "config.json").read_text())
+    return hf.config.parse({**base, **changes}, pathlib.Path("config.json"))
+
+
+@pytest.mark.parametrize("family,changes,message", [
+    ("llama", {"vocab_size": 10**12}, f'"vocab_size": 1000000000000 {BEYOND}'),
+    ("llama", {"vocab_size": 0}, '"vocab_size": 0 is not a positive integer; the smallest it can be is 1'),
+    ("llama", {"head_dim": 10**10}, f'"head_dim": 10000000000 {BEYOND}'),
+    ("llama", {"hidden_size": 10**400}, f'"hidden_size": 1.000e400 {BEYOND}'),
+    ("llama", {"num_hidden_layers": 2**31}, f'"num_hidden_layers": 2147483648 {BEYOND}'),
+    ("llama", {"num_attention_heads": 0}, '"num_attention_heads": 0 is not a positive integer'),
+    ("llama", {"hidden_size": 0}, '"hidden_size": 0 is not a positive integer'),
+    ("llama", {"num_hidden_layers": 0}, '"num_hidden_layers": 0 is not a positive integer'),
+    ("llama", {"num_key_value_heads": 0}, '"num_key_value_heads": 0 is not a positive integer'),
+    ("llama", {"intermediate_size": -1}, '"intermediate_size": -1 is not a positive integer'),
+    ("llama", {"hidden_size": True}, '"hidden_size": True is not a positive integer'),
+    ("llama", {"hidden_size": 64.0}, '"hidden_size": 64.0 is not a positive integer'),
+    ("llama", {"vocab_size": "256"}, "\"vocab_size\": '256' is not a positive integer"),
+    ("llama", {"num_key_value_heads": 3}, "num_attention_heads=4 is not a multiple of num_key_value_heads=3"),
+    ("llama", {"num_attention_heads": 3, "num_key_value_heads": 1},
+     "hidden_size=64 is not a multiple of num_attention_heads=3; give head_dim"),
+    ("llama", {"head_dim": 15}, "head_dim=15 is odd; rotary position embeddings rotate pairs"),
+    ("llama", {"rope_theta": 0}, '"rope_theta": 0.0 is not positive'),
+    ("llama", {"rms_norm_eps": 10**400}, '"rms_norm_eps": 1.000e400 is not a finite number'),
+    ("llama", {"vocab_size": 2**31 - 1, "hidden_size": 2**31 - 1, "num_attention_heads": 1, "num_key_value_heads": 1,
+               "head_dim": 64},
+     ("the embedding (vocab_size=2,147,483,647 x hidden_size=2,147,483,647, fp32) is 1.845e+19 bytes, beyond what "
+      "XLA's 64-bit byte counts express (2^63 - 1)")),
+    ("llama", {"model_type": ["llama"]}, "\"model_type\": ['llama'] is not a string; give one of llama, mistral"),
+    ("llama", {"model_type": {"llama": 1}}, "\"model_type\": {'llama': 1} is not a string"),
+    ("gemma3", {"sliding_window_pattern": 0}, ('"sliding_window_pattern": 0 is not a positive integer; the smallest '
+                                               "it can be is 1 (leave it out, or null, for the default 6)")),
+    ("mistral", {"sliding_window": 0}, ('"sliding_window": 0 is not a positive integer; the smallest it can be is 1 '
+                                        "(leave it out, or null, for none)")),
+    ("mixtral", {"num_local_experts": 0}, '"num_local_experts": 0 is not a positive integer'),
+    ("mixtral", {"num_experts_per_tok": 5}, "num_experts_per_tok=5 must be between 1 and the 4 experts"),
+    ("gpt2", {"n_head": 0}, '"n_head": 0 is not a positive integer'),
+    ("gpt2", {"n_positions": 10**12}, f'"n_positions": 1000000000000 {BEYOND}'),
+    ("gpt2", {"n_embd": 2**30}, "n_inner (default 4 x n_embd)=4294967296 is beyond int32"),
+])
+def test_a_config_value_xla_cannot_shape_is_refused_naming_the_field_its_value_and_the_limit(family, changes,
+                                                                                             message):
+    with pytest.raises(UserError) as e:
+        _parse(family, **changes)
+    assert message in str(e.value)
+    assert str(e.value).startswith("config file config.json: ")
+
+
+def test_numpy_integers_are_integers_and_give_the_same_decoder():
+    assert _parse(hidden_size=np.int64(64), num_hidden_layers=np.int32(2)) == _parse()
+
+
+def test_hostile_values_are_exit_2_from_the_command_line_before_jax_builds_anything(tmp_path):
+    for text, message in [
+        (json.dumps(LLAMA).replace('"hidden_size": 64', '"hidden_size": 1' + "0" * 400), '"hidden_size": 1.000e400'),
+        (json.dumps({**LLAMA, "model_type": ["llama"]}), "\"model_type\": ['llama'] is not a string"),
+        (json.dumps({**LLAMA, "vocab_size": 0}), '"vocab_size": 0 is not a positive integer'),
+    ]:
+        (tmp_path / "config.json").write_text(text)
+        r = _run("analyze", tmp_path, "--gpu", "h100")
+        assert r.exit_code == 2, r.output
+        assert message in r.output and "Traceback" not in r.output and "jaxmem bug" not in r.output, r.output
+
+
+def _lowered(arch, seq_len: int = 32) -> str:
+    wl = hf.build_workload(arch, seq_len=seq_len, batch_size=2)
+    params = jax.eval_shape(lambda: wl.model.init(jax.random.key(0), wl.batch["tokens"]))
+    return jax.jit(lambda p, b: wl.loss(wl.model.bind(p), b)).lower(params, wl.batch).as_text()
+
+
+def test_a_window_at_least_as_wide_as_the_sequence_is_full_attention_and_no_int32_overflow():
+    full = _lowered(_parse("mistral", sliding_window=None))
+    for window in (32, 10**12, 2**31):   # the sequence is 32: none of these masks anything
+        arch = _parse("mistral", sliding_window=window)
+        assert arch.windows.mode(arch.n_layers, 32) == "global"
+        assert _lowered(arch) == full
+    assert _lowered(_parse("mistral", sliding_window=31)) != full   # one narrower than the sequence does mask
+
+
+def test_windows_are_a_rule_whatever_the_layer_count():
+    arch = _parse("gemma3", num_hidden_layers=2**31 - 1, sliding_window_pattern=6)
+    assert arch.windows.mode(arch.n_layers, 32) == "mixed"
+    assert [arch.windows.at(i) for i in (0, 4, 5, 2**31 - 3)] == [16, 16, None, None]
+    # a pattern longer than the stack: every layer local (one window for all), however long the pattern
+    wide = _parse("gemma3", num_hidden_layers=3, sliding_window_pattern=10**12)
+    assert wide.windows.mode(3, 32) == "uniform"
+    qwen = _parse("qwen2", use_sliding_window=True, sliding_window=16, max_window_layers=10**12)
+    assert qwen.windows.mode(qwen.n_layers, 32) == "global"   # max_window_layers past the stack: no window
+    assert _parse("gemma2").windows.mode(2, 32) == "mixed"
+
+
+def test_a_gemma3_config_without_text_config_is_built_as_gemma3_text():
+    text = json.loads((FIX / "gemma3" / "config.json").read_text())
+    bare = hf.config.parse({**text, "model_type": "gemma3"}, pathlib.Path("config.json"))
+    assert bare == hf.load_arch(FIX / "gemma3" / "config.json")
+    assert bare.model_type == "gemma3_text" and hf.parameter_count(bare) == hand_count(text) == 164_864
+    with pytest.raises(UserError, match='"text_config": \\[1\\] is not an object'):
+        hf.config.parse({"model_type": "gemma3", "text_config": [1]}, pathlib.Path("config.json"))
+
+
+def test_a_config_of_a_billion_layers_is_answered_in_seconds_under_a_2_gib_cap(tmp_path):
+    """The config is read and refused without a per-layer list in Python (the windows are a rule) and before XLA
+    compiles a loop of 10^9 iterations (jaxmem.program.sizes.check_loop). Measured, not assumed: the child runs
+    under RLIMIT_DATA = 2 GiB (RLIMIT_AS would count the address space jax and XLA reserve but never touch) and
+    its peak resident memory is read from os.wait4's rusage of that child alone."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 10**9}))
+    cap = 2 << 30
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+    with open(tmp_path / "err", "wb") as err:
+        child = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", "analyze", str(tmp_path), "--gpu", "h100"],
+                                 stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limit)
+    watchdog = threading.Timer(300, child.kill)
+    watchdog.start()
+    try:
+        _, status, usage = os.wait4(child.pid, 0)   # this child's own rusage (Popen's wait would drop it)
+    finally:
+        watchdog.cancel()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    text = (tmp_path / "err").read_text()
+    assert child.returncode == 2, text
+    assert "num_hidden_layers=1,000,000,000" in text and "at most 16,384" in text, text
+    assert "Traceback" not in text and "MemoryError" not in text
+    assert 0 < usage.ru_maxrss * 1024 < cap, usage.ru_maxrss   # Linux: kilobytes
+
+
+@pytest.mark.parametrize("args,culprit", [
+    (("batch_size=0",), "--arg batch_size=0 must be at least 1"),
+    (("seq_len=0",), "--arg seq_len=0 must be at least 1"),
+    (("seq_len=0", "batch_size=0"), "--arg batch_size=0 must be at least 1"),
+    (("batch_size=-2",), "--arg batch_size=-2 must be at least 1"),
+    (("seq_len=2147483648",), "--arg seq_len=2147483648 must be at least 1 and at most 2,147,483,647"),
+    (("group_size=4",), "--arg group_size=4: llama is a dense decoder (no experts)"),
+    (("capacity_factor=2",), "--arg capacity_factor=2: llama is a dense decoder"),
+    (("aux_loss_coef=0.1",), "--arg aux_loss_coef=0.1: llama is a dense decoder"),
+])
+def test_an_arg_the_step_cannot_honour_is_exit_2_naming_it_never_another_step(args, culprit):
+    r = _run("analyze", FIX / "llama", "--gpu", "h100", *(a for arg in args for a in ("--arg", arg)))
+    assert r.exit_code == 2, r.output
+    assert culprit in r.output and "Traceback" not in r.output, r.output
+
+
+def test_numpy_integer_args_build_the_step_asked():
+    wl = hf.build_workload(hf.load_arch(FIX / "mixtral" / "config.json"), batch_size=np.int64(3),
+                           seq_len=np.int32(16), group_size=np.int64(8))
+    assert wl.batch["tokens"].shape == (3, 16) and type(wl.batch["tokens"].shape[0]) is int
+    assert wl.model.opts.group_size == 8
+    with pytest.raises(UserError, match="--arg capacity_factor=inf is not a finite number"):
+        hf.build_workload(hf.load_arch(FIX / "mixtral" / "config.json"), capacity_factor=float("inf"))
+
+
+def test_the_default_step_is_the_models_own_context_capped_at_2048():
+    for family in FAMILIES:
+        arch = hf.load_arch(FIX / family / "config.json")
+        expected = min(2048, arch.max_positions) if arch.max_positions else 2048
+        assert hf.build_workload(arch).batch["tokens"].shape == (8, expected), family
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_reports_options_and_the_analyzed_shapes_agree_on_every_family(family):
+    # the shapes are the workload's, whatever the target: the CPU compile is the fastest to ask
+    rep = jaxmem.analyze(str(FIX / family), gpu="cpu", args={"batch_size": 3, "seq_len": 16}, explain=False)
+    assert rep.options["arg:batch_size"] == rep.options["batch"] == 3
+    assert rep.options["arg:seq_len"] == rep.sequence_length == 16

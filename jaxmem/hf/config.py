@@ -292,14 +292,13 @@ def _check_arrays(arch: Arch, names: dict[str, str], path: Path) -> None:
               ("the experts", ("n_layers", "n_experts", "d_model", "expert_dim")),
               ("the shared expert", ("n_layers", "d_model", "shared_expert_dim")),
               ("the position table", ("max_positions", "d_model") if a.positions == "learned" else ())]
+    stacks = [(what, dims) for what, dims in stacks if dims and all(getattr(a, f) for f in dims)]
+    for f in dict.fromkeys(f for _, dims in stacks for f in dims):   # the derived sizes (GPT-2's 4 x n_embd)
+        if getattr(a, f) > INT32_MAX:
+            raise UserError(f"config file {path}: {names.get(f, f)}={_show(getattr(a, f))} is beyond int32 "
+                            f"({INT32_MAX:,}), the largest dimension XLA can shape; check the config's sizes")
     for what, dims in stacks:
         values = [getattr(a, f) for f in dims]
-        if not dims or not all(values):
-            continue
-        for f, v in zip(dims, values, strict=True):
-            if v > INT32_MAX:
-                raise UserError(f"config file {path}: {names.get(f, f)}={_show(v)} is beyond int32 "
-                                f"({INT32_MAX:,}), the largest dimension XLA can shape; check the config's sizes")
         nbytes = math.prod(values) * PARAM_BYTES
         if nbytes > INT64_MAX:
             given = " x ".join(f"{names.get(f, f)}={v:,}" for f, v in zip(dims, values, strict=True))
@@ -366,8 +365,9 @@ class _Getter:
             return value
         n = self._integer(key, value, "a positive integer")
         if n < 1:
+            unset = "null, for none" if default is None else f"null, for the default {default}"
             raise UserError(f"config file {self.path}: \"{key}\": {_show(n)} is not a positive integer; the smallest "
-                            "it can be is 1 (leave it out, or null, for none)")
+                            f"it can be is 1 (leave it out, or {unset})")
         return n
 
     def count(self, key: str, default: Any = _MISSING):
