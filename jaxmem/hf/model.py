@@ -186,7 +186,8 @@ def attention_choice(arch: Arch, dtype, seq_len: int, *, sequence_split: bool = 
 def _sequence_split() -> bool:
     """Whether the logical-axis rules in context split the sequence ("length") over a mesh axis of size > 1."""
     try:
-        axes = nn.logical_to_mesh_axes(("length",))[0]
+        spec = nn.logical_to_mesh_axes(("length",))
+        axes = spec[0] if spec is not None else None
         sizes = dict(jax.sharding.get_abstract_mesh().shape)
     except Exception:  # noqa: BLE001 -- no rules or mesh in context: nothing splits the sequence
         return False
