@@ -75,7 +75,7 @@
     points: [],
     pins: [],
     changed: null,       // the control last moved (a 400 names it)
-    timer: null, poll: null, advisePoll: null, fitPoll: null
+    timer: null, poll: null, polls: 0, pollSeq: 0, advisePoll: null, fitPoll: null
   };
   window.jaxmemExplore = {state: S, fmtBytes: fmtBytes, fmtSeconds: fmtSeconds};
 
@@ -580,7 +580,10 @@
       loadPoints();
       return;
     }
-    S.poll = setTimeout(function () { fetchAnswer(seq, q); }, 400);
+    // poll until the exact answer: briskly at first, then about once a second (a 70B compile takes minutes)
+    S.polls = seq === S.pollSeq ? S.polls + 1 : 0;
+    S.pollSeq = seq;
+    S.poll = setTimeout(function () { fetchAnswer(seq, q); }, Math.min(1200, 400 + 40 * S.polls));
   }
 
   // --------------------------------------------------------------------------------------- drawing
