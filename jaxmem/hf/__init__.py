@@ -3,7 +3,8 @@
 jaxmem.hf.config reads the config (no network, no weights), jaxmem.hf.model is the Flax decoder it
 names, and :func:`workload_function` is the ``workload()`` a model file would define: it takes
 the same ``--arg``s (``batch_size``, ``seq_len``, ``attention`` (auto, xla, cudnn), ``numerics``,
-``remat_save``, ``vocab_tiles`` (the loss in that many tiles of the sequence), and the MoE's
+``remat_save``, ``vocab_tiles`` (the loss in that many tiles of the sequence), ``scan`` (false: the layers
+as a Python loop, as Hugging Face's Flax models run them), and the MoE's
 ``capacity_factor``, ``group_size``, ``aux_loss_coef``) and ``remat``, so every option of
 analyze, compare, advise and the API applies through the one Workload path
 (jaxmem.program.workload.load_workload routes a config there).
@@ -14,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,17 @@ import jaxmem
 from jaxmem.errors import UserError
 from jaxmem.hf.config import SUPPORTED, Arch, config_file, parse, read
 from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
+from jaxmem.program import sizes
 
 __all__ = ["SUPPORTED", "Arch", "config_file", "info", "load_arch", "parameter_count", "workload_function"]
 
 DEFAULT_SEQ_LEN = 2048   # models/llama.py's default, capped at the model's own context (GPT-2: 1024)
 DEFAULT_BATCH = 8
+MOE_ARGS = ("capacity_factor", "group_size", "aux_loss_coef")   # --args only an MoE config's step reads
 ATTENTION = ("auto", "xla", "cudnn")   # --arg attention: auto is jaxmem.hf.model.attention_choice
+# --arg scan=false: the most layers unrolled (the largest published decoders have a few hundred; each
+# layer of a Python loop is traced and compiled on its own)
+MAX_UNROLLED_LAYERS = 1024
 
 
 def load_arch(path: str | Path) -> Arch:
@@ -44,11 +52,12 @@ def workload_function(path: Path):
 
     def workload(batch_size: int | None = None, seq_len: int | None = None, remat: str = "none",
                  attention: str = "auto", numerics: str = "default", remat_save: str = "",
-                 capacity_factor: float = 1.25, group_size: int | None = None, aux_loss_coef: float = 0.01,
-                 vocab_tiles: int = 1):
+                 capacity_factor: float | None = None, group_size: int | None = None,
+                 aux_loss_coef: float | None = None, vocab_tiles: int = 1, scan: bool = True):
         return build_workload(arch, path, batch_size=batch_size, seq_len=seq_len, remat=remat, attention=attention,
                               numerics=numerics, remat_save=remat_save, capacity_factor=capacity_factor,
-                              group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles)
+                              group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles,
+                              scan=scan)
 
     workload.__qualname__ = workload.__name__ = f"{arch.model_type}"
     return workload
@@ -60,12 +69,24 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     where = f"config file {path}"
     for key, value, kind in (("batch_size", batch_size, int), ("seq_len", seq_len, int),
                              ("group_size", options.get("group_size"), int),
-                             ("capacity_factor", options.get("capacity_factor"), (int, float)),
-                             ("aux_loss_coef", options.get("aux_loss_coef"), (int, float)),
+                             ("capacity_factor", options.get("capacity_factor"), float),
+                             ("aux_loss_coef", options.get("aux_loss_coef"), float),
                              ("vocab_tiles", options.get("vocab_tiles"), int)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
-            raise UserError(f"{where}: --arg {key}={value!r} is not a number; give e.g. --arg {key}=8")
-    opts = Opts(**options)
+        if value is not None and not _number(value, kind):
+            what = "an integer" if kind is int else "a finite number"
+            raise UserError(f"{where}: --arg {key}={value!r} is not {what}; give e.g. --arg {key}=8")
+    batch_size, seq_len = _index(batch_size), _index(seq_len)
+    options = {k: _index(v) if k == "group_size" else v for k, v in options.items()}
+    moe_only = {k: v for k in MOE_ARGS if (v := options.get(k)) is not None}
+    if moe_only and not arch.moe:   # an argument the step would ignore: the step analyzed would not be the one asked
+        given = " ".join(f"--arg {k}={v}" for k, v in moe_only.items())
+        raise UserError(f"{where}: {given}: {arch.model_type} is a dense decoder (no experts), and "
+                        f"{', '.join(MOE_ARGS)} set its MoE layers' routing; drop them, or give an MoE config "
+                        "(mixtral, qwen2_moe, qwen3_moe)")
+    opts = Opts(**{k: v for k, v in options.items() if v is not None or k == "group_size"})
+    if not isinstance(opts.scan, bool):
+        raise UserError(f"{where}: --arg scan={opts.scan!r}; expected true (the layers under nn.scan, the default) "
+                        "or false (a Python loop, as Hugging Face's Flax models run them)")
     if opts.attention not in ATTENTION:
         raise UserError(f"{where}: --arg attention={opts.attention!r}; expected one of "
                         f"{', '.join(map(repr, ATTENTION))} (auto: cuDNN flash attention where the target supports it, "
@@ -82,10 +103,22 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
         raise UserError(f"{where}: --arg remat_save names what a remat policy also saves; give --remat too")
     if not opts.capacity_factor > 0:
         raise UserError(f"{where}: --arg capacity_factor={opts.capacity_factor} must be positive")
-    b = batch_size or DEFAULT_BATCH
-    t = seq_len or (min(DEFAULT_SEQ_LEN, arch.max_positions) if arch.max_positions else DEFAULT_SEQ_LEN)
-    if b < 1 or t < 1:
-        raise UserError(f"{where}: --arg batch_size={b} seq_len={t}: both must be at least 1")
+    # the defaults only where the argument was not given: a 0 given is refused, never replaced
+    b = DEFAULT_BATCH if batch_size is None else batch_size
+    t = (min(DEFAULT_SEQ_LEN, arch.max_positions) if arch.max_positions else DEFAULT_SEQ_LEN) if seq_len is None \
+        else seq_len
+    for key, value in (("batch_size", b), ("seq_len", t)):
+        if not 1 <= value <= sizes.INT32_MAX:
+            raise UserError(f"{where}: --arg {key}={value} must be at least 1 and at most {sizes.INT32_MAX:,} "
+                            "(int32, the largest dimension XLA can shape)")
+    # one compiled layer run as a loop of n_layers iterations: XLA's compile time grows with it (jaxmem.program.sizes)
+    sizes.check_loop(arch.n_layers, f"{where}: {'n_layer' if arch.model_type == 'gpt2' else 'num_hidden_layers'}="
+                     f"{arch.n_layers:,}: the decoder's layer loop (nn.scan)",
+                     "the largest published decoders have a few hundred layers; check the config")
+    if not opts.scan and arch.n_layers > MAX_UNROLLED_LAYERS:   # a Python loop traces every layer on its own
+        raise UserError(f"{where}: --arg scan=false with {arch.n_layers:,} layers: the Python loop traces and "
+                        f"compiles each layer on its own, and jaxmem unrolls at most {MAX_UNROLLED_LAYERS:,}; "
+                        "drop --arg scan=false (the layers under nn.scan compile once)")
     if arch.positions == "learned" and arch.max_positions < t:
         raise UserError(f"{where}: --arg seq_len={t} is longer than the model's {arch.max_positions} learned "
                         "positions (n_positions)")
@@ -103,6 +136,21 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     return jaxmem.Workload(
         model=Decoder(arch, opts), batch=batch, loss=_loss, name=arch.model_type,
         fp8_exclude=r"(^|/)(lm_head|embed)$" if opts.numerics == "maxtext" else None)
+
+
+def _number(value: Any, kind: type) -> bool:
+    """An --arg value of the kind asked: an integer of any type (numpy's too), never a bool; a float
+    also from an integer, and finite."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Integral):
+        return True
+    return kind is float and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
+def _index(value: Any) -> Any:
+    """An integer --arg as Python's int (numpy's too), for the shapes built from it."""
+    return operator.index(value) if isinstance(value, numbers.Integral) else value
 
 
 def _loss(model, batch):

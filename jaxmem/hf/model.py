@@ -3,7 +3,8 @@
 
 Written as models/llama.py and models/moe.py are (MaxText's way): the layers run under ``nn.scan``
 (one compiled layer, parameters stacked on a leading ``layers`` axis), wrapped in ``nn.remat`` when
-``remat`` is not "none"; every parameter carries logical axis names, so jaxmem's layouts and a
+``remat`` is not "none" (``--arg scan=false``: a Python loop instead, the program Hugging Face's Flax
+models compile; LayerLoop); every parameter carries logical axis names, so jaxmem's layouts and a
 ``--rules`` file written for MaxText or models/llama.py split it the same way:
 
     parameters:  embed, mlp, heads, kv_heads, head_dim, vocab, layers, exp (experts)
@@ -72,6 +73,7 @@ class Opts:
     group_size: int | None = None    # MoE: tokens routed together (None: one sequence)
     aux_loss_coef: float = 0.01      # MoE: Switch Transformer's alpha
     vocab_tiles: int = 1             # > 1: the loss in this many sequence tiles, full logits never live (tiled_loss)
+    scan: bool = True                # the layers under nn.scan (MaxText's program); False: a Python loop (HF Flax's)
 
 
 class Norm(nn.Module):
@@ -261,6 +263,8 @@ class Attention(nn.Module):
         local = self.arch.windows.size
         if mode != "mixed":
             return attend(local if mode == "uniform" else None)
+        if isinstance(window, int):   # a layer of the Python loop (LayerLoop): its own kernel only
+            return attend(None if window == 0 else local)
         # local and global layers in one scanned program: both kernels compiled, one runs per layer
         return jax.lax.cond(window == 0, lambda: attend(None), lambda: attend(local))
 
@@ -407,18 +411,21 @@ class Decoder(nn.Module):
         if self.opts.remat != "none":
             save = [n for n in self.opts.remat_save.split(",") if n]
             layer = nn.remat(layer, policy=jaxmem.remat_policy(self.opts.remat, save=save), prevent_cse=False)
-        layers = nn.scan(
-            layer,
-            variable_axes={"params": 0, "_overwrite_with_gradient": 0},
-            # a dropout rng split per layer only where a layer draws masks (the split is in the program)
-            split_rngs={"params": True, "dropout": bool(a.attn_dropout or a.resid_dropout)},
-            # each layer's window (scanned) where the layers differ; cos, sin shared
-            in_axes=(0 if windowed else nn.broadcast, nn.broadcast, nn.broadcast),
-            length=a.n_layers,
-            metadata_params={nn.PARTITION_NAME: "layers"},
-        )
-        windows = _layer_windows(a.windows, a.n_layers) if windowed else None
-        x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
+        if not self.opts.scan:
+            x, aux = LayerLoop(a, self.opts, train, layer, name="layers")(x, cos, sin)
+        else:
+            layers = nn.scan(
+                layer,
+                variable_axes={"params": 0, "_overwrite_with_gradient": 0},
+                # a dropout rng split per layer only where a layer draws masks (the split is in the program)
+                split_rngs={"params": True, "dropout": bool(a.attn_dropout or a.resid_dropout)},
+                # each layer's window (scanned) where the layers differ; cos, sin shared
+                in_axes=(0 if windowed else nn.broadcast, nn.broadcast, nn.broadcast),
+                length=a.n_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            windows = _layer_windows(a.windows, a.n_layers) if windowed else None
+            x, aux = layers(a, self.opts, train, name="layers")(x, windows, cos, sin)
         x = Norm(a.norm, a.norm_eps, name="final_norm")(x)
         if targets is not None and self.opts.vocab_tiles > 1:
             table = embed.embedding if a.tie_embeddings else None
@@ -430,6 +437,30 @@ class Decoder(nn.Module):
         if a.final_softcap:
             logits = (a.final_softcap * jnp.tanh(logits.astype(jnp.float32) / a.final_softcap)).astype(logits.dtype)
         return _constrain(logits, "batch", "length", "vocab"), (jnp.mean(aux) if a.moe else None)
+
+
+class LayerLoop(nn.Module):
+    """The layers as a Python loop, as Hugging Face's Flax models run them (FlaxLlamaLayerCollection:
+    ``layers/0``, ``layers/1``, ...): each layer its own code in the program, its parameters unstacked,
+    each wrapped in its own remat; XLA frees a layer's temporaries (and, under FSDP, reduce-scatters its
+    gradients) as it goes, where a scan stacks the residuals of all layers and carries stacked gradients."""
+
+    arch: Arch
+    opts: Opts
+    train: bool
+    layer: Any   # DecoderLayer, or its nn.remat as the Decoder wraps it
+
+    @nn.compact
+    def __call__(self, x, cos, sin):
+        a = self.arch
+        windowed = a.windows.mode(a.n_layers, x.shape[1]) == "mixed"
+        auxes = []
+        for i in range(a.n_layers):
+            # this layer's window as a Python int (0: global), as the scan's per-layer input holds it
+            window = (a.windows.at(i) or 0) if windowed else None
+            x, aux = self.layer(a, self.opts, self.train, name=str(i))(x, window, cos, sin)
+            auxes.append(aux)
+        return x, (jnp.stack(auxes) if a.moe else None)
 
 
 class HeadTile(nn.Module):
