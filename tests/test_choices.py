@@ -12,7 +12,7 @@ import pytest
 import jaxmem
 from jaxmem.present import levers
 from jaxmem.present.html import render_html
-from jaxmem.present.render import render
+from jaxmem.present.render import hints, render
 from jaxmem.report import BufferRow, Report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -117,6 +117,9 @@ def test_hints_name_the_lever_of_the_choice_that_holds_the_peak(config_fp32):
     assert any(h.startswith("optimizer_state 2.00 GiB (20% of the peak): --moment-dtype bf16") and
                "about 1.00 GiB less" in h for h in hs)
     assert any(h.startswith("fp32 compute: --precision bf16") for h in hs)
+    # the report's hints: a config.json decoder takes --remat itself (no --remat-at for it)
+    assert any(h.startswith("activations_and_temporaries") and "--remat full (or dots_saveable), a smaller" in h
+               for h in hints(r))
     cudnn = dataclasses.replace(r, choices={**r.choices, "attention": "cudnn", "loss": "cross_entropy_vocab_tiles=8"})
     assert not any(h.startswith(("attention scores", "logits")) for h in levers.hints(cudnn))
 
