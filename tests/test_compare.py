@@ -35,6 +35,13 @@ def test_rows_split_memory_as_analyze_and_saved_rows_rerender(tmp_path, monkeypa
     assert rows[("dp", 7)]["status"] == "user_error" and "not divisible" in rows[("dp", 7)]["error"]
     dp = rows[("dp", 8)]
     assert dp["status"] == "ok" and dp["breakdown"]["activations_and_temporaries"] > 0
+    # ranked by tokens/s per device among the rows that fit: the tokens are the batch's token ids
+    rep = dp["report"]
+    assert rep["tokens_per_step"] == 8 * rep["sequence_length"] and rep["sequence_length"] > 1
+    assert dp["tokens_per_s"] == 8 * rep["sequence_length"] / rep["step_time"]["estimate_s"] / 2
+    ranks = sorted(x["rank"] for x in rows.values() if x["status"] == "ok")   # every row that ran fits on an h100
+    assert ranks[0] == 1 and all(isinstance(k, int) for k in ranks)
+    assert rows[("dp", 7)]["rank"] is None and rows[("dp", 7)]["tokens_per_s"] is None
 
     # the same options through analyze, compiled afresh: the same report, explanation and all
     opts = AnalyzeOptions(gpu="h100", mesh="data=2", layout="dp", remat="full", batch=8,
@@ -47,7 +54,8 @@ def test_rows_split_memory_as_analyze_and_saved_rows_rerender(tmp_path, monkeypa
     again = CliRunner().invoke(main, ["compare", "--from", str(saved), "--json"])
     assert again.exit_code == 0 and again.stdout == r.stdout
     table = CliRunner().invoke(main, ["compare", "--from", str(saved), "--out", str(tmp_path / "rows.csv")])
-    assert table.exit_code == 0 and "per-device peak by choice" in table.stdout and "not divisible" in table.stdout
+    assert table.exit_code == 0 and "per-device peak and throughput by choice" in table.stdout
+    assert "not divisible" in table.stdout
     assert not (tmp_path / "empty").exists()
     got = list(csv.DictReader(io.StringIO((tmp_path / "rows.csv").read_text())))
     assert len(got) == 4
@@ -183,16 +191,86 @@ def test_out_through_a_symlink_replaces_the_link_not_its_target(tmp_path, saved_
     assert important.read_text() == "keep me" and json.loads((tmp_path / "link.json").read_text()) == saved_rows
 
 
-def test_rows_are_time_ranked_by_estimate_and_overlapping_bands_marked_tied():
-    from types import SimpleNamespace
+def _ranked_row(choice, step_s, band, *, batch=16, tokens=True, fits=True, devices=8):
+    """A row of a real report (the llama golden: no compile) at `batch`, estimated at `step_s` with a
+    band of +-`band` seconds."""
+    import dataclasses
 
-    from jaxmem.present.render import _step_estimate, _time_ranks
+    from helpers import golden_report
 
-    def rep(e, lo, hi):
-        return SimpleNamespace(step_time={"available": True, "estimate_s": e, "low_s": lo, "high_s": hi})
+    base = golden_report("llama-data8-fsdp")
+    r = dataclasses.replace(base, options={**base.options, "batch": batch}, fits=fits,
+                            verdict="fits" if fits else "does_not_fit",
+                            target=dataclasses.replace(base.target, devices=devices),
+                            tokens_per_step=batch * 512 if tokens else None,
+                            step_time={**base.step_time, "estimate_s": step_s, "low_s": step_s - band,
+                                       "high_s": step_s + band})
+    return compare.Cell(choice, r)
 
-    slow, fast, near = rep(2.0, 1.9, 2.1), rep(1.0, 0.9, 1.1), rep(1.05, 1.0, 1.2)
-    none = SimpleNamespace(step_time={"available": False})
-    ranks = _time_ranks([slow, fast, near, none, None])
-    assert ranks == {id(fast): "1", id(near): "=1", id(slow): "3"}
-    assert _step_estimate(fast) == "1.00 s (900.0 ms-1.10 s)"
+
+def test_tokens_per_s_is_the_steps_tokens_over_its_estimated_time_per_device():
+    row = _ranked_row({"batch": 16}, 0.5, 0.1, batch=16, devices=8)
+    d = row.to_json()
+    assert d["tokens_per_s"] == 16 * 512 / 0.5 / 8 == 2048.0      # batch x sequence / step seconds / devices
+    assert d["samples_per_s"] == 16 / 0.5 / 8 == 4.0
+    samples = _ranked_row({"batch": 16}, 0.5, 0.1, tokens=False).to_json()   # a batch without a sequence
+    assert samples["tokens_per_s"] is None and samples["samples_per_s"] == 4.0
+    assert row.throughput.band == (2048.0, 16 * 512 / 0.6 / 8, 16 * 512 / 0.4 / 8)   # the slow end is the low one
+
+
+def test_only_rows_that_fit_are_ranked_by_tokens_per_s_per_device_and_overlapping_bands_tie():
+    rows = [
+        _ranked_row({"r": "small-batch"}, 0.20, 0.01, batch=8),     # 8 x 512 / 0.2 / 8: 2,560 tokens/s
+        _ranked_row({"r": "big-batch"}, 0.50, 0.01, batch=32),      # 4,096 tokens/s: faster per token
+        _ranked_row({"r": "does-not-fit"}, 0.10, 0.01, batch=32, fits=False),   # fastest, but cannot run
+        _ranked_row({"r": "near"}, 0.52, 0.02, batch=32),           # 3,938: its band overlaps big-batch's
+        compare.Cell({"r": "failed"}, None, "boom", "failed"),
+        _ranked_row({"r": "no-estimate"}, 0.5, 0.0, batch=8),
+    ]
+    import dataclasses
+    rows[5] = dataclasses.replace(rows[5], report=dataclasses.replace(rows[5].report, step_time={"available": False}))
+    ranks = {c.choice["r"]: c.rank for c in compare.ranked(rows)}
+    assert ranks == {"big-batch": 1, "near": 1, "small-batch": 3, "does-not-fit": None, "failed": None,
+                     "no-estimate": None}
+    saved = compare.to_json(rows)
+    assert [d["rank"] for d in saved] == [3, 1, None, 1, None, None]
+    assert saved[2]["tokens_per_s"] == 32 * 512 / 0.10 / 8           # a row that cannot run still has its rate
+    got = list(csv.DictReader(io.StringIO(compare.to_csv(rows))))
+    assert [g["rank"] for g in got] == ["3", "1", "", "1", "", ""] and float(got[0]["tokens_per_s"]) == 2560.0
+    # the table lists the ranked rows first, highest rate first, a tied row marked =k
+    from rich.console import Console
+
+    from jaxmem.present.render import render_comparison
+
+    console = Console(record=True, width=250)
+    render_comparison(rows, console)
+    text = console.export_text()
+    lines = [ln for ln in text.splitlines() if "│" in ln]
+    order = [next(w for w in ("small-batch", "big-batch", "does-not-fit", "near", "failed", "no-estimate") if w in ln)
+             for ln in lines]
+    assert order == ["big-batch", "near", "small-batch", "no-estimate", "does-not-fit", "failed"]
+    assert lines[1].rstrip(" │").endswith("=1") and "tokens/s/device" in text
+
+
+def test_labels_never_print_none():
+    assert compare.label({"lora_rank": 0, "base_dtype": None}) == "lora_rank=0"          # a full fine-tune has no base
+    assert compare.label({"lora_rank": 16, "base_dtype": None}) == "lora_rank=16 base_dtype=default"
+    assert compare.label({"microbatches": None, "layout": "dp"}) == "microbatches=default layout=dp"
+    rows = compare.grid({"lora_rank": "0,16", "base_dtype": "none,nf4"})
+    assert "None" not in " ".join(compare.label(r) for r in rows)
+
+
+def test_pairs_give_each_row_its_layout_and_mesh_instead_of_the_cross_product():
+    rows = compare.grid({"pair": "dp:data=8;fsdp_tp:data=4,model=2", "remat": "none,full"})
+    assert rows == [{"layout": "dp", "mesh": "data=8", "remat": "none"},
+                    {"layout": "dp", "mesh": "data=8", "remat": "full"},
+                    {"layout": "fsdp_tp", "mesh": "data=4,model=2", "remat": "none"},
+                    {"layout": "fsdp_tp", "mesh": "data=4,model=2", "remat": "full"}]
+    with pytest.raises(UserError, match="--pair gives each row its layout and mesh: drop --layouts"):
+        compare.grid({"layout": "dp", "pair": "dp:data=8"})
+    # the CLI: repeated --pair, each checked as --layouts and --meshes are, before any compile
+    for bad, why in (("dp", "expected LAYOUT:MESH"), ("dq:data=8", "unknown layout"), ("dp:data=x", "AXIS=N")):
+        r = CliRunner().invoke(main, ["compare", "models/mlp.py", "--pair", "dp:data=2", "--pair", bad])
+        assert r.exit_code == 2 and "--pair" in r.output and why in r.output, r.output
+    r = CliRunner().invoke(main, ["compare", "models/mlp.py", "--pair", "dp:data=2", "--meshes", "data=2"])
+    assert r.exit_code == 2 and "drop --meshes" in r.output

@@ -24,6 +24,7 @@ from jaxmem.analysis.stages import OFFLOAD_ON_CPU
 from jaxmem.errors import UserError, clip
 from jaxmem.plan import meshes, sweep
 from jaxmem.plan import search as search_mod
+from jaxmem.plan import throughput as throughput_mod
 from jaxmem.program import layouts, rules
 from jaxmem.program.options import AnalyzeOptions, split_remats
 from jaxmem.report import BREAKDOWN_KEYS, VERDICT_TEXT, Report, verdict_of
@@ -34,10 +35,11 @@ AXES: dict[str, Callable[[str], Any]] = {
     "layout": str, "remat": str, "precision": str, "batch": lambda v: _grid_whole(v, 1), "optimizer": str,
     "mesh": str, "gpu": str,
     "lora_rank": lambda v: _grid_whole(v, 0), "base_dtype": lambda v: None if v.lower() == "none" else v, "rules": str,
-    "microbatches": lambda v: None if v.lower() in ("none", "default") else _grid_whole(v, 1)}
+    "microbatches": lambda v: None if v.lower() in ("none", "default") else _grid_whole(v, 1),
+    "pair": lambda v: _pair(v)}
 GRID_OPTIONS = {"layout": "--layouts", "remat": "--remats", "precision": "--precisions", "batch": "--batches",
                 "optimizer": "--optimizers", "mesh": "--meshes", "gpu": "--gpus", "lora_rank": "--loras",
-                "base_dtype": "--base-dtypes", "rules": "--rules", "microbatches": "--microbatches"}
+                "base_dtype": "--base-dtypes", "rules": "--rules", "microbatches": "--microbatches", "pair": "--pair"}
 # a grid this large starts only when asked (--yes, yes=True): it says first how long it expects to take
 CONFIRM_ROWS = 200
 # one row of a real model, compiled on one core: benchmarks/results/planning.md's 8-row GPT-2 XL sweep,
@@ -65,6 +67,13 @@ class Cell:
     error: str | None = None
     status: str = "ok"                                  # ok | user_error | failed
     search: search_mod.SearchResult | None = None
+    # 1-based among the rows that fit, by throughput per device (ranked(); equal for ties), None otherwise
+    rank: int | None = None
+
+    @property
+    def throughput(self) -> throughput_mod.Throughput | None:
+        """Tokens (or samples) per second per device at the row's estimated step time."""
+        return throughput_mod.of(self.report)
 
     @property
     def max_batch(self) -> int | None:
@@ -101,27 +110,46 @@ def _grid_whole(text: str, minimum: int) -> int:
     return n
 
 
+def _pair(text: str) -> tuple[str, str]:
+    """`fsdp:data=4,model=2` -> ("fsdp", "data=4,model=2"): one row's layout and mesh (--pair)."""
+    layout, sep, mesh = text.partition(":")
+    if not sep or not layout.strip() or not mesh.strip():
+        raise ValueError("expected LAYOUT:MESH, e.g. dp:data=8 or fsdp_tp:data=4,model=2")
+    return layout.strip(), mesh.strip()
+
+
 def grid(spec: dict[str, str | None], *, yes: bool = True, n_jobs: int | None = None,
          search: bool = False) -> list[dict[str, Any]]:  # AnalyzeOptions field -> value
-    """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination. Every value is checked
-    before any row compiles (a UserError naming the option and the value); a grid of more than
-    CONFIRM_ROWS rows is a UserError saying how long it would take, unless `yes`."""
-    axes = []
+    """{'layout': 'dp,fsdp', 'remat': 'none,full'} -> every combination. `pair`: (layout, mesh) pairs
+    ('dp:data=8;tp:model=8', ';' between pairs) that enter the product as one axis, instead of
+    --layouts x --meshes. Every value is checked before any row compiles (a UserError naming the
+    option and the value); a grid of more than CONFIRM_ROWS rows is a UserError saying how long it
+    would take, unless `yes`."""
+    if spec.get("pair") is not None:
+        both = [GRID_OPTIONS[k] for k in ("layout", "mesh") if spec.get(k) is not None]
+        if both:
+            raise UserError(f"--pair gives each row its layout and mesh: drop {' and '.join(both)}, or drop --pair "
+                            "and compare every layout on every mesh")
+    axes: list[list[tuple[tuple[str, Any], ...]]] = []
     for name, text in spec.items():
         if text is None:
             continue
         conv = AXES[name]
-        parts = split_remats(text) if name == "remat" else text.split(";" if name == "mesh" else ",")
+        parts = split_remats(text) if name == "remat" else text.split(";" if name in ("mesh", "pair") else ",")
         values = [v.strip() for v in parts if v.strip()]
         try:
-            axes.append([(name, conv(v)) for v in values])
+            if name == "pair":
+                axes.append([(("layout", lay), ("mesh", mesh)) for lay, mesh in map(conv, values)])
+            else:
+                axes.append([((name, conv(v)),) for v in values])
         except ValueError as e:
-            why = str(e) if "range" in str(e) or "integer" in str(e) else "expected comma-separated values"
+            why = (str(e) if "range" in str(e) or "integer" in str(e) or name == "pair"
+                   else "expected comma-separated values")
             raise UserError(f"{GRID_OPTIONS[name]} {clip(text)}: {why}") from None
     n = math.prod(len(a) for a in axes)
     if n > CONFIRM_ROWS and not yes:
         raise UserError(_too_many(n, n_jobs, search))
-    rows = [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
+    rows = [dict(kv for item in combo for kv in item) for combo in itertools.product(*axes)] if axes else [{}]
     return _finetune_rows(rows)
 
 
@@ -165,8 +193,64 @@ def _remat_at_block(path: str, rows: list[tuple[dict, AnalyzeOptions]]) -> list[
             for c, o in rows]
 
 
+def shown(choice: dict[str, object]) -> dict[str, str]:
+    """A row's choices as its labels show them: a value left to its default (None: --microbatches
+    default, --base-dtypes none) reads "default"; a full fine-tune's base dtype, which it does not
+    have (lora_rank 0), is left out."""
+    return {k: "default" if v is None else str(v) for k, v in choice.items()
+            if not (k == "base_dtype" and v is None and choice.get("lora_rank") == 0)}
+
+
 def label(choice: dict[str, object]) -> str:
-    return " ".join(f"{k}={v}" for k, v in choice.items()) or "row"
+    return " ".join(f"{k}={v}" for k, v in shown(choice).items()) or "row"
+
+
+def searched_at(c: Cell) -> str:
+    """What a searched row's report was compiled at (`batch=448`): its answer, or the first value
+    tried when none fits; "" for a row without a search or a report."""
+    s, r = c.search, c.report
+    if s is None or r is None:
+        return ""
+    if s.kind == "batch":
+        return f"batch={r.options.get('batch')}"
+    if s.kind == "seq":
+        options: dict[str, Any] = dict(r.options)   # the model's arguments are "arg:NAME" keys
+        return f"{s.arg}={options.get(f'arg:{s.arg}')}"
+    # the axis a devices search grows: the mesh's first that splits the batch (as _RowSearch.what names it)
+    roles: dict[str, Any] = dict(r.mesh_roles)
+    grown = next((n for n, _ in r.mesh if "batch" in (roles.get(n) or {}).get("splits", ())), r.mesh[0][0])
+    return f"{grown}={dict(r.mesh)[grown]}"
+
+
+def row_label(c: Cell) -> str:
+    """The row's label wherever it is shown: its choices, and for a fit search the value its report is
+    at (rows of a search are compared each at its own batch, sequence or size)."""
+    at = searched_at(c)
+    base = label(c.choice)
+    return f"{base} at {at}" if at and base != "row" else (at or base)
+
+
+def ranked(cells: list[Cell]) -> list[Cell]:
+    """The cells with their `rank`: by throughput per device (tokens/s, or samples/s for a batch
+    without a sequence: jaxmem.plan.throughput) at the estimated step time, 1 the highest, among the
+    rows that fit (verdict fits or tight); rows whose throughput bands overlap are tied and share the
+    rank of the higher one. A row that does not fit, failed, or has no step-time estimate: None."""
+    tps = [c.throughput if c.report is not None and c.report.fits is True else None for c in cells]
+    return [dataclasses.replace(c, rank=r) for c, r in zip(cells, throughput_mod.ranks(tps), strict=True)]
+
+
+def in_rank_order(cells: list[Cell]) -> list[Cell]:
+    """The rows as the table and the pictures list them (ranked()): the ranked rows, highest throughput
+    first (a tied row after the row whose rank it shares); then the rows that fit without a rank (no
+    step-time estimate), then those that do not fit, each smallest peak first; the errors last."""
+    cells = ranked(cells)
+    unit = throughput_mod.unit_of([c.throughput for c in cells])
+
+    def key(c: Cell) -> tuple:
+        rate = throughput_mod.per_s_in(c.throughput, unit) if c.rank is not None else None
+        return (c.report is None, c.rank is None, c.report is not None and c.report.fits is not True, c.rank or 0,
+                -(rate or 0.0), c.report.per_device_peak_bytes if c.report is not None else 0)
+    return sorted(cells, key=key)
 
 
 def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, find: Find | None = None,
@@ -201,7 +285,7 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
             raise RuntimeError("the worker pool lost track of a row")
     if all(c.report is None for c in cells):
         raise UserError(cells[0].error)
-    return cells
+    return ranked(cells)
 
 
 def _check(opts: AnalyzeOptions, find: Find | None) -> None:
@@ -397,7 +481,13 @@ def row_line(c: Cell) -> str:
 # -- saved results: JSON (re-rendered by `compare --from`) and CSV -------------------------------
 
 def row_json(c: Cell) -> dict:
-    d: dict = {"choice": c.choice, "status": c.status, "error": c.error}
+    tp = c.throughput
+    # rank: 1-based among the rows that fit, by throughput per device (ranked()); tokens_per_s: the
+    # tokens (batch x sequence of the token ids) per second per device at the estimated step time, null
+    # for a batch without a sequence; samples_per_s: the global batch per second per device
+    d: dict = {"choice": c.choice, "status": c.status, "error": c.error, "rank": c.rank,
+               "tokens_per_s": None if tp is None else tp.tokens_per_s,
+               "samples_per_s": None if tp is None else tp.samples_per_s}
     if c.search is not None and c.search.kind == "batch":  # the keys --find-batch always had
         d["max_batch"], d["max_batch_capped"] = c.search.answer, c.search.capped
     if c.report is not None:
@@ -411,7 +501,7 @@ def row_json(c: Cell) -> dict:
 def to_json(cells: list[Cell]) -> list[dict]:
     """What `--json` prints and `--out FILE.json` writes: one object per row, each with its full
     report, so `--from` re-renders it (table or the same JSON) without compiling."""
-    return [row_json(c) for c in cells]
+    return [row_json(c) for c in ranked(cells)]
 
 
 def from_json(rows: list) -> list[Cell]:
@@ -428,8 +518,8 @@ def from_json(rows: list) -> list[Cell]:
 
 def to_csv(cells: list[Cell]) -> str:
     axes = list(dict.fromkeys(k for c in cells for k in c.choice))
-    cols = axes + ["status", "error", "per_device_peak_bytes", "fits", "headroom_bytes", "usable_bytes",
-                   "step_time_estimate_s"]
+    cols = axes + ["status", "error", "rank", "tokens_per_s", "samples_per_s", "per_device_peak_bytes", "fits",
+                   "headroom_bytes", "usable_bytes", "step_time_estimate_s"]
     cols += [f"breakdown.{k}" for k in BREAKDOWN_KEYS]
     cols += ["search", "answer", "capped", "fits_at", "fits_at_peak_bytes", "fails_at", "fails_at_peak_bytes",
              "fails_at_refused",
@@ -437,9 +527,12 @@ def to_csv(cells: list[Cell]) -> str:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
-    for c in cells:
+    for c in ranked(cells):
         row: dict = {a: c.choice.get(a, "") for a in axes}
-        row.update(status=c.status, error=c.error or "")
+        tp = c.throughput
+        row.update(status=c.status, error=c.error or "", rank=c.rank or "",
+                   tokens_per_s="" if tp is None or tp.tokens_per_s is None else tp.tokens_per_s,
+                   samples_per_s="" if tp is None else tp.samples_per_s)
         if c.report is not None:
             row.update(per_device_peak_bytes=c.report.per_device_peak_bytes, fits=c.report.fits,
                        headroom_bytes=c.report.headroom_bytes, usable_bytes=c.report.target.usable_bytes)

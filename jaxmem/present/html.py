@@ -118,6 +118,10 @@ def _buffer_budget(r: Report) -> int | None:
     return r.target.usable_bytes - r.breakdown.get("runtime_overhead", 0)
 
 
+# the step's phases on the memory curve, each with its band's colour (the PNG draws the same)
+PHASES = (("forward", "#ddf4ff"), ("backward", "#fbefff"), ("optimizer update", "#fff8c5"))
+
+
 def curve_svg(r: Report, width: int = 1000, height: int = 340, *, clip_id: str = "over",
               hover: bool = True) -> tuple[str, dict]:
     """The bytes live over program order, peak marked.
@@ -163,6 +167,26 @@ def curve_svg(r: Report, width: int = 1000, height: int = 340, *, clip_id: str =
     out.append(f'<text class="xlab axis" x="{ml + pw / 2:.1f}" y="{height - 6}" text-anchor="middle">'
                f'program order (HLO instruction sequence; {n} points, max per bucket)</text>')
 
+    # the step's phases (Report.timeline_phases): a light band each, named above the plot at its start
+    edges = (0, *(min(max(i, 0), n - 1) for i in r.timeline_phases), n - 1) if len(r.timeline_phases) == 2 else ()
+    free = 0.0   # where the top margin is free again, right of the last phase's name
+    bands: list[str] = []   # drawn first, under the grid
+    for k, (name, color) in enumerate(PHASES if edges else ()):
+        x0, x1 = x(edges[k]), x(edges[k + 1])
+        if x1 <= x0:
+            continue
+        bands.append(f'<rect class="phase" x="{x0:.1f}" y="{mt}" width="{x1 - x0:.1f}" height="{ph}" '
+                     f'fill="{color}"><title>{name}</title></rect>')
+        room = 7 * len(name)   # about 7 px a character at the labels' 12 px
+        # named at its start; a narrow band (the optimizer update) ends its name at the plot's right edge
+        # when the margin there is free; its tooltip names it always
+        lx, anchor = (x0 + 4, "start") if x1 - x0 >= room else (ml + pw, "end")
+        start = lx if anchor == "start" else lx - room
+        if start >= free:
+            bands.append(f'<text class="xlab phaselab" x="{lx:.1f}" y="{mt - 8}" text-anchor="{anchor}">{name}'
+                         '</text>')
+            free = start + room + 8
+    out[2:2] = bands
     pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(tl))
     area = f"M{x(0):.1f},{y(0):.1f} L{pts.replace(' ', ' L')} L{x(n - 1):.1f},{y(0):.1f} Z"
     out.append(f'<path class="area" d="{area}"/>')

@@ -15,6 +15,8 @@ import json
 import re
 
 from jaxmem import display
+from jaxmem.plan.compare import in_rank_order, shown
+from jaxmem.plan.throughput import fmt_rate
 from jaxmem.present import compare_figs, html
 from jaxmem.present.html import e
 from jaxmem.present.render import _step_estimate
@@ -95,30 +97,35 @@ def _step(r) -> str:
 
 
 def rows_html(cells) -> str:
-    """compare's rows as one table, in grid order: the choice, the verdict, peak, headroom, step time."""
-    cells = list(cells)
+    """compare's rows as one table, as the terminal lists them (the rows that fit first, by throughput
+    per device): the choice, the verdict, peak, usable, headroom, step time, rate and rank."""
+    cells = in_rank_order(list(cells))
     uid = _uid([c.to_json() for c in cells])
     axes = list(dict.fromkeys(k for c in cells for k in c.choice))
+    unit, rate = compare_figs.rates(cells)
     head = "".join(f"<th>{e(a)}</th>" for a in axes) + (
         '<th>verdict</th><th class="num">peak</th><th class="num">usable</th><th class="num">headroom</th>'
-        '<th class="num">step (est.)</th><th>error</th>')
+        f'<th class="num">step (est.)</th><th class="num">{e(unit)}/s per device</th><th class="num">rank</th>'
+        '<th>error</th>')
     rows = []
     for c in cells:
         r = c.report
-        tds = "".join(f"<td>{e(c.choice.get(a, ''))}</td>" for a in axes)
+        values = shown(c.choice)
+        tds = "".join(f"<td>{e(values.get(a, '-'))}</td>" for a in axes)
         if r is None:
-            tds += f'<td></td><td></td><td></td><td></td><td></td><td>{e(c.status)}: {e(c.error)}</td>'
+            tds += '<td></td>' * 7 + f'<td>{e(c.status)}: {e(c.error)}</td>'
         else:
             tds += (f'<td>{_verdict_cell(r)}</td><td class="num">{e(fmt_bytes(r.per_device_peak_bytes))}</td>'
                     f'<td class="num">{e(fmt_bytes(r.target.usable_bytes))}</td>'
-                    f'<td class="num">{e(fmt_bytes(r.headroom_bytes))}</td><td class="num">{e(_step(r))}</td><td></td>')
+                    f'<td class="num">{e(fmt_bytes(r.headroom_bytes))}</td><td class="num">{e(_step(r))}</td>'
+                    f'<td class="num">{e(fmt_rate(rate[id(c)][0]) if id(c) in rate else "-")}</td>'
+                    f'<td class="num">{e(c.rank if c.rank is not None else "-")}</td><td></td>')
         rows.append(f"<tr>{tds}</tr>")
-    model = next((c.report.model for c in cells if c.report is not None), "")
-    body = (f'<section class="card"><h2>{e(model)}: {len(cells)} row(s)</h2>{compare_figs.bars_svg(cells)}'
+    body = (f'<section class="card"><h2>{e(compare_figs.title(cells))}</h2>{compare_figs.bars_svg(cells)}'
             f'{compare_figs.curves_svg(cells)}'
             f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            '<p class="note">rows.to_json(): what <code>jaxmem compare --json</code> prints; '
-            'each row\'s .report is the full Report.</p></section>')
+            f'<p class="note">{e(compare_figs.rank_note(unit))}. rows.to_json(): what <code>jaxmem compare --json'
+            '</code> prints; each row\'s .report is the full Report.</p></section>')
     return _wrap(uid, body)
 
 

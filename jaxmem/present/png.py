@@ -1,5 +1,6 @@
-"""A static PNG of a Report (matplotlib, Agg): the memory curve with its peak marked, and the
-breakdown as one stacked bar; colours and scales shared with the HTML report."""
+"""A static PNG of a Report (matplotlib, Agg): the memory curve with its peak and the step's phases
+marked (forward, backward, optimizer update), and the breakdown as one stacked bar; colours and
+scales shared with the HTML report."""
 
 from __future__ import annotations
 
@@ -7,28 +8,45 @@ import io
 from pathlib import Path
 
 from jaxmem import files
-from jaxmem.present.html import COLORS, _buffer_budget, _color, _peak_index, _unit
+from jaxmem.present.html import COLORS, PHASES, _buffer_budget, _color, _peak_index, _unit
 from jaxmem.report import VERDICT_TEXT, Report, breakdown_in_order, verdict_of
 from jaxmem.units import fmt_bytes
 
 
 def write_png(report: Report, path, *, dpi: int = 110) -> Path:
-    """A static figure: the curve with its peak marked, and the breakdown as one stacked bar."""
+    """A static figure: the curve with its peak and phases marked, and the breakdown as one stacked bar."""
     import matplotlib  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
 
     # Model names and module paths are the user's text: a `$` prints as a `$` instead of starting mathtext.
     with matplotlib.rc_context({"text.parse_math": False}):
-        return _write_png(report, path, dpi=dpi)
+        fig = figure(report, dpi=dpi)
+        buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
+        fig.savefig(buf, format="png", dpi=dpi)
+    p = Path(path)
+    files.write_output(p, buf.getvalue(), option="--png")
+    return p
 
 
-def _write_png(report: Report, path, *, dpi: int) -> Path:
-    # no pyplot: no global state, no display; savefig renders with Agg (matplotlib: only when a picture is drawn)
+def phase_spans(r: Report, xs: list[float]) -> list[tuple[str, str, float, float]]:
+    """(name, colour, start, end) on the curve's x axis (% of the program) of the forward pass, the
+    backward pass and the optimizer update that follows it; [] where the program shows no backward."""
+    if len(r.timeline_phases) != 2 or not xs:
+        return []
+    b, o = (min(max(i, 0), len(xs) - 1) for i in r.timeline_phases)
+    edges = (0.0, xs[b], xs[o], 100.0)
+    return [(name, color, edges[k], edges[k + 1]) for k, (name, color) in enumerate(PHASES) if edges[k + 1] > edges[k]]
+
+
+def figure(report: Report, *, dpi: int = 110):
+    """The PNG's matplotlib Figure (no pyplot: no global state, no display; drawn with Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - loaded only to draw
     from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.patches import Patch  # noqa: PLC0415
 
     r = report
-    p = Path(path)
     has_curve = bool(r.timeline)
     fig = Figure(figsize=(11, 6.2 if has_curve else 2.8), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(fig)
     if has_curve:
         ax, bx = fig.subplots(2, 1, height_ratios=[3.2, 1])
     else:
@@ -43,6 +61,14 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
         unit, scale = _unit(max(tl))
         xs = [100 * i / max(len(tl) - 1, 1) for i in range(len(tl))]
         ys = [v / scale for v in tl]
+        spans = phase_spans(r, xs)
+        for _name, color, x0, x1 in spans:
+            ax.axvspan(x0, x1, color=color, linewidth=0, zorder=0)
+        if spans:
+            ax.legend(handles=[Patch(color=color, label=f"{name} {x0:.0f}-{x1:.0f}%")
+                               for name, color, x0, x1 in spans],
+                      loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=len(spans), fontsize=8.5, frameon=False,
+                      borderaxespad=0.2, title=None)
         ax.fill_between(xs, ys, color=COLORS["params"], alpha=0.18, linewidth=0)
         ax.plot(xs, ys, color=COLORS["params"], linewidth=1.3)
         budget = _buffer_budget(r)
@@ -92,8 +118,4 @@ def _write_png(report: Report, path, *, dpi: int) -> Path:
     for s in ("top", "right", "left"):
         bx.spines[s].set_visible(False)
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8, frameon=False)
-
-    buf = io.BytesIO()   # rendered in memory, then written beside and renamed: never through a link
-    fig.savefig(buf, format="png", dpi=dpi)
-    files.write_output(p, buf.getvalue(), option="--png")
-    return p
+    return fig
