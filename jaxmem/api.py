@@ -38,7 +38,7 @@ ALIASES = {"args": "model_args", "lora": "lora_rank", "depth": "module_depth"}
 # (jaxmem.plan.compare.AXES; tests/test_api.py checks that every axis has its keyword).
 GRID = {"layouts": "layout", "remats": "remat", "precisions": "precision", "batches": "batch",
         "optimizers": "optimizer", "meshes": "mesh", "gpus": "gpu", "loras": "lora_rank",
-        "base_dtypes": "base_dtype", "rules_files": "rules", "microbatches": "microbatches"}
+        "base_dtypes": "base_dtype", "rules_files": "rules", "microbatches": "microbatches", "pairs": "pair"}
 # compare's fit-search keywords (the CLI's --find-batch, --find-seq, --find-devices, --granule, --margin)
 FIND = ("find_batch", "find_seq", "find_devices", "granule", "margin")
 # Forced CPU devices asked for at least: XLA reads their number once, when jax starts, so a
@@ -94,8 +94,10 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         **options: the grid, each axis a list: ``layouts=["dp", "fsdp"]``, ``remats``,
             ``precisions``, ``batches=[8, 16]``, ``optimizers``, ``meshes=["data=8",
             "data=4,model=2"]``, ``gpus``, ``loras``, ``base_dtypes``, ``rules_files`` (--rules
-            files), ``microbatches=[4, 8]`` (with a stage axis); every row is the combination on top of
-            the other options, which are :func:`analyze`'s.
+            files), ``microbatches=[4, 8]`` (with a stage axis); ``pairs=[("dp", "data=8"), ("fsdp_tp",
+            "data=4,model=2")]`` (or ``"dp:data=8"`` strings; the CLI's ``--pair``) gives each row its layout
+            and mesh instead of ``layouts`` x ``meshes``; every row is the combination on top of the other
+            options, which are :func:`analyze`'s.
         find_batch, find_seq, find_devices: make each row a fit search, as the CLI's ``--find-batch``,
             ``--find-seq ARG`` (the workload argument searched, e.g. ``"seq_len"``) and ``--find-devices``
             do; ``granule`` (the step of ``find_seq``) and ``margin`` (the share of usable memory kept
@@ -126,7 +128,8 @@ def compare(model, *, jobs: int | None = None, executor: str = "local", ray_addr
         find = _find(find_batch, find_seq, find_devices, granule, margin)
         n_jobs = None if jobs is None else _checked("jobs", jobs, values.whole, 1, "the number of worker processes")
         executor = _checked("executor", executor, values.choice, ("local", "ray"), hint=False)
-        meshes = spec.get("mesh") or base.mesh
+        pair_meshes = ";".join(p.partition(":")[2] for p in (spec.get("pair") or "").split(";") if p.strip())
+        meshes = spec.get("mesh") or pair_meshes or base.mesh
         cpu_devices(max(mesh_size(m) for m in meshes.split(";") if m.strip()))
         jx = _jax_side()
         compare_mod = jx.compare
@@ -320,9 +323,11 @@ def _find(find_batch: Any, find_seq: Any, find_devices: Any, granule: Any, margi
 
 def _list(key: str, value: Any) -> list[str]:
     if isinstance(value, str):
-        return [v.strip() for v in value.split(";" if key == "meshes" else ",")]
+        return [v.strip() for v in value.split(";" if key in ("meshes", "pairs") else ",")]
     try:
         return [str(v) for v in value]
+        if key == "pairs":   # ("dp", "data=8") or "dp:data=8"
+            return [":".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value]
     except TypeError:
         raise UserError(f"{key}={value!r}: expected a list, e.g. {key}=[...]") from None
 
@@ -331,7 +336,7 @@ def _grid_text(key: str, value: Any) -> str | None:
     """A grid axis as the CLI's comma-separated text (';' between meshes), checked by its option."""
     if value is None:
         return None
-    text = (";" if key == "meshes" else ",").join(_list(key, value))
+    text = (";" if key in ("meshes", "pairs") else ",").join(_list(key, value))
     if key == "rules_files":   # the CLI's --rules A.json,B.json; each file is read (and checked) by compare
         return text
     return _checked(key, text, values.grid, GRID[key])   # each list checked as the CLI checks it

@@ -114,6 +114,9 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               help="Optimizers to compare, e.g. adamw,adafactor.")
 @click.option("--meshes", default=None, callback=grid("mesh"),
               help="Meshes to compare, separated by ';', e.g. 'data=8;data=4,model=2'.")
+@click.option("--pair", "pairs", multiple=True, metavar="LAYOUT:MESH", callback=cli_params.pairs_grid,
+              help="A layout with the mesh it runs on, e.g. --pair dp:data=8 --pair fsdp_tp:data=4,model=2; "
+              "repeat it: each pair is one row (times the other lists), instead of --layouts x --meshes.")
 @click.option("--gpus", "gpu_list", default=None, callback=grid("gpu"),
               help="GPUs to compare, e.g. a100-80g,h100,h200.")
 @click.option("--loras", default=None, callback=grid("lora_rank"),
@@ -148,14 +151,17 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               help="Re-render rows saved with --out FILE.json (or --json), without compiling.")
 @cli_params.side_outputs("Write the rows as a self-contained HTML page: a stacked bar per row against its usable "
                          "memory, the fit searches' curves.", "Write the same pictures as a PNG.")
-def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, gpu_list, loras, base_dtypes,
+def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, pairs, gpu_list, loras, base_dtypes,
             microbatches_grid, find_batch, find_seq, find_devices, granule, margin, n_jobs, executor, ray_address,
             yes, out_path, from_path, html_path, png_path, **kw):
     """Analyze a grid of layouts / remat / precisions / batch sizes side by side.
 
     Every combination of the comma-separated lists is one row, compiled in
     worker processes (--jobs) and answered from the compile cache when it can
-    be; rows print as they finish, then sorted by per-device peak. Each row
+    be; rows print as they finish, then ranked by throughput per device
+    among the rows that fit (tokens/s, or samples/s without a sequence), the
+    rest by per-device peak. --pair LAYOUT:MESH gives (layout, mesh) pairs
+    instead of every layout on every mesh. Each row
     splits memory exactly as `jaxmem analyze` does. With --find-batch,
     --find-seq ARG or --find-devices, each row is a fit search: a few compiles
     fit memory's curve, jump to the boundary and prove it (the answer fits,
@@ -172,7 +178,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
     """
 
     def go():
-        precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "gpu": gpu_list, "from": from_path})
+        pair_meshes = ";".join(p.partition(":")[2] for p in (pairs or "").split(";") if p.strip()) or None
+        precheck.step(kw["model_file"], kw, grid={"mesh": meshes, "pair": pairs, "gpu": gpu_list, "from": from_path})
         if out_path and not out_path.lower().endswith((".json", ".csv")):
             raise UserError(f"--out {out_path}: write FILE.json (re-renderable with --from) or FILE.csv")
         outputs.check_all([("--out", out_path), ("--html", html_path), ("--png", png_path)])  # before any compile
@@ -196,8 +203,8 @@ def compare(as_json, layouts, remats, precisions, batches, optimizers, meshes, g
             spec = {"layout": layouts, "remat": remats, "precision": precisions, "batch": batches,
                     "optimizer": optimizers, "mesh": meshes, "gpu": gpu_list, "lora_rank": loras,
                     "base_dtype": base_dtypes, "rules": kw["rules"] if "," in (kw["rules"] or "") else None,
-                    "microbatches": microbatches_grid}
-            mesh_texts = [m for m in (meshes or kw["mesh"]).split(";") if m.strip()]
+                    "microbatches": microbatches_grid, "pair": pairs}
+            mesh_texts = [m for m in (meshes or pair_meshes or kw["mesh"]).split(";") if m.strip()]
             session.prepare(cpu_devices=max(1, *(mesh_size(m) for m in mesh_texts)))  # the workers inherit it
             jx = _jax_side()
             find = None if not finds else jx.compare.Find(

@@ -136,6 +136,16 @@ def grid(kind: str):
     return check
 
 
+def pairs_grid(ctx, param, value):
+    """compare's repeated --pair LAYOUT:MESH, checked as --layouts and --meshes are: one text, ';' between."""
+    if not value:
+        return None
+    try:
+        return values.grid(";".join(value), "pair")
+    except values.BadValue as e:
+        raise click.BadParameter(e.message, ctx, param) from None
+
+
 def field_option(name: str):
     """The click option of the options field `name`, made from its Flag (jaxmem/program/options.py)."""
 

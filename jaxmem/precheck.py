@@ -120,8 +120,8 @@ def step(model: Any, values: dict[str, Any], *, grid: dict[str, Any] | None = No
     """Every check above, on a command's options (click's values, or AnalyzeOptions' fields as a
     dict): called first by each CLI command that builds a step, and by the API. `model`: a path is
     checked; anything else (None, a Workload, a function) is the caller's. `grid`: compare's --meshes
-    and --gpus text, which replace --mesh and --gpu (each of the grid's meshes is checked instead), and
-    its --from: re-rendering saved rows builds no step, so nothing here applies (compare names any
+    (or --pair's meshes) and --gpus text, which replace --mesh and --gpu (each of the grid's meshes is
+    checked instead), and its --from: re-rendering saved rows builds no step, so nothing here applies (compare names any
     option given beside it)."""
     grid = grid or {}
     if grid.get("from"):
@@ -131,6 +131,8 @@ def step(model: Any, values: dict[str, Any], *, grid: dict[str, Any] | None = No
         model_file(model)
     gpu(gpu_name)
     optimizer(values.get("optimizer"))
+    if grid.get("pair") and not grid.get("mesh"):   # --pair LAYOUT:MESH: the pairs' meshes are the grid's
+        grid = {**grid, "mesh": ";".join(p.partition(":")[2] for p in grid["pair"].split(";") if p.strip())}
     meshes = (grid.get("mesh") or values.get("mesh") or "").split(";" if grid.get("mesh") else "\0")
     for text in filter(str.strip, meshes):
         mesh(text, gpu_name=gpu_name, hosts=values.get("hosts"), roles=values.get("axis_roles"))

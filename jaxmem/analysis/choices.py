@@ -1,5 +1,6 @@
 """The report's `choices`: every choice that decides the answer, stated -- compute precision, attention
-kernel, loss, remat policy, LoRA targets and rank, the memory fraction -- each with why it is what it is.
+kernel, loss, the layers as a scan or a loop, remat policy, LoRA targets and rank, the memory fraction --
+each with why it is what it is.
 
 What jaxmem built is known (a config.json decoder's --arg attention / vocab_tiles, the options). What a
 model file does is its own: the attention kernel is read from the compiled program (a cuDNN fused
@@ -61,6 +62,18 @@ def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | No
         out["attention_why"] = f"the model's own: {seen}"
         out["loss"] = "the model's own"
         out["loss_why"] = "the model file's loss function"
+    if decoder is not None:
+        looped = not decoder.opts.scan
+        out["layers"] = "loop" if looped else "scan"
+        out["layers_why"] = (
+            "--arg scan=false: the layers as a Python loop, as Hugging Face's Flax models run them (each layer's "
+            "residuals and gradients its own, freed as the backward pass leaves it)" if looped else
+            "the default: the layers under nn.scan, as MaxText compiles them (one layer's program; residuals and "
+            "gradients stacked over the layers); --arg scan=false runs them as a Python loop, as Hugging Face's "
+            "Flax models do")
+    else:
+        out["layers"] = "the model's own"
+        out["layers_why"] = "the model file's code: a scan or a loop as it wrote them"
     out["remat"] = opts.remat
     ft = opts.finetune()
     out["lora_rank"] = ft.lora_rank or None

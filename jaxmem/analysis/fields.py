@@ -134,6 +134,16 @@ def _optax_states(tree, depth: int = 0) -> set[str]:
     return set()
 
 
+def tokens_per_step(built: step.BuiltStep) -> int | None:
+    """The tokens a step trains on: batch x sequence of the first integer batch leaf of rank 2 (token
+    ids, as every decoder's batch holds them); None for a batch of samples (a float image or feature
+    vector, integer labels of rank 1), whose throughput is counted in samples."""
+    for leaf in built.leaves:
+        if leaf.category == "batch" and len(leaf.shape) == 2 and re.fullmatch(r"u?int\d+", leaf.dtype):
+            return leaf.shape[0] * leaf.shape[1]
+    return None
+
+
 def _global_batch(built: step.BuiltStep) -> int | None:
     for leaf in built.leaves:
         if leaf.category == "batch" and leaf.shape:

@@ -219,17 +219,20 @@ class Explorer:
 
     # ------------------------------------------------------------------ the scheduler thread
     def _next_job(self) -> tuple[sweep.Job, tuple[str, Any]] | None:
-        """The next job to start (lock held): a client's point, then a side job, then a neighbour -- but
-        neighbours leave one worker free when there are two or more, so that a move starts at once on a
-        warm worker instead of waiting for a neighbour's compile (its exact answer then comes no later than
-        `analyze` alone would give it)."""
+        """The next job to start (lock held): a client's point, then a side job, then a neighbour -- only
+        while no point a client asked for compiles, and leaving one worker free when there are two or more,
+        so that a move starts at once on a warm worker instead of waiting for a neighbour's compile (its
+        exact answer then comes no later than `analyze` alone would give it)."""
         nxt = self._pop(self._urgent)
         if nxt is None and self._side:
             job, box = self._side.popleft()
             return job, ("side", box)
         if nxt is not None:
             return nxt
-        neighbours = sum(1 for kind, k in self._inflight.values() if kind == "point" and not self.points[k].asked)
+        points = [self.points[k] for kind, k in self._inflight.values() if kind == "point"]
+        if any(p.asked for p in points):
+            return None   # idle means idle: a neighbour would slow the compile a client waits for (a core each)
+        neighbours = len(points)
         return self._pop(self._idle) if self.jobs == 1 or neighbours < self.jobs - 1 else None
 
     def _pop(self, q: collections.deque[str]) -> tuple[sweep.Job, tuple[str, Any]] | None:

@@ -12,7 +12,7 @@ from jaxmem import files
 from jaxmem.compiler import runtime, targets
 from jaxmem.errors import UserError
 from jaxmem.plan import search as search_mod
-from jaxmem.plan.compare import Cell, from_json, label
+from jaxmem.plan.compare import Cell, from_json, label, ranked
 from jaxmem.report import Report
 from jaxmem.units import fmt_bytes
 
@@ -43,7 +43,7 @@ def load(path: str, on_note: Callable[[str], None] | None = None) -> list[Cell]:
                 "(the catalogue's memory at the row's memory fraction), not read from the file")
         for n in notes:
             on_note(f"  {n}")
-    return cells
+    return ranked(cells)   # the ranks too from the re-judged verdicts, never the file's
 
 
 _FRACTION_NOTE = re.compile(r"(?:--mem-fraction |XLA_CLIENT_MEM_FRACTION=|XLA_PYTHON_CLIENT_MEM_FRACTION=)([^,\s]+)")

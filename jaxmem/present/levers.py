@@ -21,6 +21,8 @@ def choices_line(r: Report) -> str | None:
         return None   # a report saved before choices were stated
     parts = [f"precision {c.get('precision')}", f"attention {c.get('attention')}", f"loss {c.get('loss')}",
              f"remat {c.get('remat')}"]
+    if c.get("layers") in ("scan", "loop"):   # a config.json decoder's, as compiled
+        parts.insert(3, f"layers {c['layers']}")
     if c.get("lora_rank"):
         parts.append(f"LoRA r={c['lora_rank']} on {c.get('lora_targets')}"
                      + (f", base {c['base_dtype']}" if c.get("base_dtype") else ""))
@@ -36,8 +38,8 @@ def choice_notes(r: Report) -> list[str]:
     c = r.choices
     out = []
     for key in ("precision", "attention", "loss"):
-        why = str(c.get(f"{key}_why") or "")
-        if ":" in why:   # "--precision bf16" alone restates the value
+        why = c.get(f"{key}_why")
+        if why and ":" in why:   # "--precision bf16" alone restates the value
             out.append(f"{key}: {why}")
     return out
 

@@ -12,7 +12,8 @@ from rich.text import Text
 
 from jaxmem.compiler import versions
 from jaxmem.compiler.steptime import band, peaks_text, tied_with
-from jaxmem.plan.compare import probe_count
+from jaxmem.plan import throughput
+from jaxmem.plan.compare import in_rank_order, label, probe_count, ranked, row_label, shown
 from jaxmem.present import levers
 from jaxmem.present.console import make_console
 from jaxmem.program.splits import header
@@ -65,10 +66,8 @@ def hints(r: Report) -> list[str]:
             fixes = ["a smaller --batch", "or --accum N"]
             if remat not in _SAVES_NOTHING:
                 stronger = "--remat full (or dots_saveable)" if remat == "none" else "--remat full"
-                # a model file without a `remat` argument is checkpointed by --remat-at (the report cannot tell);
-                # a config.json decoder takes --remat itself
-                where = "" if r.options.get("remat_at") or r.hf_config else \
-                    " with --remat-at BLOCK if the model file takes no remat"
+                # a model file without a `remat` argument is checkpointed by --remat-at (the report cannot tell)
+                where = "" if r.options.get("remat_at") else " with --remat-at BLOCK if the model file takes no remat"
                 fixes.insert(0, stronger + where)
             out.append(f"{part}: {', '.join(fixes)}")
         elif key in ("optimizer_state", "params", "gradients") and r.layout == "dp":
@@ -104,19 +103,6 @@ def _step_estimate(r: Report | None) -> str:
         return "-"
     e, lo, hi = b
     return fmt_seconds(e) if lo == hi else f"{fmt_seconds(e)} ({fmt_seconds(lo)}-{fmt_seconds(hi)})"
-
-
-def _time_ranks(reports: list) -> dict[int, str]:
-    """id(report) -> its rank by estimated step time, fastest first: `1`, `2`, `=2` (tied with row
-    2: the bands overlap), for the reports with an estimate."""
-
-    have = sorted((r for r in reports if r is not None and band(r.step_time) is not None),
-                  key=lambda r: r.step_time["estimate_s"])
-    ties = tied_with([band(r.step_time) for r in have])
-    out: dict[int, str] = {}
-    for r, tie in zip(have, ties, strict=True):
-        out[id(r)] = str(len(out) + 1) if tie is None else f"={tie + 1}"
-    return out
 
 
 def _peaks(st: Mapping[str, Any]) -> str:
@@ -364,24 +350,41 @@ def _proof(cell) -> str:
     return ", ".join(parts) + margin + f"; {probe_count(s)}"
 
 
+def _rank_text(order) -> dict[int, str]:
+    """id(cell) -> its rank as the table shows it, rows in table order: `1`, then `=1` for a row tied
+    with it."""
+    out: dict[int, str] = {}
+    seen: set[int] = set()
+    for c in order:
+        if c.rank is not None:
+            out[id(c)] = f"={c.rank}" if c.rank in seen else str(c.rank)
+            seen.add(c.rank)
+    return out
+
+
 def render_comparison(cells, console: Console | None = None) -> None:
-    """One row per combination, smallest peak first; the ones that fit marked. With a fit search,
-    each row's answer and its proof (the compile that fits, the one a step further that does not)."""
+    """One row per combination: the rows that fit first, by throughput per device (their rank), then
+    the others by peak, the errors last. With a fit search, each row's answer and its proof (the
+    compile that fits, the one a step further that does not); its rate is at that answer."""
     console = console or make_console()
+    cells = ranked(list(cells))
     axes = list(dict.fromkeys(k for c in cells for k in c.choice))
-    table = Table(title="per-device peak by choice", title_justify="left")
+    table = Table(title="per-device peak and throughput by choice", title_justify="left")
     for a in axes:
         table.add_column(a)
     find = next((c.search for c in cells if getattr(c, "search", None) is not None), None)
     found_col = () if find is None else (_FOUND_COLUMN.get(find.kind, f"max {find.arg}"),)
-    for col in ("peak", "state", "acts+temps", "fits", "headroom", "step (est., band)", "time rank") + found_col:
+    unit = throughput.unit_of([c.throughput for c in cells])
+    for col in ("peak", "state", "acts+temps", "fits", "headroom", "step (est., band)", f"{unit}/s/device",
+                "rank") + found_col:
         table.add_column(col, justify="right")
-    ranked = sorted(cells, key=lambda c: (c.report is None, c.report.per_device_peak_bytes if c.report else 0))
-    time_rank = _time_ranks([c.report for c in cells])
-    for c in ranked:
-        values = [str(c.choice.get(a, "-")) for a in axes]
+    order = in_rank_order(cells)
+    rank_text = _rank_text(order)
+    for c in order:
+        values = [shown(c.choice).get(a, "-") for a in axes]
         if c.report is None:
-            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", "-", "-", *(("-",) if find else ()))
+            table.add_row(*values, "-", "-", "-", "[red]error[/red]", "see below", "-", "-", "-",
+                          *(("-",) if find else ()))
             continue
         b = c.report.breakdown
         state = b["params"] + b["optimizer_state"] + b["gradients"]
@@ -389,26 +392,30 @@ def render_comparison(cells, console: Console | None = None) -> None:
             verdict_of(c.report) or "", "-")
         table.add_row(*values, fmt_bytes(c.report.per_device_peak_bytes), fmt_bytes(state),
                       fmt_bytes(b["activations_and_temporaries"]), fits, fmt_bytes(c.report.headroom_bytes),
-                      _step_estimate(c.report), time_rank.get(id(c.report), "-"), *((_found(c),) if find else ()))
+                      _step_estimate(c.report), throughput.fmt_rate(throughput.per_s_in(c.throughput, unit)),
+                      rank_text.get(id(c), "-"), *((_found(c),) if find else ()))
     console.print(table)
     if find is not None:
-        console.print("[dim]a searched row's peak is the analysis at its answer (at the first value tried when "
-                      "none fits)[/dim]")
-        for c in ranked:
+        console.print("[dim]a searched row's peak, step time and rate are the analysis at its answer (at the first "
+                      "value tried when none fits)[/dim]")
+        for c in order:
             if getattr(c, "search", None) is not None:
-                console.print(f"{', '.join(f'{k}={v}' for k, v in c.choice.items()) or 'row'}: {_proof(c)}")
-    for c in ranked:
+                console.print(escape(f"{label(c.choice)}: {_proof(c)}"))
+    for c in order:
         if c.error:
             kind = "failed" if getattr(c, "status", "") == "failed" else "error"
-            console.print(f"[red]{kind}[/red] {', '.join(f'{k}={v}' for k, v in c.choice.items())}: {c.error}")
+            console.print(f"[red]{kind}[/red] {escape(row_label(c))}: {escape(c.error)}")
     done = [c for c in cells if c.report is not None]
     # one line per distinct target (rows may differ in GPU or device count)
     for t in dict.fromkeys(c.report.target for c in done):
         console.print(f"[dim]{t.description}, {t.devices} devices; usable {fmt_bytes(t.usable_bytes)} "
                       f"({t.usable_note})[/dim]")
-        console.print("[dim]step (est., band): an estimated step time and its band (the spread of the measured "
-                      "rates it rests on); time rank: fastest first, =k where the band overlaps row k's (tied: "
-                      "their order is not known); jaxmem analyze prints the parts and rule[/dim]")
+    console.print("[dim]step (est., band): an estimated step time and its band (the spread of the measured "
+                  "rates it rests on); jaxmem analyze prints the parts and rule[/dim]")
+    what = ("tokens (batch x sequence)" if unit == "tokens" else "samples (the global batch)")
+    console.print(f"[dim]{unit}/s/device: the {what} a step trains on, per second at the estimated step time, "
+                  f"per device; rank: the rows that fit, highest {unit}/s/device first, =k where its band overlaps "
+                  "row k's (tied: their order is not known); a row that does not fit is not ranked[/dim]")
 
 
 def render_advice(a, console: Console | None = None) -> None:

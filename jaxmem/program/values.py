@@ -154,10 +154,11 @@ _BATCH = next(flag for f, flag in flagged() if f.name == "batch")
 
 
 def grid(value: str, kind: str) -> str:
-    """One of compare's lists (';' between meshes, ',' elsewhere), each value checked before any compile."""
-    sep = ";" if kind == "mesh" else ","
+    """One of compare's lists (';' between meshes and --pair's LAYOUT:MESH pairs, ',' elsewhere), each
+    value checked before any compile."""
+    sep = ";" if kind in ("mesh", "pair") else ","
     items = split_remats(value) if kind == "remat" else [v.strip() for v in value.split(sep)]
-    if not any(items) or (kind != "mesh" and not all(items)):
+    if not any(items) or (kind not in ("mesh", "pair") and not all(items)):
         raise BadValue(f"{value!r}: expected {kind} values separated by '{sep}'")
     for v in filter(None, items):
         try:
@@ -195,3 +196,9 @@ def grid_value(kind: str, v: str) -> None:
         parse_mesh(v, need_roles=False)   # the axes' roles may come with --axis-roles: checked with it
     elif kind == "gpu":
         resolve_gpu_name(v)
+    elif kind == "pair":   # LAYOUT:MESH, each half as --layouts and --meshes refuse it
+        layout, sep, mesh = v.partition(":")
+        if not sep:
+            raise ValueError("expected LAYOUT:MESH, e.g. dp:data=8 or fsdp_tp:data=4,model=2")
+        grid_value("layout", layout.strip())
+        grid_value("mesh", mesh.strip())

@@ -34,6 +34,9 @@ class Explanation:
     # saved for the backward pass, stacked per iteration (dimension 0 or 1 = the loop's trip count),
     # and the buffers of the stage-to-stage sends (collective permutes)
     pipeline: dict[str, int] = dataclasses.field(default_factory=dict)
+    # where the backward pass begins and where the optimizer update follows it (the first index after
+    # its last allocation), on `timeline`; () when the program shows no backward pass
+    phases: tuple[int, ...] = ()
 
 
 def leaf_module(path: str) -> str:
@@ -95,7 +98,18 @@ def explain(
         peak_bytes=int(assignment.peak_bytes),
         warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
         pipeline={"activations_in_flight": in_flight, "transfers": transfer} if pipeline_iterations else {},
+        phases=phases(assignment),
     )
+
+
+def phases(assignment) -> tuple[int, ...]:
+    """(backward starts, optimizer update starts) on the downsampled timeline, from the backward
+    span (jaxmem.xla.timeline.backward_span); () without one."""
+    start, end = assignment.backward_start, assignment.backward_end
+    n = len(assignment.timeline)
+    if start is None or end is None or not n:
+        return ()
+    return (downsampled_index(start, n, TIMELINE_POINTS), downsampled_index(min(end + 1, n - 1), n, TIMELINE_POINTS))
 
 
 def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[ReportWarning]:
