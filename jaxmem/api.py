@@ -325,10 +325,10 @@ def _list(key: str, value: Any) -> list[str]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(";" if key in ("meshes", "pairs") else ",")]
     try:
-        return [str(v) for v in value]
         if key == "pairs":   # ("dp", "data=8") or "dp:data=8"
             return [":".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value]
     except TypeError:
+        return [str(v) for v in value]
         raise UserError(f"{key}={value!r}: expected a list, e.g. {key}=[...]") from None
 
 
