@@ -151,8 +151,9 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
     Args:
         model: as for :func:`analyze`; a ``Workload`` or a function compiles in this process.
         all: search even when the step fits as given (the CLI's ``--all``).
-        changes: the kinds of change to try, a list from ``layout``, ``precision``, ``remat``,
-            ``accum``, ``devices``, ``offload``, ``lora``, ``hsdp``, ``context``, ``expert`` (default: all).
+        changes: the kinds of change to try, a list from ``fraction``, ``precision``, ``attention``,
+            ``loss``, ``remat``, ``accum``, ``layout``, ``base``, ``moments``, ``offload``, ``lora``,
+            ``hsdp``, ``context``, ``expert``, ``pipeline``, ``devices`` (default: all).
         jobs: worker processes compiling candidates (default: all cores; ``1``: this process).
         **options: the step as given, as for :func:`analyze`; it needs a GPU target (``gpu=``).
 

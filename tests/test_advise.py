@@ -6,14 +6,17 @@ import dataclasses
 import json
 import pathlib
 import shlex
+import types
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from jaxmem.cli import _options, main
 from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import advise as advise_mod
 from jaxmem.plan import meshes
+from jaxmem.present import render
 
 # The tiny Llama with activations large enough to matter: on one H100 XLA's bytes are 77-86 MiB as given
 # (dp, fp32, no remat; jax 0.9-0.12), 12-55 MiB with 8 microbatches, bf16 or full remat; a budget of 70 MiB
@@ -233,3 +236,115 @@ def test_advise_cli_takes_axis_roles_and_its_candidates_compile_in_the_models_ax
     assert {"rows=4,cols=1", "rows=1,cols=2"} <= meshes_run   # twice the devices; the model's tensor axis grown
     assert all({a.split("=")[0] for a in m.split(",")} == {"rows", "cols"} for m in meshes_run), meshes_run
     assert all("--axis-roles rows=fsdp,cols=tensor" in c["command"] for c in cands.values())
+
+
+# ---------------------------------------------------------------- the free fixes first (issue 46)
+
+WIDE = str(FIXTURES / "wide_lora.py")   # wide dense layers: a LoRA step whose frozen base is most of the memory
+
+
+def test_advise_tries_the_free_fixes_and_the_lora_base_ladder_in_order(monkeypatch):
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    base = AnalyzeOptions(mesh="data=1", layout="fsdp", precision="fp32", remat="none", lora_rank=16, gpu="rtx-4090")
+    ax = advise_mod.axes(base, 8, takes=lambda name: name == "attention")
+    assert list(ax) == list(advise_mod.CHANGES)                 # free fixes first, more devices last
+    assert next(iter(ax)) == "fraction" and list(ax)[-1] == "devices"
+    assert ax["fraction"] == [0.9, 0.95]                         # above JAX's default 75%
+    assert ax["attention"] == ["cudnn"] and ax["loss"] == []    # only what the model takes
+    assert ax["base"] == ["bf16", "int8", "nf4"]                # the LoRA base, largest to smallest
+    assert advise_mod.axes(dataclasses.replace(base, base_dtype="int8"), 8)["base"] == ["nf4"]
+    assert advise_mod.axes(dataclasses.replace(base, lora_rank=0), 8)["base"] == []
+    # a share the user states is theirs; an environment fraction above both leaves nothing to raise
+    assert advise_mod.axes(dataclasses.replace(base, mem_fraction=0.5), 8)["fraction"] == []
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.92")
+    assert advise_mod.axes(base, 8)["fraction"] == [0.95]
+
+
+def test_bf16_moments_are_tried_only_for_an_optimizer_jaxmem_builds_with_moments():
+    base = AnalyzeOptions(mesh="data=1", layout="fsdp", precision="bf16", gpu="rtx-4090")
+    assert advise_mod.axes(dataclasses.replace(base, optimizer="adamw"), 8)["moments"] == ["bf16"]
+    assert advise_mod.axes(dataclasses.replace(base, optimizer="sgd"), 8)["moments"] == []
+    assert advise_mod.axes(dataclasses.replace(base, optimizer="adamw", moment_dtype="bf16"), 8)["moments"] == []
+    def report(optimizer):   # what the step as given names its optimizer
+        return types.SimpleNamespace(options={"optimizer": optimizer}, step_time={}, breakdown={},
+                                     per_device_peak_bytes=1, target=types.SimpleNamespace(gpu="rtx-4090", hosts=1))
+
+    assert advise_mod.axes(base, 8, report("workload's own"))["moments"] == []
+    assert advise_mod.axes(base, 8, report("adamw"))["moments"] == ["bf16"]
+
+
+def test_changes_that_need_bf16_compute_bring_it_and_say_so():
+    base = AnalyzeOptions(mesh="data=1", layout="fsdp", precision="fp32", lora_rank=16, model_args=(("width", 8),))
+    cudnn = advise_mod._apply(base, (("attention", "cudnn"),))
+    assert cudnn.precision == "bf16" and dict(cudnn.model_args) == {"width": 8, "attention": "cudnn"}
+    assert advise_mod._apply(base, (("base", "bf16"),)).precision == "bf16"
+    assert advise_mod._apply(base, (("base", "nf4"),)).precision == "fp32"      # QLoRA computes in fp32 as asked
+    assert dict(advise_mod._apply(base, (("loss", 8),)).model_args)["vocab_tiles"] == 8
+    compiler = advise_mod._Compiler(lambda jobs: [(None, "workload() has no argument 'vocab_tiles'", "user_error",
+                                                   False)] * len(jobs), base)
+    cands = compiler.compile_all([((("attention", "cudnn"),), cudnn), ((("loss", 8),), base)], 1)
+    assert cands[0].label == "cuDNN flash attention (--arg attention=cudnn), with the bf16 compute it needs"
+    # a change the model refuses is not applicable, with the reason; never a user error
+    assert [c.status for c in cands] == ["not_applicable", "not_applicable"]
+    assert cands[1].error == "not applicable: workload() has no argument 'vocab_tiles'"
+
+
+def test_model_arguments_are_read_from_the_workload_signature_without_importing_it(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("raise SystemExit('imported')\ndef workload(width=1, attention='xla'):\n    pass\n")
+    takes = advise_mod.model_takes(str(f))
+    assert takes("attention") and not takes("vocab_tiles")
+    f.write_text("def workload(preset='tiny', **overrides):\n    pass\n")
+    assert advise_mod.model_takes(str(f))("vocab_tiles")          # **kwargs: the probe decides
+    assert advise_mod.model_takes(str(FIXTURES / "hf" / "llama"))("attention")   # the config.json decoder's
+
+
+def _advise_wide(changes, combinations=8, **kw):
+    base = AnalyzeOptions(mesh="data=1", layout="fsdp", precision="fp32", remat="none", lora_rank=16, gpu="rtx-4090",
+                          **kw)
+    return advise_mod.advise(WIDE, base, n_jobs=1, progress=False, changes=changes, combinations=combinations)
+
+
+def test_a_lora_step_missing_by_a_hundred_mib_at_jaxs_default_fraction_is_told_the_fraction(cache, monkeypatch):
+    """The report: a LoRA step that missed by 95 MiB at JAX's 75% was told to shrink its batch of 1. Here:
+    4 x 32768^2 frozen fp32 weights (16 GiB) on a 4090 miss by ~100 MiB; a 0.9 fraction runs the same
+    step, at the same speed, and is the first plan, with the variable to set."""
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    adv = _advise_wide(("fraction", "remat"), model_args=(("width", 32768), ("depth", 4), ("seq_len", 1248)),
+                       batch=1)
+    o = adv.original
+    assert not o.fits and -128 * 2**20 < o.headroom < 0
+    first = adv.fitting[0]
+    assert first.changes == (("fraction", 0.9),) and first.peak == o.peak and first.step_s == o.step_s
+    assert first.options.mem_fraction == 0.9 and "--mem-fraction 0.9" in first.command(WIDE)
+    row = adv.to_json()["candidates"][0]
+    assert row["rank"] == 1 and row["environment"] == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}
+    assert row["tokens_per_s"] == pytest.approx(1 * 1248 / o.step_s, rel=1e-12)
+    # the same program at 0.95 is not offered beside it; no plan carries a fraction it does not need
+    assert not any(dict(c.changes).get("fraction") == 0.95 for c in adv.candidates)
+    console = Console(record=True, width=400)
+    render.render_advice(adv, console)
+    assert "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in console.export_text()
+
+
+def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_smaller_base(cache, monkeypatch):
+    """The report: --lora 16 on one 4090, advise said NONE FITS while bf16 + remat + accumulation + an nf4
+    base fit; it never changed a LoRA step's base dtype. Here: 25 GiB of frozen fp32 weights and 15 GiB of
+    activations; no single change fits, a combination with an int8/nf4 base does, ranked by tokens/s."""
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    adv = _advise_wide(("precision", "accum", "base"), combinations=3,
+                       model_args=(("width", 40960), ("depth", 4), ("seq_len", 2048)), batch=8)
+    assert not adv.original.fits
+    probes = [c for c in adv.candidates if c.round == 1]
+    assert {c.changes[0][0] for c in probes} == {"precision", "accum", "base"} and not any(c.fits for c in probes)
+    assert adv.fits and adv.fitting
+    assert all(len(c.changes) >= 2 for c in adv.fitting)
+    assert any(dict(c.changes).get("base") in ("int8", "nf4") for c in adv.fitting)
+    rows = [r for r in adv.to_json()["candidates"] if r["fits"]]
+    tps = [r["tokens_per_s"] for r in rows]
+    assert tps == sorted(tps, reverse=True) and rows[0]["rank"] == 1
+    assert all(r["rank"] is not None for r in rows)
+    assert {c.status for c in adv.candidates} <= {"ok", "not_applicable", "failed"}

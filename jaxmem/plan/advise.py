@@ -1,8 +1,18 @@
 """`jaxmem advise`: when a step does not fit, the changes that make it fit, fastest first.
 
 The changes users actually make, each a field of the analysis options
-(``dataclasses.replace(options, ...)``), on axes ordered from cheapest to dearest:
+(``dataclasses.replace(options, ...)``), on axes ordered from cheapest to dearest -- the free fixes
+first, more devices last:
 
+* fraction: a larger share of the card for JAX's pool (0.9, 0.95; JAX preallocates 75% by default),
+  set with XLA_PYTHON_CLIENT_MEM_FRACTION (the row names the variable): the same program, a larger
+  budget. Offered when --mem-fraction was not given (a share the user states is theirs to keep);
+* attention: cuDNN flash attention (``--arg attention=cudnn``, with the bf16 compute it needs) and
+* loss: a vocabulary-tiled cross-entropy (``--arg vocab_tiles=8``), each where the model's
+  ``workload()`` takes that argument (named in its signature, or ``**kwargs``: then the probe
+  decides, and a model that refuses it is "not applicable");
+* base: with LoRA, the frozen base stored smaller, bf16 -> int8 -> nf4 (QLoRA);
+* moments: the optimizer's moments in bf16 (--moment-dtype), for jaxmem's own optimizers;
 * layout: more state sharding, dp -> fsdp -> fsdp_tp (a model axis of 2 split off the data axis);
 * precision: bf16 compute (fp32 params and optimizer state kept); fp8 matmuls on cards with FP8
   tensor cores (targets.Performance.fp8_flops), never with LoRA (both put qwix under the matmuls);
@@ -38,24 +48,32 @@ No suggestion without its compiled number. The search compiles in two rounds:
    predicted first, are compiled -- and only their compiled numbers are reported.
 
 Candidates that fit are ranked: plans on the GPUs as given before plans that need more, each by its
-compiled, estimated step time (ties by headroom); each also shows its GPU-seconds per step.
+throughput per device from the compiled, estimated step time (tokens/s, or samples/s for a batch
+without a sequence; the global batch is the same in every plan), fewer changes first among equals;
+rows whose step-time bands overlap are tied and share a rank. A candidate that cannot apply to this
+model (it refuses the option: a user error) is "not applicable", with the reason.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import itertools
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from jaxmem import display, pipeline
+from jaxmem import display, hf, pipeline
 from jaxmem.compiler import targets
+from jaxmem.compiler.steptime import band, tied_with
 from jaxmem.errors import UserError
 from jaxmem.plan import meshes, sweep
 from jaxmem.program import layouts, rules
-from jaxmem.program.options import AnalyzeOptions, command_line, offloads_activations
+from jaxmem.program.options import OPTIMIZER_NAMES, AnalyzeOptions, command_line, offloads_activations
 from jaxmem.report import verdict_of
 
 LAYOUT_LADDER = ("dp", "fsdp", "fsdp_tp")
@@ -67,6 +85,13 @@ REMAT_LADDER = ("dots_saveable", "dots_with_no_batch_dims_saveable", "full")
 LORA_RANK = 16
 LONG_SEQUENCE = 1024   # tokens: where context parallelism starts to be what MaxText recipes use
 MESH_CHANGES = ("hsdp", "context", "expert", "pipeline")   # each a mesh (the value: its text)
+FRACTIONS = (0.9, 0.95)     # JAX's share of the card: what trainers set (0.75 is JAX's default)
+BASE_LADDER = ("bf16", "int8", "nf4")   # LoRA's frozen base, from the largest to the smallest
+VOCAB_TILES = 8             # the chunked loss's tiles (MaxText's num_vocab_tiling)
+# the free fixes first (the same program with a larger budget; bf16 compute; the fused kernels), more devices last
+CHANGES = ("fraction", "precision", "attention", "loss", "remat", "accum", "layout", "base", "moments", "offload",
+           "lora", *MESH_CHANGES, "devices")
+MODEL_ARGS = {"attention": "attention", "loss": "vocab_tiles"}   # the changes made by a workload() argument
 SCHEMA = "jaxmem.advise/1"
 
 
@@ -78,9 +103,10 @@ class Candidate:
     options: AnalyzeOptions
     report: Any = None                       # Report | None
     error: str | None = None
-    status: str = "ok"                       # ok | user_error | failed (jaxmem.plan.sweep statuses)
+    status: str = "ok"                       # ok | not_applicable (the model refuses it) | failed
     round: int = 0                           # 0: the original, 1: a probe, 2: a predicted combination
     predicted_peak_bytes: int | None = None  # round 2: what the probes predicted
+    bf16_implied: bool = False               # a change that needs bf16 compute brought it (cuDNN, a bf16 base)
 
     @property
     def label(self) -> str:
@@ -90,8 +116,9 @@ class Candidate:
         # the devices' mesh, not the context probe's)
         mesh = getattr(self.options, "mesh", None)
         roles = getattr(self.options, "axis_roles", None)
-        return ", ".join(_describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v, roles)
+        text = ", ".join(_describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v, roles)
                          for k, v in self.changes)
+        return text + (", with the bf16 compute it needs" if self.bf16_implied else "")
 
     @property
     def fits(self) -> bool:
@@ -115,11 +142,58 @@ class Candidate:
         """GPU-seconds per step: the estimated step time times the GPUs it runs on."""
         return None if self.step_s is None else self.step_s * getattr(self.report.target, "devices", 0)
 
+    @property
+    def throughput(self) -> tuple[float, str] | None:
+        """(per-device throughput, its unit) at the estimated step time: tokens/s for a batch with a
+        sequence, samples/s without one; None without an estimate or a global batch."""
+        return _per_device(self.report, self.step_s)
+
+    def throughput_band(self) -> tuple[float, float, float] | None:
+        """(estimate, low, high) of the throughput, from the step time's band (slow end: low)."""
+        b = band(self.report.step_time if self.report is not None else None)
+        if b is None or (t := _per_device(self.report, 1.0)) is None:
+            return None
+        return t[0] / b[0], t[0] / b[2], t[0] / b[1]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What the training's environment must set for this plan (the memory fraction)."""
+        f = dict(self.changes).get("fraction")
+        return {} if f is None else {fraction_variable(): str(f)}
+
     def command(self, path: str) -> str:
         return command_line(path, self.options)
 
 
+def _per_device(report, step_s: float | None) -> tuple[float, str] | None:
+    if report is None or not step_s:
+        return None
+    batch, devices = _global_batch(report), getattr(report.target, "devices", 0)
+    if not batch or not devices:
+        return None
+    seq = getattr(report, "sequence_length", None)
+    return (batch * seq / step_s / devices, "tokens/s") if seq else (batch / step_s / devices, "samples/s")
+
+
+def fraction_variable() -> str:
+    """The variable that sets JAX's memory fraction: XLA_PYTHON_CLIENT_MEM_FRACTION, which every jax reads
+    (jaxlib 0.10 as the fallback of XLA_CLIENT_MEM_FRACTION), unless the new name is already set (jax
+    refuses both)."""
+    return "XLA_CLIENT_MEM_FRACTION" if os.environ.get("XLA_CLIENT_MEM_FRACTION") else \
+        "XLA_PYTHON_CLIENT_MEM_FRACTION"
+
+
 def _describe(axis: str, value, roles: str | None = None) -> str:
+    if axis == "fraction":
+        return f"memory fraction {value} ({fraction_variable()}={value})"
+    if axis == "attention":
+        return f"cuDNN flash attention (--arg attention={value})"
+    if axis == "loss":
+        return f"chunked cross-entropy (--arg vocab_tiles={value})"
+    if axis == "base":
+        return f"LoRA base stored in {value}" + (" (QLoRA)" if value in ("int8", "nf4") else "")
+    if axis == "moments":
+        return f"optimizer moments in {value} (--moment-dtype {value})"
     if axis == "accum":
         return f"accumulate {value} microbatches"
     if axis == "devices":
@@ -156,6 +230,10 @@ def _display(axis: str, value):
         return {"mesh": value}
     if axis == "lora":
         return {"lora_rank": value[0], "base_dtype": value[1]}
+    if axis == "fraction":
+        return {"mem_fraction": value, "environment": {fraction_variable(): str(value)}}
+    if axis in ("attention", "loss"):
+        return {"arg": f"{MODEL_ARGS[axis]}={value}"}
     return value
 
 
@@ -196,9 +274,26 @@ class Advice:
     def _repr_html_(self) -> str | None:
         return display.html("advice", self)
 
+    def ranks(self) -> dict[int, int]:
+        """id(candidate) -> its rank among the plans that fit (1-based, in the order of `fitting`); rows whose
+        throughput bands overlap (their step-time bands, scaled) share the rank of the first of them."""
+        fitting = self.fitting
+        ties = tied_with([c.throughput_band() for c in fitting])
+        out: dict[int, int] = {}
+        for i, c in enumerate(fitting):
+            above = ties[i]
+            out[id(c)] = i + 1 if above is None else out[id(fitting[above])]
+        return out
+
     def to_json(self) -> dict[str, Any]:
+        ranks = self.ranks()
+
         def row(c: Candidate) -> dict[str, Any]:
+            tp = c.throughput
             return {"changes": {a: _display(a, v) for a, v in c.changes}, "label": c.label,
+                    "rank": ranks.get(id(c)), "environment": c.environment,
+                    "tokens_per_s": tp[0] if tp and tp[1] == "tokens/s" else None,
+                    "samples_per_s": tp[0] if tp and tp[1] == "samples/s" else None,
                     "command": c.command(self.path), "status": c.status, "error": c.error,
                     "fits": c.fits if c.report is not None else None,
                     "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
@@ -217,7 +312,10 @@ class Advice:
                 "fitting": len(self.fitting), "closest": row(closest) if closest is not None else None,
                 "compiles": self.compiles, "cached": self.cached, "seconds": round(self.seconds, 1),
                 "step_time_rule": "estimates: the per-kernel model at measured rates, with a band (low_s-high_s); "
-                                  "rows whose bands overlap are tied (see each candidate's step_time.rule)"}
+                                  "rows whose bands overlap are tied (see each candidate's step_time.rule)",
+                "rank_rule": "plans that fit, on the GPUs as given first, by throughput per device (tokens_per_s, "
+                             "or samples_per_s without a sequence) at the estimated step time; rows whose bands "
+                             "overlap share a rank (a tie)"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,11 +327,19 @@ def _global_batch(report) -> int | None:
     return int(b) if isinstance(b, int) else None
 
 
-def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[str, list]:
-    """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis).
-    `report` (the original's) decides the mesh changes that answer what dominates it."""
+def axes(base: AnalyzeOptions, global_batch: int | None, report=None,
+         takes: Callable[[str], bool] | None = None) -> dict[str, list]:
+    """axis -> the values to try, cheapest first (an empty list: nothing to try on that axis); the axes
+    in the order of CHANGES: the free fixes first, more devices last. `report` (the original's) decides
+    the mesh changes that answer what dominates it, and whether the optimizer is jaxmem's; `takes(name)`:
+    whether the model's workload() may take that argument (None: no model arguments are tried)."""
     spec = layouts.parse_mesh(base.mesh, base.axis_roles)
     out: dict[str, list] = {}
+    out["fraction"] = _fractions(base)
+    args = dict(base.model_args)
+    out["attention"] = ["cudnn"] if takes is not None and takes("attention") and args.get("attention") != "cudnn" \
+        else []
+    out["loss"] = [VOCAB_TILES] if takes is not None and takes("vocab_tiles") and not args.get("vocab_tiles") else []
     # layout: more state sharding than the original
     ladder = list(LAYOUT_LADDER)
     start = ladder.index(base.layout) + 1 if base.layout in ladder else (2 if base.layout == "tp" else 3)
@@ -269,8 +375,34 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None) -> dict[st
     out["offload"] = ["optimizer"] if base.offload is None else []
     plain = not base.lora_rank and base.freeze is None
     out["lora"] = [(LORA_RANK, None), (LORA_RANK, "nf4")] if plain else []
+    # with LoRA: the frozen base smaller than it is (int4 counts as nf4's size: nothing below it)
+    now = BASE_LADDER.index(base.base_dtype) if base.base_dtype in BASE_LADDER else \
+        (len(BASE_LADDER) if base.base_dtype else -1)
+    out["base"] = list(BASE_LADDER[now + 1:]) if base.lora_rank else []
+    out["moments"] = ["bf16"] if base.moment_dtype is None and _builds_optimizer(base, report) else []
     out.update(mesh_changes(base, report))
-    return out
+    out["devices"] = out.pop("devices")   # more devices last
+    return {k: out[k] for k in CHANGES}
+
+
+def _fractions(base: AnalyzeOptions) -> list[float]:
+    """The memory fractions above the one in force, when the user did not state one (--mem-fraction), the
+    pool is JAX's fraction of a catalogue card (not an attached GPU's bytes_limit, not the platform
+    allocator) and the environment's fraction reads (a bad one is the analysis's error to report)."""
+    if base.mem_fraction is not None or (base.gpu or "").startswith("local") or \
+            os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return []
+    try:
+        now = targets.usable_fraction()[0]
+    except UserError:
+        return []
+    return [f for f in FRACTIONS if f > now]
+
+
+def _builds_optimizer(base: AnalyzeOptions, report) -> bool:
+    """The step's optimizer is one jaxmem builds with moments (--moment-dtype applies to it)."""
+    name = base.optimizer or (getattr(report, "options", None) or {}).get("optimizer")
+    return name in OPTIMIZER_NAMES and name != "sgd"
 
 
 def _fp8_room(base: AnalyzeOptions, report) -> bool:
@@ -341,6 +473,16 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...],
             kw["lora_rank"], kw["base_dtype"] = value
             if dict(changes).get("precision") == "fp8":
                 return None   # refused: LoRA and FP8 both put qwix under the matmuls
+        elif axis in MODEL_ARGS:
+            args = dict(kw.get("model_args", base.model_args))
+            args[MODEL_ARGS[axis]] = value
+            kw["model_args"] = tuple(args.items())
+        elif axis == "fraction":
+            kw["mem_fraction"] = value
+        elif axis == "base":
+            kw["base_dtype"] = value
+        elif axis == "moments":
+            kw["moment_dtype"] = value
         else:
             kw[axis] = value
             if axis == "remat" and remat_block is not None and base.remat_at is None:
@@ -357,8 +499,15 @@ def _apply(base: AnalyzeOptions, changes: tuple[tuple[str, Any], ...],
     if hosts is not None and mesh != base.mesh:
         n_old, n_new = layouts.mesh_size(base.mesh), layouts.mesh_size(mesh)
         hosts = max(1, hosts * n_new // n_old)
+    if _needs_bf16(changes) and kw.get("precision", base.precision) == "fp32":
+        kw["precision"] = "bf16"   # cuDNN attention has no fp32 kernel; a bf16 base needs bf16 compute
     return dataclasses.replace(base, mesh=mesh, hosts=hosts, explain=False,
                                axis_roles=meshes.roles_for(base.axis_roles, mesh), **kw)
+
+
+def _needs_bf16(changes) -> bool:
+    d = dict(changes)
+    return d.get("attention") == "cudnn" or d.get("base") == "bf16"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,7 +587,6 @@ def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int 
 
 
 NEEDS_GPU = "advise needs a GPU target with fixed memory (jaxmem gpus), not --gpu cpu"
-CHANGES = ("layout", "precision", "remat", "accum", "devices", "offload", "lora", *MESH_CHANGES)
 
 
 def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,
@@ -458,7 +606,7 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     if base.on_cpu:
         raise UserError(NEEDS_GPU)
     t0 = time.perf_counter()
-    compiler = _Compiler(runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress)))
+    compiler = _Compiler(runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress)), base)
     base = dataclasses.replace(base, explain=False)
     if original_report is None:
         original = compiler.compile_all([((), base)], 0)[0]
@@ -472,14 +620,15 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
         return Advice(path, original, (), compiler.compiles, compiler.cached, time.perf_counter() - t0,
                       searched=False)
 
-    ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report).items() if k in changes}
+    ax = {k: v for k, v in axes(base, _global_batch(original.report), original.report,
+                                takes=model_takes(path, model)).items() if k in changes}
     # a model without a remat hook is checkpointed at its repeated block (--remat-at)
     block = pipeline.remat_block(path if model is None else model, base) \
         if ax.get("remat") and base.remat_at is None else None
     # round 1: every single change (accumulation at its largest only: the line between is interpolated)
     singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
     probe_items = [((single,), opts) for single in singles if (opts := _apply(base, (single,), block)) is not None]
-    probes = compiler.compile_all(probe_items, 1)
+    probes = _smallest_fraction(compiler.compile_all(probe_items, 1))
     predictor = _model(original, probes, ax.get("accum", []))
     extra = [] if predictor is None else _round_two(compiler, predictor, original, probes, ax, base, block,
                                                     combinations)
@@ -488,11 +637,20 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
                   searched=True)
 
 
-class _Compiler:
-    """The search's compiles through one runner, counted (and those the cache answered)."""
+def _smallest_fraction(probes: list[Candidate]) -> list[Candidate]:
+    """The memory-fraction probes compile the same program: of those that fit, the smallest fraction only."""
+    fits = [p.changes[0][1] for p in probes if p.changes[0][0] == "fraction" and p.fits]
+    return [p for p in probes if p.changes[0][0] != "fraction" or not fits or p.changes[0][1] == min(fits)]
 
-    def __init__(self, run):
+
+class _Compiler:
+    """The search's compiles through one runner, counted (and those the cache answered). A candidate the
+    model or jaxmem refuses before compiling (a user error: an argument the model does not take, a
+    combination analyze refuses) is not applicable to this step: its status says so, with the reason."""
+
+    def __init__(self, run, base: AnalyzeOptions | None = None):
         self.run = run
+        self.base = base
         self.compiles = self.cached = 0
 
     def compile_all(self, items: list[tuple[tuple, AnalyzeOptions]], round_: int, predicted=None) -> list[Candidate]:
@@ -503,8 +661,12 @@ class _Compiler:
         for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
             self.compiles += 1
             self.cached += hit
+            if ch and status == "user_error":
+                status, err = "not_applicable", f"not applicable: {err}"
+            implied = bool(self.base is not None and _needs_bf16(ch) and "precision" not in dict(ch)
+                           and self.base.precision == "fp32")
             result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
-                                    None if predicted is None else int(predicted.get(ch, 0))))
+                                    None if predicted is None else int(predicted.get(ch, 0)), implied))
         return result
 
 
@@ -512,15 +674,23 @@ def _round_two(compiler: _Compiler, predictor, original: Candidate, probes: list
                base: AnalyzeOptions, block, combinations: int) -> list[Candidate]:
     """Round 2: combinations predicted to fit, fastest first, `combinations` a batch (two while < 3 fit)."""
     usable = original.report.target.usable_bytes
+    # a larger memory fraction compiles the same program with a larger budget: its probe's
+    budgets = {p.changes[0][1]: p.report.target.usable_bytes for p in probes
+               if p.report is not None and len(p.changes) == 1 and p.changes[0][0] == "fraction"}
     choices = [[None, *[(axis, v) for v in values]] for axis, values in ax.items() if values]
     scored = []
     for combo in itertools.product(*choices):
         ch = tuple(c for c in combo if c is not None)
+        d = dict(ch)
         if len(ch) < 2 or not _divides(base, ch, _global_batch(original.report)):
             continue
-        peak, t = predictor.predict(ch)
-        if peak <= usable * 1.05:  # a small margin: the compile decides
-            scored.append((t, peak, ch))
+        if d.get("precision") == "bf16" and _needs_bf16(ch):
+            continue   # the same step as without the precision change (it brings bf16 compute itself)
+        if "fraction" in d and d["fraction"] not in budgets:
+            continue
+        peak, t = predictor.predict(tuple(c for c in ch if c[0] != "fraction"))
+        if peak <= budgets.get(d.get("fraction"), usable) * 1.05 and not _needless(ch, predictor, usable, budgets):
+            scored.append((t, peak, ch))  # a small margin above: the compile decides
     scored.sort(key=lambda x: (x[0], x[1]))
     predicted = {ch: peak for _, peak, ch in scored}
     queue = _interleave([ch for _, _, ch in scored])
@@ -539,6 +709,26 @@ def _round_two(compiler: _Compiler, predictor, original: Candidate, probes: list
         if sum(c.fits for c in probes + extra) >= 3 or not queue:
             break
     return extra
+
+
+def _needless(ch, predictor, usable: int, budgets: dict) -> bool:
+    """A combination with a change it does not need: without that change it is predicted to fit, and no
+    more than 1% slower (a larger memory fraction, an offload or a smaller state the plan can do without)."""
+    def predicted(sub):
+        d = dict(sub)
+        if "fraction" in d and d["fraction"] not in budgets:
+            return math.inf, math.inf, 0
+        peak, t = predictor.predict(tuple(c for c in sub if c[0] != "fraction"))
+        return peak, t, budgets.get(d.get("fraction"), usable)
+
+    _, t_all, _ = predicted(ch)
+    frac = dict(ch).get("fraction")
+    smaller = [tuple(c if c[0] != "fraction" else ("fraction", f) for c in ch) for f in budgets if f < (frac or 0)]
+    for sub in [tuple(c for c in ch if c != drop) for drop in ch] + smaller:
+        peak, t, room = predicted(sub)
+        if peak <= room and t <= t_all * 1.01:
+            return True
+    return False
 
 
 def _divides(base: AnalyzeOptions, changes, global_batch: int | None) -> bool:
@@ -575,14 +765,48 @@ def _devices(c: Candidate) -> int:
 
 
 def _rank(cands: list[Candidate], devices: int) -> list[Candidate]:
-    """Fitting first: those on the `devices` GPUs as given before those that need more, each fastest
-    estimated step first (ties: more headroom first); then the rest by peak."""
+    """Fitting first: those on the `devices` GPUs as given before those that need more, each by its
+    throughput per device, highest first (the global batch is the same in all: on the same GPUs, the
+    fastest step first); among equals the fewest changes, then the smallest memory fraction, then the
+    most headroom. Then the rest by peak."""
+    def speed(c: Candidate) -> float:
+        tp = c.throughput
+        return -tp[0] if tp is not None else (c.step_s if c.step_s is not None else math.inf)
+
     fit = sorted((c for c in cands if c.fits),
-                 key=lambda c: (_devices(c) > devices, c.step_s if c.step_s is not None else math.inf,
-                                -(c.headroom or 0)))
+                 key=lambda c: (_devices(c) > devices, c.throughput is None, speed(c), len(c.changes),
+                                dict(c.changes).get("fraction", 0.0), -(c.headroom or 0)))
     rest = sorted((c for c in cands if not c.fits),
                   key=lambda c: (c.report is None, c.peak if c.peak is not None else 0))
     return fit + rest
+
+
+def model_takes(path: str, model=None) -> Callable[[str], bool]:
+    """Whether the model's workload() may take an argument: it names it, or takes **kwargs (then the
+    probe decides: a model that refuses it is "not applicable"). Read from the function the API was given,
+    the config.json decoder's, or a model file's source (parsed, not imported); a Workload object takes none."""
+    names: set[str] = set()
+    anything = False
+    try:
+        if model is not None:
+            if callable(model) and not hasattr(model, "batch"):
+                params = inspect.signature(model).parameters.values()
+                names = {p.name for p in params}
+                anything = any(p.kind is p.VAR_KEYWORD for p in params)
+        else:
+            config = hf.config_file(path)
+            if config is not None:
+                names = set(inspect.signature(hf.workload_function(config)).parameters)
+            else:
+                tree = ast.parse(Path(path).read_text())
+                fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "workload"), None)
+                if fn is not None:
+                    a = fn.args
+                    names = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+                    anything = a.kwarg is not None
+    except (OSError, SyntaxError, ValueError, TypeError, UserError):
+        pass   # unreadable here: the analysis reports it; no argument is tried
+    return lambda name: anything or name in names
 
 
 def _key(changes) -> str:

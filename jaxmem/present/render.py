@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmem.compiler import versions
-from jaxmem.compiler.steptime import band, peaks_text, tied_with
+from jaxmem.compiler.steptime import band, peaks_text
 from jaxmem.plan import throughput
 from jaxmem.plan.compare import in_rank_order, label, probe_count, ranked, row_label, shown
 from jaxmem.present import levers
@@ -434,21 +434,24 @@ def render_advice(a, console: Console | None = None) -> None:
         return
     fitting = a.fitting
     if fitting:
-        table = Table(title="changes that fit: on the GPUs as given first, fastest estimated step first",
+        table = Table(title="changes that fit: on the GPUs as given first, highest throughput per device first",
                       title_justify="left")
+        unit = next((tp[1] for c in fitting if (tp := c.throughput) is not None), "tokens/s")
         just: JustifyMethod
         for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
-                          ("step (est., band)", "right"), ("vs as given", "right"), ("GPU-s/step", "right")):
+                          (f"{unit}/device", "right"), ("step (est., band)", "right"), ("vs as given", "right"),
+                          ("GPU-s/step", "right")):
             table.add_column(col, justify=just)
 
-        ties = tied_with([band(c.report.step_time if c.report is not None else None) for c in fitting])
+        ranks = a.ranks()
         for i, c in enumerate(fitting, 1):
-            rel, gs = a.relative(c), c.gpu_seconds
+            rel, gs, tp = a.relative(c), c.gpu_seconds, c.throughput
             tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
                      else "")
-            above = ties[i - 1]
-            tie = "" if above is None else f" [yellow]tied with #{above + 1}[/yellow]"
-            table.add_row(str(i), escape(c.label) + tie, fmt_bytes(c.peak), fmt_bytes(c.headroom) + tight,
+            rank = ranks[id(c)]
+            tie = "" if rank == i else f" [yellow]tied with #{rank}[/yellow]"
+            table.add_row(str(i) if rank == i else f"={rank}", escape(c.label) + tie, fmt_bytes(c.peak),
+                          fmt_bytes(c.headroom) + tight, "-" if tp is None else f"{tp[0]:,.0f}",
                           _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
                           "-" if gs is None else fmt_seconds(gs))
         console.print(table)
@@ -458,6 +461,9 @@ def render_advice(a, console: Console | None = None) -> None:
                           "can be faster although it recomputes.[/dim]", soft_wrap=True)
         for i, c in enumerate(fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
+            for name, value in c.environment.items():   # the memory fraction: the training's environment sets it
+                console.print(f"    and in the training's environment: export {name}={value} "
+                              "(JAX's share of the card; --mem-fraction is how jaxmem is told)", soft_wrap=True)
     elif o.fits:   # --all: the verdict is the step as given; say what the search found, never NONE FITS
         tried = len(a.candidates)
         what = ("no change of the kinds asked (--changes) applies to this step, so none was tried" if not tried else
@@ -477,7 +483,10 @@ def render_advice(a, console: Console | None = None) -> None:
             console.print(f"    {escape(c.command(a.path))}", soft_wrap=True)
     failed = [c for c in a.candidates if c.report is None]
     for c in failed:
-        console.print(f"[dim]not compiled ({c.status}): {escape(c.label)}: {escape(c.error or '')}[/dim]")
+        if c.status == "not_applicable":   # the error says "not applicable: why"
+            console.print(f"[dim]{escape(c.label)}: {escape(c.error or '')}[/dim]", soft_wrap=True)
+        else:
+            console.print(f"[dim]not compiled ({c.status}): {escape(c.label)}: {escape(c.error or '')}[/dim]")
     console.print(f"[dim]{a.compiles} compiles ({a.cached} from the cache) in {a.seconds:.0f} s; "
                   f"{len(a.candidates) - len(fitting) - len(failed)} compiled changes do not fit (--json lists all). "
                   "Step times are estimates with a band (the spread of the measured rates they rest on); rows whose "
