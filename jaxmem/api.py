@@ -328,8 +328,8 @@ def _list(key: str, value: Any) -> list[str]:
     try:
         if key == "pairs":   # ("dp", "data=8") or "dp:data=8"
             return [":".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value]
-    except TypeError:
         return [str(v) for v in value]
+    except TypeError:
         raise UserError(f"{key}={value!r}: expected a list, e.g. {key}=[...]") from None
 
 
