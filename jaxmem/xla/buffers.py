@@ -8,6 +8,8 @@ GPU compile this dump is the only way to get them (``memory_analysis()``'s
 - :mod:`jaxmem.xla.wire`: the protobuf wire format;
 - :mod:`jaxmem.xla.hlo`: the HloProto decoded into the types below;
 - :mod:`jaxmem.xla.opnames`: op_name metadata -> Flax module paths;
+- :mod:`jaxmem.xla.provenance`: the module of a buffer XLA made without a name (a scan's stacks, their
+  copies), followed through the program's graph;
 - :mod:`jaxmem.xla.timeline`: XLA's ``ComputePeakMemory`` replayed (the memory curve);
 - :mod:`jaxmem.xla.categories`: params / gradients / activations / ... per buffer;
 - :mod:`jaxmem.xla.dump`: the compile options that make XLA dump, and reading the dump.

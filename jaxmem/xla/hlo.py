@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxmem.xla import opnames, wire
+from jaxmem.xla import opnames, provenance, wire
 from jaxmem.xla import timeline as timeline_mod
 from jaxmem.xla.buffers import Buffer, BufferAssignment, slice_paths
 from jaxmem.xla.categories import is_float
@@ -161,6 +161,12 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
     timeline, owner, o_start, o_end, b_start, b_end = timeline_mod.simulate(np.asarray(sizes, np.int64),
                                                                             al.static_roots, kinds, who, canon)
     buffers, param_shapes = _buffers(buf, ids, sizes, where, instructions, al, b_start, b_end, len(timeline) - 1)
+    if module:   # buffers XLA made without a name, and a scan's scaffolding: the module of the value held
+        graph = provenance.read_graph(buf, module)
+        paths = provenance.refine([b.module_path for b in buffers], where, graph,
+                                  [b.is_parameter or b.is_constant for b in buffers])
+        buffers = [b if p == b.module_path else dataclasses.replace(b, module_path=p) for b, p in zip(buffers, paths,
+                                                                                                       strict=True)]
     backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
 
     peak_index = int(np.argmax(timeline))
