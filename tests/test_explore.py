@@ -122,7 +122,8 @@ def _known(report: Report, batch: int, scale: dict[str, int]) -> predict.Known:
     """A compiled point at `batch` whose parts grow by `scale[part]` bytes a sample."""
     bd = {k: v + scale.get(k, 0) * batch for k, v in report.breakdown.items()}
     opts = dict(report.options, batch=batch)
-    r = dataclasses.replace(report, breakdown=bd, per_device_peak_bytes=sum(bd.values()), options=opts)
+    r = dataclasses.replace(report, breakdown=bd, per_device_peak_bytes=sum(bd.values()), options=opts,
+                            tokens_per_step=batch * 2048)
     o = AnalyzeOptions(mesh="data=8", gpu="h100", batch=batch)
     return predict.Known(o, r, query.to_query(o))
 
@@ -140,6 +141,11 @@ def test_a_batch_prediction_fits_each_part_on_the_nearest_points_each_side():
     # judged as analyze judges it: against the card's usable bytes, the runtime's terms at both ends
     assert pred["verdict"] == "fits"
     assert pred["headroom_bytes"] == exact.target.usable_bytes - exact.per_device_peak_bytes
+    # tokens/s per device as compare ranks rows by it (jaxmem.plan.throughput), the tokens scaled with the batch
+    from jaxmem.plan import throughput
+
+    assert pred["tokens_per_step"] == 32 * 2048
+    assert predict.tokens_per_s(pred) == pytest.approx(throughput.of(exact).tokens_per_s, rel=1e-12)
     huge = predict.predict(AnalyzeOptions(mesh="data=8", gpu="h100", batch=80_000), known, None)
     assert huge["verdict"] == "does_not_fit" and huge["fits"] is False
     # a point that differs in anything but the batch is no neighbour

@@ -297,7 +297,7 @@ class Explorer:
         out: dict[str, Any] = {"key": p.key, "command": p.command, "query": p.query}
         if p.status == "exact" and p.report is not None:
             rep = p.report.to_json()
-            out.update(answer="exact", report=rep, tokens_per_s=predict.tokens_per_s(rep, self.seq_arg),
+            out.update(answer="exact", report=rep, tokens_per_s=predict.tokens_per_s(rep),
                        prediction=p.prediction, predicted_error=p.predicted_error())
             return out
         if p.status == "error":
@@ -305,7 +305,7 @@ class Explorer:
             return out
         pred = self.predict(p)
         if pred is not None:
-            out.update(answer="predicted", report=pred, tokens_per_s=predict.tokens_per_s(pred, self.seq_arg))
+            out.update(answer="predicted", report=pred, tokens_per_s=predict.tokens_per_s(pred))
         else:
             out.update(answer="compiling", report=None, tokens_per_s=None)
         out["progress"] = self.progress(p)
@@ -318,7 +318,8 @@ class Explorer:
         if p.report is not None:
             rep = {"per_device_peak_bytes": p.report.per_device_peak_bytes, "verdict": verdict_of(p.report),
                    "step_time": dict(p.report.step_time), "options": p.report.options,
-                   "sequence_length": p.report.sequence_length, "target": dataclasses.asdict(p.report.target)}
+                   "sequence_length": p.report.sequence_length, "target": dataclasses.asdict(p.report.target),
+                   "tokens_per_step": getattr(p.report, "tokens_per_step", None)}
         elif p.prediction is not None and p.status != "error":
             rep, answer = p.prediction, "predicted"
         step = (rep or {}).get("step_time") or {}
@@ -326,7 +327,7 @@ class Explorer:
                 "peak": None if rep is None else rep["per_device_peak_bytes"],
                 "verdict": None if rep is None else rep["verdict"],
                 "step_time": step.get("estimate_s") if step.get("available") else None,
-                "tokens_per_s": None if rep is None else predict.tokens_per_s(rep, self.seq_arg),
+                "tokens_per_s": None if rep is None else predict.tokens_per_s(rep),
                 "predicted_error": p.predicted_error(), "error": p.error}
 
     def fit(self, p: Point) -> dict:

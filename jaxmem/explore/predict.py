@@ -154,11 +154,21 @@ def _report(opts: AnalyzeOptions, kind: str, arg: str | None, x: int, used: list
         "model": nearest.model,
         "options": options,
         "sequence_length": x if kind == "seq" else nearest.sequence_length,
+        "tokens_per_step": _tokens(nearest, kind, arg, x),
         "step_time": step,
         "predicted_from": [_source(k, kind, arg) for k in used],
         "prediction": {"kind": kind, "arg": arg if kind == "seq" else None, "x": x,
                        "curve": "affine" if degree == 1 else "quadratic"},
     }
+
+
+def _tokens(r: Report, kind: str, arg: str | None, x: int) -> int | None:
+    """The predicted point's tokens a step: the neighbour's, scaled by the batch or the sequence moved."""
+    tokens, batch = getattr(r, "tokens_per_step", None), r.options.get("batch")
+    was = batch if kind == "batch" else r.sequence_length
+    if not isinstance(tokens, int) or not isinstance(was, int) or was <= 0:
+        return None
+    return tokens * x // was
 
 
 def _source(k: Known, kind: str, arg: str | None) -> dict[str, str]:
@@ -169,18 +179,15 @@ def _source(k: Known, kind: str, arg: str | None) -> dict[str, str]:
     return {**k.query, f"arg.{arg}": str(seq_of(k, arg or ""))}
 
 
-def tokens_per_s(report: dict[str, Any], seq_arg: str | None) -> float | None:
-    """Tokens per second per device: the global batch's tokens (batch x sequence) over the devices, per
-    estimated step; None for a model without a sequence argument (`seq_arg`: an MLP's second dimension is
-    its features), or without a batch or an estimate."""
-    if not seq_arg:
-        return None
+def tokens_per_s(report: dict[str, Any]) -> float | None:
+    """Tokens per second per device (an exact report's JSON or a prediction): the step's tokens
+    (``tokens_per_step``: batch x sequence where the batch holds token ids) over every device, per estimated
+    step -- compare's throughput (jaxmem.plan.throughput); None for a batch without tokens or no estimate."""
     step = report.get("step_time") or {}
-    batch = (report.get("options") or {}).get("batch")
-    seq = report.get("sequence_length")
+    tokens = report.get("tokens_per_step")
     devices = (report.get("target") or {}).get("devices")
     est = step.get("estimate_s")
-    if not (step.get("available") and isinstance(est, (int, float)) and est > 0 and isinstance(batch, int)
-            and isinstance(seq, int) and isinstance(devices, int) and devices > 0):
+    if not (step.get("available") and isinstance(est, (int, float)) and est > 0 and isinstance(tokens, int)
+            and tokens > 0 and isinstance(devices, int) and devices > 0):
         return None
-    return batch * seq / devices / est
+    return tokens / devices / est
