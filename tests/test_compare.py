@@ -274,3 +274,7 @@ def test_pairs_give_each_row_its_layout_and_mesh_instead_of_the_cross_product():
         assert r.exit_code == 2 and "--pair" in r.output and why in r.output, r.output
     r = CliRunner().invoke(main, ["compare", "models/mlp.py", "--pair", "dp:data=2", "--meshes", "data=2"])
     assert r.exit_code == 2 and "drop --meshes" in r.output
+    # the API: pairs as tuples or LAYOUT:MESH text, the CLI's text
+    from jaxmem import api
+
+    assert api._grid_text("pairs", [("dp", "data=8"), "fsdp_tp:data=4,model=2"]) == "dp:data=8;fsdp_tp:data=4,model=2"

@@ -235,7 +235,7 @@ def ranked(cells: list[Cell]) -> list[Cell]:
     without a sequence: jaxmem.plan.throughput) at the estimated step time, 1 the highest, among the
     rows that fit (verdict fits or tight); rows whose throughput bands overlap are tied and share the
     rank of the higher one. A row that does not fit, failed, or has no step-time estimate: None."""
-    tps = [c.throughput if c.report is not None and c.report.fits is True else None for c in cells]
+    tps = [c.throughput if getattr(c.report, "fits", None) is True else None for c in cells]
     return [dataclasses.replace(c, rank=r) for c, r in zip(cells, throughput_mod.ranks(tps), strict=True)]
 
 
@@ -248,7 +248,7 @@ def in_rank_order(cells: list[Cell]) -> list[Cell]:
 
     def key(c: Cell) -> tuple:
         rate = throughput_mod.per_s_in(c.throughput, unit) if c.rank is not None else None
-        return (c.report is None, c.rank is None, c.report is not None and c.report.fits is not True, c.rank or 0,
+        return (c.report is None, c.rank is None, getattr(c.report, "fits", None) is not True, c.rank or 0,
                 -(rate or 0.0), c.report.per_device_peak_bytes if c.report is not None else 0)
     return sorted(cells, key=key)
 

@@ -51,7 +51,7 @@ class Throughput:
 
 def of(report) -> Throughput | None:
     """The report's throughput per device, or None without a step-time estimate or a global batch."""
-    b = band(report.step_time if report is not None else None)
+    b = band(getattr(report, "step_time", None))
     if b is None or b[0] <= 0:
         return None
     samples = report.options.get("batch")
