@@ -694,12 +694,19 @@ def _round_two(compiler: _Compiler, predictor, original: Candidate, probes: list
     scored.sort(key=lambda x: (x[0], x[1]))
     predicted = {ch: peak for _, peak, ch in scored}
     queue = _interleave([ch for _, _, ch in scored])
+    # the predictions compose single changes' ratios and can be optimistic for many changes at once: while
+    # nothing fits yet, every other compile is the plan predicted to leave the most room
+    roomy = [ch for _, _, ch in sorted(scored, key=lambda x: (x[1] / budgets.get(dict(x[2]).get("fraction"), usable),
+                                                               x[0]))]
     done = {_opts_key(c.options) for c in [original, *probes]}
     extra: list[Candidate] = []
     for _ in range(2):
         batch: list[tuple[tuple, AnalyzeOptions]] = []
+        none_fit = not any(c.fits for c in probes + extra)
         while queue and len(batch) < combinations:
-            ch = queue.pop(0)
+            ch = roomy.pop(0) if none_fit and roomy and len(batch) % 2 else queue.pop(0)
+            if ch in queue:
+                queue.remove(ch)
             opts = _apply(base, ch, block)
             if opts is None or _opts_key(opts) in done:
                 continue
