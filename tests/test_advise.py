@@ -16,7 +16,7 @@ from jaxmem.cli import _options, main
 from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import advise as advise_mod
 from jaxmem.plan import meshes
-from jaxmem.present import render
+from jaxmem.present import notebook, render
 
 # The tiny Llama with activations large enough to matter: on one H100 XLA's bytes are 77-86 MiB as given
 # (dp, fp32, no remat; jax 0.9-0.12), 12-55 MiB with 8 microbatches, bf16 or full remat; a budget of 70 MiB
@@ -327,6 +327,7 @@ def test_a_lora_step_missing_by_a_hundred_mib_at_jaxs_default_fraction_is_told_t
     console = Console(record=True, width=400)
     render.render_advice(adv, console)
     assert "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in console.export_text()
+    assert "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in notebook.advice_html(adv)   # the notebook's table too
 
 
 def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_smaller_base(cache, monkeypatch):

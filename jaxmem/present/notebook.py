@@ -130,22 +130,28 @@ def rows_html(cells) -> str:
 
 
 def advice_html(a) -> str:
-    """advise's plans: the step as given, then every compiled change (fitting ones first, fastest first)."""
+    """advise's plans: the step as given, then every compiled change (fitting ones first, highest throughput
+    per device first, tied rows sharing a rank)."""
     uid = _uid(a.to_json())
+    ranks = a.ranks()
     rows = []
     for c in (a.original, *a.candidates):
-        rel = a.relative(c)
-        rows.append(f'<tr><td>{e(c.label)}</td><td>{_verdict_cell(c.report) if c.report else e(c.status)}</td>'
+        rel, tp, rank = a.relative(c), c.throughput, ranks.get(id(c))
+        env = "".join(f"<br>export {e(k)}={e(v)}" for k, v in c.environment.items())
+        rows.append(f'<tr><td class="num">{"-" if rank is None else rank}</td><td>{e(c.label)}</td>'
+                    f'<td>{_verdict_cell(c.report) if c.report else e(c.status)}</td>'
                     f'<td class="num">{e(fmt_bytes(c.peak))}</td><td class="num">{e(fmt_bytes(c.headroom))}</td>'
+                    f'<td class="num">{"-" if tp is None else e(f"{tp[0]:,.0f} {tp[1]}")}</td>'
                     f'<td class="num">{e(fmt_seconds(c.step_s))}</td>'
                     f'<td class="num">{"-" if rel is None else f"{rel:.2f}x"}</td>'
-                    f'<td class="mono cmd">{e(c.command(a.path)) if c.report else e(c.error)}</td></tr>')
+                    f'<td class="mono cmd">{e(c.command(a.path)) + env if c.report else e(c.error)}</td></tr>')
     verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched and (a.fitting or not a.original.fits) else
                f"fits as given; {len(a.compiled)} change(s) compiled, none fits" if a.searched else
                "fits as given (all=True searches anyway)")
     body = (f'<section class="card"><h2>{e(a.path)}: {e(verdict)}</h2>'
-            '<table><thead><tr><th>plan</th><th>verdict</th><th class="num">peak</th><th class="num">headroom</th>'
-            '<th class="num">step (est.)</th><th class="num">vs as given</th><th>command</th></tr></thead>'
+            '<table><thead><tr><th class="num">rank</th><th>plan</th><th>verdict</th><th class="num">peak</th>'
+            '<th class="num">headroom</th><th class="num">per device</th><th class="num">step (est.)</th>'
+            '<th class="num">vs as given</th><th>command</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{a.compiles} compile(s), {a.cached} from the cache; advice.to_json(): what '
             '<code>jaxmem advise --json</code> prints.</p></section>')
