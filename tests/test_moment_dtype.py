@@ -92,3 +92,13 @@ def test_a_config_json_model_trains_with_jaxmems_adamw_and_takes_bf16_moments():
     r = analyze_file(str(FIX / "hf" / "llama"), AnalyzeOptions(gpu="h100", explain=False, moment_dtype="bf16"))
     assert r.options["optimizer"] == "adamw"
     assert r.breakdown["optimizer_state"] == r.param_count * 2 * 2 + COUNT
+
+
+def test_the_api_and_compare_take_moment_dtype_as_analyze_does():
+    import jaxmem
+
+    r = jaxmem.analyze(str(MLP), gpu="h100", moment_dtype="bf16", explain=False)
+    assert r.breakdown["optimizer_state"] == PARAMS * 2 * 2 + COUNT
+    cmd = main.commands["compare"]
+    ctx = cmd.make_context("compare", [str(MLP), "--moment-dtype", "bf16", "--precisions", "fp32,bf16"])
+    assert ctx.params["moment_dtype"] == "bf16"
