@@ -172,6 +172,7 @@ class StepTime(TypedDict, total=False):
     collective_bytes: int
     collectives: list[dict[str, Any]]
     kernel_classes: list[dict[str, Any]]
+    scan_residuals: dict[str, Any] | None   # jaxmem.compiler.residuals: a scan's stacks' traffic vs recompute
     loops: list[dict[str, Any]]
     loops_counted_once: list[str]
     peak_flops: float
@@ -252,6 +253,7 @@ WARNING_KINDS: dict[str, str] = {
     "cpu_fusions_off": "--gpu cpu: the step is compiled with XLA:CPU's YNNPACK fusions off",
     "xla_rematerialized": "XLA recomputed instructions to bring the step under its budget for the card",
     "precision_no_effect": "--precision left most matmul FLOPs in 32-bit: the layers fix their own dtype",
+    "scan_residuals_traffic": "a scan's saved residuals move more bytes than --remat full's recompute would take",
     "gradient_reduced_per_iteration": "a pipeline loop reduces the stages' gradients on every iteration, not once",
     "schedule_memory_limited": "the temporaries exceed XLA's scheduler memory limit: collectives run beside no compute",
     "collectives_not_overlapped": "XLA compiled the step without its latency-hiding scheduler: collectives "

@@ -64,6 +64,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("xla_rematerialized",), lambda m: compiled.check_rematerialized(m.remat_n, m.target.gpu, m.peak,
                                                                            m.written)),
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
+    Check(("scan_residuals_traffic",), lambda m: steptime.check_scan_residuals(m.opts.remat, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("schedule_memory_limited",), lambda m: schedule.check_memory_limited_schedule(
         m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, _xla_flags(), m.budget.usable_bytes,

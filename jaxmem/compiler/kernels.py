@@ -341,3 +341,32 @@ def _gemm_dims(module: hlo_text.Module, ins: hlo_text.Instruction) -> tuple[int,
 def bytes_per_step(ks: list[Kernel]) -> float:
     """HBM bytes the non-collective kernels move per step."""
     return sum(k.bytes * k.runs for k in ks if k.klass != "collective")
+
+
+def updates_in_place(module: hlo_text.Module, ins: hlo_text.Instruction) -> bool:
+    """Whether a kernel writes into a buffer in place (a bare dynamic-update-slice, or a fusion whose root is
+    one: a scan's stacked residual or gradient written layer by layer)."""
+    if ins.opcode == "dynamic-update-slice":
+        return True
+    callee = dict(ins.called).get("calls")
+    return callee in module.computations and bool(_Fused(module.computations[callee]).in_place()[0])
+
+
+def operand_traffic(module: hlo_text.Module, ins: hlo_text.Instruction, index: int) -> int:
+    """Bytes a kernel moves for its operand `index`: what it reads of it (a slice's bytes where it only
+    slices it), and, where the kernel only slices it out (a bare or fused dynamic-slice), the slice written."""
+    names = ins.operand_names
+    operand = module.by_name.get(names[index]) if index < len(names) else None
+    if operand is None:
+        return 0
+    full = _array_bytes(operand.shape)
+    if ins.opcode in _SLICERS:
+        return 2 * _array_bytes(ins.shape) if index == 0 else 0
+    callee = dict(ins.called).get("calls")
+    if callee not in module.computations:
+        return full
+    f = _Fused(module.computations[callee])
+    read = f.read_bytes(index, full)
+    if f.root is not None and f.root.opcode in _SLICERS:   # the fusion copies a slice out: its write too
+        read += _array_bytes(ins.shape)
+    return read

@@ -44,7 +44,7 @@ from jax._src.lib import _jax
 
 from jaxmem.compiler import kernels as kernels_mod
 from jaxmem.compiler import rates as rates_mod
-from jaxmem.compiler import schedule, targets, versions
+from jaxmem.compiler import residuals, schedule, targets, versions
 from jaxmem.compiler.dots import (  # noqa: F401  (the dots' readers, re-exported where they were)
     _ALGORITHMS,
     _BTHD_SCORES,
@@ -369,6 +369,8 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "collective_bytes": sum(c.bytes_per_step for c in colls),
         "collectives": communication_rows(colls, perf, central, dph),
         "kernel_classes": _kernel_classes(ks, colls, busy),
+        # a scan's saved residuals: their stacks' traffic against the math --remat full would redo (residuals.py)
+        "scan_residuals": residuals.scan_residuals(module, ks, perf, central),
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
@@ -457,6 +459,25 @@ def check_pipeline_reductions(step_time: Mapping[str, Any], roles: Mapping[str, 
         "stage runs one layer. The estimate is this program's; a pipeline that sums its microbatches' gradients "
         "before reducing them (one reduction per step) would spend 1/"
         f"{iterations} of it")]
+
+
+def check_scan_residuals(remat: str, step_time: Mapping[str, Any]) -> list[ReportWarning]:
+    """scan_residuals_traffic: without remat, the traffic of a scan's saved residuals (their stacks written
+    layer by layer, zero-filled, read back, copied) takes longer at HBM bandwidth than the math --remat full
+    would redo (jaxmem.compiler.residuals): the estimate then expects remat to be faster, and this says which
+    buffers' traffic makes it so."""
+    res = step_time.get("scan_residuals") if step_time.get("available") else None
+    if remat != "none" or not res or res["seconds"] <= res["recompute_s"]:
+        return []
+    gb = 1e9
+    largest = "; ".join(f"{s['shape']} ({s['module'] or 'no module'}) {s['bytes'] / gb:.1f} GB" for s in res["stacks"])
+    return [ReportWarning(
+        "scan_residuals_traffic",
+        f"the scan saves each layer's residuals in stacks whose traffic is {res['bytes'] / gb:.1f} GB per step "
+        f"(written {res['written'] / gb:.1f}, zero-filled {res['filled'] / gb:.1f}, read back {res['read'] / gb:.1f}, "
+        f"copied {res['copied'] / gb:.1f}), about {res['seconds'] * 1e3:.3g} ms at HBM bandwidth, more than the "
+        f"{res['recompute_s'] * 1e3:.3g} ms of GEMMs and attention --remat full would run again: remat is likely "
+        f"faster here (and smaller); largest: {largest}")]
 
 
 def check_precision(precision: str, step_time: Mapping[str, Any]) -> list[ReportWarning]:
