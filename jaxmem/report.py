@@ -117,6 +117,8 @@ class Choices(TypedDict, total=False):
     attention_why: str
     loss: str                          # "cross_entropy", "cross_entropy_vocab_tiles=N", "the model's own"
     loss_why: str
+    layers: str                        # "scan" | "loop" (a config.json decoder's --arg scan), "the model's own"
+    layers_why: str
     remat: str                         # --remat policy
     lora_rank: int | None              # None: no LoRA
     lora_targets: str | None           # --lora-targets, or "every dense/einsum/conv layer" (the default)
