@@ -1,4 +1,5 @@
-"""Outside libraries' own models, analyzed in the library's environment: the gemma library's Gemma 4.
+"""Outside libraries' own models, analyzed in the library's environment: the gemma library's Gemma 4
+(the default) and Hugging Face transformers' Flax models (`--library hf`).
 
     python3.12 -m venv .venv-gemma
     .venv-gemma/bin/pip install -e ".[cuda13]" "gemma>=4,<5"
@@ -16,6 +17,18 @@ count must equal it (asserted). The table (benchmarks/results/outside-libraries.
 per-device state and peak, and the analysis time; then each case's largest buffers at its peak, and one
 `jax.lax.ragged_dot` expert layer alone (benchmarks/outside/ragged_dot_layer.py): the call the library's
 MoE is made of, to show what this XLA makes of it for a GPU.
+
+Hugging Face transformers 4.57.6, the last release with Flax models (it changes no version jaxmem's
+environment holds; written to benchmarks/results/outside-libraries-hf.md):
+
+    pip install "transformers==4.57.6"
+    python benchmarks/outside_libraries.py --library hf --python .venv/bin/python
+
+Each case runs ``jaxmem analyze benchmarks/outside/hf_flax.py --arg config=CONFIG.json ...`` (the model
+class the config's model_type names, built with ``_do_init=False``, its linen ``.module`` analyzed with a
+next-token loss) on the tiny configs of tests/fixtures/hf, and counts the library's own parameters
+(``jax.eval_shape`` of the module's ``init``): jaxmem's count must equal it, and the same config.json
+through jaxmem's own config path (``jaxmem analyze CONFIG.json``) must count the same (asserted).
 """
 
 from __future__ import annotations
@@ -57,6 +70,104 @@ print(json.dumps({"count": sum(math.prod(x.shape) for x in leaves),
 """
 
 
+HF_MODEL = "benchmarks/outside/hf_flax.py"
+HF_OUT = ROOT / "benchmarks" / "results" / "outside-libraries-hf.md"
+HF_COMMON = ["--gpu", "h100", "--mesh", "fsdp=8", "--arg", "batch_size=8", "--arg", "seq_len=128"]
+_FIX = "tests/fixtures/hf"
+# (title, config.json, extra options): the tiny configs jaxmem's own config path is tested on
+HF_CASES = [
+    ("FlaxGPT2LMHeadModel (its head tied by lm_head.apply), batch 8 x 128, FSDP 8 x H100",
+     f"{_FIX}/gpt2/config.json", []),
+    ("FlaxGPT2LMHeadModel, the same, --lora 16 (the tied head left without an adapter, said)",
+     f"{_FIX}/gpt2/config.json", ["--lora", "16"]),
+    ("FlaxLlamaForCausalLM, the same", f"{_FIX}/llama/config.json", []),
+    ("FlaxLlamaForCausalLM, the same, --remat full at each FlaxLlamaDecoderLayer", f"{_FIX}/llama/config.json",
+     ["--remat", "full", "--remat-at", "FlaxLlamaDecoderLayer"]),
+    ("FlaxMistralForCausalLM, the same", f"{_FIX}/mistral/config.json", []),
+    ("FlaxLlamaForCausalLM, 131072 positions, position ids given as data (its numpy rotary tables kept)",
+     f"{_FIX}/llama/config.json", ["--arg", "positions=131072", "--arg", "positions_as_data=true"]),
+]
+HF_COUNT = """
+import json, math, sys
+import jax, transformers
+sys.path.insert(0, "benchmarks/outside")
+import hf_flax
+cfg = json.load(open(sys.argv[1]))
+model = getattr(transformers, hf_flax.CLASSES[cfg["model_type"]])(transformers.AutoConfig.for_model(**cfg),
+                                                                   _do_init=False)
+params = jax.eval_shape(lambda: model.init_weights(jax.random.key(0), (1, 8)))   # HF's own init
+leaves = jax.tree.leaves(params)
+print(json.dumps({"count": sum(math.prod(x.shape) for x in leaves),
+                  "bytes": sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves)}))
+"""
+
+
+def main_hf(python: str, out: pathlib.Path) -> None:
+    rows, commands, constants, warned = [], [], [], []
+    counts: dict[str, tuple[dict, int]] = {}
+    versions = None
+    for title, config, extra in HF_CASES:
+        d, wall, args = run_analyze(python, [HF_MODEL, "--arg", f"config={config}", *HF_COMMON, *extra])
+        if config not in counts:
+            lib = _count(python, HF_COUNT, config)
+            own, _, _ = run_analyze(python, [config, "--gpu", "h100", "--no-explain"])
+            counts[config] = (lib, own["param_count"])
+        lib, own = counts[config]
+        count = d["trainable_param_count"] + d["frozen_param_count"] if "--lora" in extra else d["param_count"]
+        if "--lora" not in extra and not (count == lib["count"] == own):
+            raise SystemExit(f"{title}: jaxmem counts {count:,} parameters of HF's model, {own:,} from the "
+                             f"config.json; transformers counts {lib['count']:,}")
+        versions = d["versions"]
+        b = d["breakdown"]
+        kept = sum(c["device_bytes"] or 0 for c in d.get("constants", ()))
+        rows.append(f"| {title} | {lib['count']:,} | {d['param_count']:,} | {own:,} | "
+                    f"{d['trainable_param_count']:,} | {gib(b['params'])} | {gib(b['optimizer_state'])} | "
+                    f"{gib(b['activations_and_temporaries'])} | {gib(b.get('constants', 0))} | "
+                    f"{gib(d['per_device_peak_bytes'])} | {wall:.1f} s |")
+        commands.append(f"- {title}: `jaxmem analyze {shlex.join(args)}`")
+        constants += [f"| {title} | {c['count']} x {c['dtype']}{tuple(c['shape'])} | {gib(c['bytes'])} | "
+                      f"{', '.join(c['modules']) or '-'} | {gib(c['device_bytes'] or 0)} |"
+                      for c in d.get("constants", ())]
+        warned += [f"- {title}: `{w['kind']}`: {w['message']}" for w in d["warnings"]
+                   if w["kind"] not in ("cpu_fusions_off",)]
+        assert kept <= b.get("constants", 0), f"{title}: the constants named exceed breakdown.constants"
+    v = versions or {}
+    header = (f"Written by `python benchmarks/outside_libraries.py --library hf --python {python}` on this project's "
+              "2-core CPU machine (deviceless compiles, `--no-cache`, one at a time, other work beside it): Python "
+              f"{v.get('python')}, jax {v.get('jax')}, {v.get('cuda_plugin')}, flax {v.get('flax')}, transformers "
+              f"{_version(python, 'transformers')}. The library's count is `jax.eval_shape` of the model's own "
+              "`init_weights`; jaxmem's, of the same model's `.module`, and of the same config.json through "
+              "jaxmem's own config path, must equal it (asserted; under `--lora` the base count is the frozen one). "
+              "Parameters and AdamW's moments in fp32, as the models default.")
+    columns = ("case", "parameters (transformers)", "parameters (jaxmem)", "parameters (jaxmem, config.json)",
+               "trainable", "params per device", "optimizer per device", "activations and temporaries",
+               "constants on the device", "per-device peak", "analysis")
+    lines = ["# Hugging Face transformers' Flax models, analyzed as the library builds them", "", header, "",
+             "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|", *rows, "",
+             ("Captured constants (`constants` in the JSON: 1 MiB or more, by shape): HF's FlaxLlama builds a rotary "
+             "table per layer in numpy in `setup`, `max_position_embeddings` rows. With positions made in the step "
+             "(an iota) XLA slices each table to the rows read; given as data, XLA keeps the table whole, and its "
+             "bytes are in the peak (`breakdown.constants`):"), "",
+             "| case | captured | bytes | read by | kept on the device |", "|---" * 5 + "|", *constants, "",
+             "Warnings other than the CPU machine's own:", "", *(warned or ["- none"]), "",
+             "Commands (each with `--json --no-cache`):", "", *commands]
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _count(python: str, code: str, *args: str) -> dict:
+    p = subprocess.run([python, "-c", code, *args], cwd=ROOT, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"the library's own count ({' '.join(args)}) failed:\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _version(python: str, package: str) -> str:
+    p = subprocess.run([python, "-c", f"from importlib import metadata; print(metadata.version({package!r}))"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() or "?"
+
+
 def gib(b: float) -> str:
     return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.2f} MiB"
 
@@ -83,9 +194,13 @@ def library_count(python: str, size: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", required=True, help="a Python whose environment has jaxmem and gemma 4.x")
-    ap.add_argument("--out", type=pathlib.Path, default=OUT)
+    ap.add_argument("--python", required=True, help="a Python whose environment has jaxmem and the library")
+    ap.add_argument("--library", choices=("gemma4", "hf"), default="gemma4")
+    ap.add_argument("--out", type=pathlib.Path, default=None)
     a = ap.parse_args()
+    if a.library == "hf":
+        return main_hf(a.python, a.out or HF_OUT)
+    a.out = a.out or OUT
     rows, commands, buffers, versions = [], [], [], None
     counts: dict[str, dict] = {}
     for title, size, extra in CASES:
