@@ -52,3 +52,36 @@ def test_a_maxtext_style_linen_scan_names_its_stacked_residuals():
     assert rows.get("Llama/layers/attn", 0) > 0 and rows.get("Llama/layers/mlp", 0) > 0, rows
     probs = _tt_buffers(r, 32)
     assert probs and all(b.module_path.startswith("Llama/layers/attn") for b in probs), probs
+
+
+def test_a_zero_filled_stack_takes_the_module_of_the_slices_its_loop_writes_into_it():
+    """The graph alone (no compile): broadcast -> tuple -> while, whose body's root writes the attention's
+    slice into that element with a dynamic-update-slice named for the loop's scope only."""
+    from jaxmem.xla.provenance import Graph, Node
+
+    def node(opcode, path="", operands=(), called=(), comp=0, number=0, index=0):
+        return Node(opcode, path, tuple(operands), tuple(called), comp, number, index)
+
+    nodes = {
+        1: node("fusion", called=(10,)),                       # the zero fill: an operand-less broadcast fusion
+        2: node("tuple", operands=(1,)),
+        3: node("while", path="M", operands=(2,), called=(20, 30)),
+        4: node("get-tuple-element", operands=(3,)),
+        5: node("transpose", operands=(4,)),                   # a copy XLA transposes the stack into
+        11: node("broadcast", comp=10),
+        21: node("parameter", comp=20),
+        22: node("get-tuple-element", operands=(21,), comp=20),
+        23: node("dot", path="M/layers/attn", operands=(22,), comp=20),
+        24: node("dynamic-update-slice", path="M", operands=(22, 23), comp=20),
+        25: node("tuple", operands=(24,), comp=20),
+        31: node("compare", comp=30),
+    }
+    users: dict[int, list[int]] = {}
+    for iid, n in nodes.items():
+        for o in n.operands:
+            users.setdefault(o, []).append(iid)
+    g = Graph(nodes, {10: 11, 20: 25, 30: 31}, {10: [1], 20: [3], 30: [3]}, users)
+    assert g.path(1) == "M/layers/attn"   # the stack, from its loop's writes
+    assert g.path(3, (0,)) == "M/layers/attn"   # the loop's element: more specific than the loop's own "M"
+    assert g.path(5) == "M/layers/attn"   # the transposed copy, from its operand
+    assert g.path(24) == "M/layers/attn"  # the update names the write, not the loop scaffolding

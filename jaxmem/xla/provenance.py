@@ -60,7 +60,6 @@ class Node:
 class Graph:
     nodes: dict[int, Node]
     roots: dict[int, int]                                  # computation id -> root instruction id
-    params: dict[tuple[int, int], int]                     # (computation, parameter number) -> instruction
     callers: dict[int, list[int]]                          # computation id -> instructions calling it
     users: dict[int, list[int]]                            # instruction -> its users (program order)
     _memo: dict[tuple[int, tuple[int, ...]], str] = dataclasses.field(default_factory=dict)
@@ -162,7 +161,6 @@ def read_graph(buf: bytes, module: dict) -> Graph:
     """Every instruction of the optimized module (an ``xla.HloModuleProto`` read by jaxmem.xla.hlo)."""
     nodes: dict[int, Node] = {}
     roots: dict[int, int] = {}
-    params: dict[tuple[int, int], int] = {}
     callers: dict[int, list[int]] = defaultdict(list)
     users: dict[int, list[int]] = defaultdict(list)
     paths: dict[str, str] = {}
@@ -184,13 +182,11 @@ def read_graph(buf: bytes, module: dict) -> Graph:
             called = tuple(wire.packed(buf, ins.get(38)))
             node = Node(opcode, path, operands, called, cid, wire.integer(ins.get(9)), wire.integer(ins.get(13)))
             nodes[iid] = node
-            if opcode == "parameter":
-                params[(cid, node.parameter_number)] = iid
             for c in called:
                 callers[c].append(iid)
             for o in operands:
                 users[o].append(iid)
-    return Graph(nodes, roots, params, dict(callers), dict(users))
+    return Graph(nodes, roots, dict(callers), dict(users))
 
 
 def refine(paths: Sequence[str], where: Sequence[tuple[int, tuple[int, ...]]], graph: Graph,
