@@ -151,7 +151,7 @@ def program_text(lowered) -> str:
     out = io.StringIO()
     module.operation.print(file=out, enable_debug_info=True, large_elements_limit=PRINTED_ELEMENTS)
     text = out.getvalue()
-    digests = _large_constant_digests(module)
+    digests = _large_constant_digests(module) if _ELIDED in text else []   # the walk only where MLIR elided
     if text.count(_ELIDED) != len(digests):   # something elided that is not a constant's elements: print whole
         text, digests = lowered.as_text(debug_info=True), []
     return stable_program_text(_FILE_LOC.sub('"":0:0', text)) + "".join(f"\n// constant sha256:{d}" for d in digests)
