@@ -44,7 +44,8 @@ def _key(a: hlo_text.Array) -> tuple[str, tuple[int, ...]]:
 def _loops(module: hlo_text.Module) -> tuple[list[str], list[str]]:
     """(forward loop bodies, backward loop bodies) of the loops that run more than once."""
     trips = module.trip_counts
-    fwd, bwd = [], []
+    fwd: list[str] = []
+    bwd: list[str] = []
     for ins in module.instructions():
         if ins.opcode == "while" and (trips.get(ins.name) or 0) > 1:
             body = dict(ins.called).get("body")
