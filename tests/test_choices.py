@@ -49,7 +49,8 @@ def test_a_config_model_states_its_choices_in_json_text_and_html(config_bf16):
     d = json.loads(json.dumps(config_bf16.to_json()))
     assert d["choices"] == dict(c)
     assert Report.from_json(d).choices == c
-    line = "choices: precision bf16, attention cudnn, loss cross_entropy, remat none, no LoRA, memory fraction 0.75"
+    line = ("choices: precision bf16, attention cudnn, loss cross_entropy, layers scan, remat none, no LoRA, "
+            "memory fraction 0.75")
     assert line in _text(config_bf16)
     assert f'<p class="choices" id="choices">{line}</p>' in render_html(config_bf16)
 
