@@ -285,19 +285,12 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 def advise(as_json, always, n_jobs, change_kinds, **kw):
     """When MODEL_FILE's step does not fit: the changes that make it fit, highest throughput first.
 
-    Compiles the changes users make, the free ones first -- a larger memory fraction (the
-    environment variable to set is printed), bf16 compute, cuDNN attention and a chunked loss
-    where the model takes them (--arg attention=cudnn, --arg vocab_tiles=8), remat from the least
-    recompute to full, gradient accumulation keeping the global batch, more state sharding
-    (dp -> fsdp -> fsdp_tp); HSDP, context or expert parallelism on the same GPUs where the step as
-    given calls for them; twice the devices last -- and their combinations predicted to fit; prints
-    the ones that fit, those on the GPUs as given first, each ranked by throughput per device
-    (tokens/s, from the estimated step time; overlapping bands tied), with its peak, headroom, step
-    time relative to the step as given, GPU-seconds per step, and the `jaxmem analyze` command that
-    reproduces it.
-    Fine-tuning changes are tried too: the optimizer's moments in bf16, the optimizer state
-    offloaded to host memory, a LoRA base stored in bf16 / int8 / nf4, and LoRA / QLoRA (rank 16;
-    these train adapters instead of every weight, and say so).
+    Compiles the changes users make, free ones first: a larger memory fraction (with the variable
+    to set), bf16, cuDNN attention / a chunked loss where the model takes them, remat, accumulation,
+    sharding, mesh changes, twice the devices last; for fine-tunes bf16 moments, optimizer offload,
+    a smaller LoRA base, LoRA / QLoRA (these train adapters only, and say so). Then combinations
+    predicted to fit. Plans that fit, on the GPUs as given first, are ranked by tokens/s per device
+    (overlapping bands tied), each with its `jaxmem analyze` command.
     Exit code: 0 when one fits (or the step fits as given), 3 when none does, 2 on a user error.
 
     \b

@@ -244,10 +244,8 @@ def test_the_exact_answer_is_analyze_json_byte_for_byte(srv):
 def test_a_batch_move_is_predicted_from_compiled_neighbours_then_exact(srv):
     for b in (8, 32):
         assert get(srv, "/api/answer", {"batch": b, "wait": "exact"})[1]["answer"] == "exact"
-    t0 = time.monotonic()
-    status, body, _ = get(srv, "/api/answer", {"batch": 24})
-    assert status == 200 and time.monotonic() - t0 < 1.0   # answered at once, whatever the compile costs
-    assert body["answer"] == "predicted"   # (no neighbour of 8 or 32 is 24: it is not compiled yet)
+    status, body, _ = get(srv, "/api/answer", {"batch": 24})   # answered at once: the compile has not run
+    assert status == 200 and body["answer"] == "predicted"   # (no neighbour of 8 or 32 is 24 to have compiled it)
     xs = sorted(int(q["batch"]) for q in body["report"]["predicted_from"])
     assert len(xs) == 2 and xs[0] < 24 < xs[1]   # interpolated between the nearest compiled on each side
     predicted = body["report"]["per_device_peak_bytes"]
@@ -264,9 +262,8 @@ def test_a_batch_move_is_predicted_from_compiled_neighbours_then_exact(srv):
 
 def test_a_compiled_point_answers_from_memory(srv):
     get(srv, "/api/answer", {"batch": 8, "wait": "exact"})
-    t0 = time.monotonic()
-    status, body, _ = get(srv, "/api/answer", {"batch": 8})
-    assert status == 200 and body["answer"] == "exact" and time.monotonic() - t0 < 1.0
+    status, body, _ = get(srv, "/api/answer", {"batch": 8})   # no wait: from memory, exact
+    assert status == 200 and body["answer"] == "exact" and "progress" not in body
 
 
 def test_refused_and_unknown_parameters_are_400_naming_them(srv):
@@ -342,11 +339,11 @@ def test_save_html_and_png(srv):
 
 def test_advise_and_fit_start_in_the_background_and_say_so(srv):
     for route, kind in (("/api/advise", "advice"), ("/api/fit", "fit")):
-        t0 = time.monotonic()
         status, body, _ = get(srv, route, {"batch": 8})
-        assert status == 200 and time.monotonic() - t0 < 5.0   # the search runs on: the request does not wait
-        assert body["status"] == "running" or (body["status"] == "done" and kind in body)
+        assert status == 200 and body["status"] == "running"   # the search compiles on: the request does not wait
         assert body["key"].endswith("--gpu h100")
+        again = get(srv, route, {"batch": 8})[1]                # the same search, not a second one
+        assert again["status"] == "running" or (again["status"] == "done" and kind in again)
         assert get(srv, route, {"batch": "0"})[0] == 400
 
 
