@@ -326,11 +326,11 @@ class Report:
     peak_categories: dict[str, int] = dataclasses.field(default_factory=dict)
     timeline: tuple[int, ...] = ()     # bytes live over program order (downsampled)
     timeline_peak_index: int = -1
-    timings: Timings = dataclasses.field(default_factory=lambda: Timings())
-    # What the step was compiled with (jaxmem.compiler.versions.installed): python, jax, jaxlib, flax,
     # indices on `timeline` where the backward pass starts and the optimizer update follows it (the first
     # point after the backward's last allocation); () where the program shows no backward pass
     timeline_phases: tuple[int, ...] = ()
+    timings: Timings = dataclasses.field(default_factory=lambda: Timings())
+    # What the step was compiled with (jaxmem.compiler.versions.installed): python, jax, jaxlib, flax,
     # optax, qwix, the CUDA plugin and the CUDA runtime / cuDNN the GPU target is described with.
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     # The XLA flags in force (jaxmem.compiler.versions.xla_flags): "passed" to the compile, in XLA_FLAGS
@@ -361,12 +361,12 @@ class Report:
     # of its first leaf of rank 2+; None without one) and the logical axis names the parameters carry.
     sequence_length: int | None = None
     logical_names: tuple[str, ...] = ()
-    # A stage axis (jaxmem/program/pipeline_stages.py): the schedule (kind, stages, microbatches,
-    # repeats, layers, iterations, bubble, how the microbatches were chosen) and, at the peak, the
     # The tokens one step trains on (global): batch x sequence of the batch's first integer leaf of rank 2
     # (token ids); None for a batch of samples (images, feature vectors). compare and advise rank by
     # throughput per device: tokens/s with it, samples/s without (jaxmem.plan.throughput).
     tokens_per_step: int | None = None
+    # A stage axis (jaxmem/program/pipeline_stages.py): the schedule (kind, stages, microbatches,
+    # repeats, layers, iterations, bubble, how the microbatches were chosen) and, at the peak, the
     # activations the stage loop saved for the backward pass and the stage-to-stage transfer buffers;
     # `stages`: per stage, its layers (storage rows of the stacked weights), peak and breakdown.
     # Empty without a stage axis.
@@ -414,9 +414,9 @@ class Report:
         if not timeline:
             d.pop("timeline")
             d.pop("timeline_peak_index")
+            d.pop("timeline_phases")
         if not timings:
             d.pop("timings")
-            d.pop("timeline_phases")
         if not self.constants:   # only a step that captured a large constant has them
             d.pop("constants")
         if not self.pipeline:   # only a pipelined step has them (reports without a stage axis are unchanged)
@@ -450,9 +450,9 @@ class Report:
         d["modules"] = tuple(ModuleRow(**m) for m in d.get("modules", ()))
         if "timeline" in d:
             d["timeline"] = tuple(d["timeline"])
+        d["timeline_phases"] = tuple(d.get("timeline_phases", ()))
         d["shardings"] = tuple(d.get("shardings", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
-        d["timeline_phases"] = tuple(d.get("timeline_phases", ()))
         d["constants"] = tuple(d.get("constants", ()))
         d["stages"] = tuple(d.get("stages", ()))
         d["verdict_terms"] = tuple(d.get("verdict_terms", ()))

@@ -38,8 +38,8 @@ def choice_notes(r: Report) -> list[str]:
     c = r.choices
     out = []
     for key in ("precision", "attention", "loss"):
-        why = c.get(f"{key}_why")
-        if why and ":" in why:   # "--precision bf16" alone restates the value
+        why = str(c.get(f"{key}_why") or "")
+        if ":" in why:   # "--precision bf16" alone restates the value
             out.append(f"{key}: {why}")
     return out
 

@@ -66,8 +66,10 @@ def hints(r: Report) -> list[str]:
             fixes = ["a smaller --batch", "or --accum N"]
             if remat not in _SAVES_NOTHING:
                 stronger = "--remat full (or dots_saveable)" if remat == "none" else "--remat full"
-                # a model file without a `remat` argument is checkpointed by --remat-at (the report cannot tell)
-                where = "" if r.options.get("remat_at") else " with --remat-at BLOCK if the model file takes no remat"
+                # a model file without a `remat` argument is checkpointed by --remat-at (the report cannot tell);
+                # a config.json decoder takes --remat itself
+                where = "" if r.options.get("remat_at") or r.hf_config else \
+                    " with --remat-at BLOCK if the model file takes no remat"
                 fixes.insert(0, stronger + where)
             out.append(f"{part}: {', '.join(fixes)}")
         elif key in ("optimizer_state", "params", "gradients") and r.layout == "dp":
