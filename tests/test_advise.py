@@ -252,6 +252,14 @@ def test_advise_tries_the_free_fixes_and_the_lora_base_ladder_in_order(monkeypat
     assert next(iter(ax)) == "fraction" and list(ax)[-1] == "devices"
     assert ax["fraction"] == [0.9, 0.95]                         # above JAX's default 75%
     assert ax["attention"] == ["cudnn"] and ax["loss"] == []    # only what the model takes
+    # a config.json decoder at its default attention (auto: cuDNN wherever it takes the step at bf16), or a step
+    # whose compiled attention is cuDNN already, is not compiled again with --arg attention=cudnn
+    seen = {"target": types.SimpleNamespace(gpu="rtx-4090"), "breakdown": {}, "per_device_peak_bytes": 1, "options": {},
+            "step_time": {}}
+    config = types.SimpleNamespace(hf_config={"model_type": "llama"}, choices={"attention": "xla"}, **seen)
+    compiled_cudnn = types.SimpleNamespace(hf_config={}, choices={"attention": "cudnn"}, **seen)
+    for report in (config, compiled_cudnn):
+        assert advise_mod.axes(base, 8, report, takes=lambda name: name == "attention")["attention"] == []
     assert ax["base"] == ["bf16", "int8", "nf4"]                # the LoRA base, largest to smallest
     assert advise_mod.axes(dataclasses.replace(base, base_dtype="int8"), 8)["base"] == ["nf4"]
     assert advise_mod.axes(dataclasses.replace(base, lora_rank=0), 8)["base"] == []

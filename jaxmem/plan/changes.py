@@ -120,8 +120,12 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None,
     out: dict[str, list] = {}
     out["fraction"] = _fractions(base)
     args = dict(base.model_args)
+    # a config.json decoder's default attention (auto) is cuDNN already wherever cuDNN takes the step at bf16
+    # (jaxmem.hf.model.attention_choice): forcing it adds a compile of the program the precision change makes
+    auto = bool(getattr(report, "hf_config", None)) and args.get("attention", "auto") == "auto"
+    already = (getattr(report, "choices", None) or {}).get("attention") == "cudnn"
     out["attention"] = ["cudnn"] if takes is not None and takes("attention") and args.get("attention") != "cudnn" \
-        else []
+        and not auto and not already else []
     out["loss"] = [VOCAB_TILES] if takes is not None and takes("vocab_tiles") and not args.get("vocab_tiles") else []
     # layout: more state sharding than the original
     ladder = list(LAYOUT_LADDER)
