@@ -8,6 +8,7 @@ import dataclasses
 import http.client
 import json
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -222,6 +223,49 @@ def test_neighbours_compile_only_while_idle_and_leave_a_worker_free():
         assert pool.started[2].key == b.key and b.status == "compiling"
     finally:
         ex.close()
+
+
+def test_a_point_an_earlier_explorer_compiled_answers_at_once_without_a_worker(tmp_path):
+    """An exact answer is kept in the cache's store: a later explorer of the same model answers it as exact
+    from the store (no job for it), byte-identical; a changed model (its file, or a file beside it) is another.
+    (A copy of the MLP in its own folder: the module's server must not meet the stand-in report kept here.)"""
+    from jaxmem.explore import points
+    from jaxmem.explore.points import Explorer
+    from jaxmem.plan import sweep
+
+    model = tmp_path / "mlp.py"
+    model.write_text(pathlib.Path(MLP).read_text())
+    rep = Report.from_json(json.loads(GOLDEN.read_text()))
+    pool = _HeldPool()
+    ex = Explorer(str(model), START, jobs=1, make_pool=lambda n, executor, address: pool)
+    try:
+        a = ex.ask(dataclasses.replace(START, batch=8))
+        _settle(ex, lambda: len(pool.started) == 1)
+        pool.finished.append(sweep.Outcome(pool.started[0], rep, None, "ok"))
+        _settle(ex, lambda: a.status == "exact")
+        assert a.status == "exact" and not a.remembered
+    finally:
+        ex.close()
+    later = _HeldPool()
+    ex = Explorer(str(model), START, jobs=1, make_pool=lambda n, executor, address: later)
+    try:
+        t0 = time.perf_counter()
+        b = ex.ask(dataclasses.replace(START, batch=8))
+        answer = ex.answer(b)
+        assert time.perf_counter() - t0 < 5   # from the store, not a compile (the claim is timed in benchmarks/)
+        assert b.key == a.key and b.status == "exact" and b.remembered and answer["remembered"] is True
+        assert answer["answer"] == "exact" and answer["report"] == rep.to_json()
+        time.sleep(0.3)
+        assert b.key not in [j.key for j in later.started]   # no worker traced it (its neighbours may compile)
+    finally:
+        ex.close()
+    same = points.model_digest(model)
+    assert same is not None and same != points.model_digest(MLP)
+    (tmp_path / "helper.py").write_text("X = 1\n")   # what the model file may import
+    assert points.model_digest(model) not in (same, None)
+    edited = points.model_digest(model)
+    model.write_text(model.read_text() + "\n# changed\n")
+    assert points.model_digest(model) not in (same, edited, None)
 
 
 # ------------------------------------------------------------------------------ the server

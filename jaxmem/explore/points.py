@@ -11,19 +11,25 @@ replaced on each move.
 
 A compiled point is held for the explorer's life: asking again answers from memory. Each worker's
 analyze goes through the compile cache, so a point compiled by an earlier explorer (or `analyze`)
-compiles no more (it is traced and looked up).
+compiles no more (it is traced and looked up). An explorer also keeps each exact answer in the compile
+cache's store (signed and verified like its entries, jaxmem.compiler.cache), keyed by the point, the bytes
+of the model (its file and the Python files beside it, or its config.json) and the versions: a later
+explorer of the same model answers such a point at once, without a worker's trace.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
+import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.compiler import cache
 from jaxmem.errors import UserError
 from jaxmem.explore import predict, query
 from jaxmem.plan import compare, meshes, sweep
@@ -50,6 +56,7 @@ class Point:
     started_at: float | None = None
     seconds: float | None = None   # the compile's wall time in its worker
     prediction: dict | None = None  # the first prediction answered for it, kept to say how far it was
+    remembered: bool = False       # its exact answer is an earlier explorer's, from the cache's store
 
     def predicted_error(self) -> dict | None:
         if self.prediction is None or self.report is None:
@@ -77,6 +84,7 @@ class Explorer:
         self._idle: collections.deque[str] = collections.deque()
         self._inflight: dict[int, tuple[str, Any]] = {}    # id(job) -> ("point", key) | ("side", box)
         self._durations: list[float] = []
+        self._model_digest = model_digest(model)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="jaxmem-explore-scheduler", daemon=True)
         self._thread.start()
@@ -88,10 +96,32 @@ class Explorer:
         k = query.key(str(self.model), opts)
         with self._lock:
             p = self.points.get(k)
+        if p is not None:
+            return p
+        known = self._remembered(k)   # read outside the lock: a file of the cache
+        with self._lock:
+            p = self.points.get(k)
             if p is None:
                 p = Point(k, opts, query.to_query(opts), command_line(str(self.model), opts, "analyze"))
+                if known is not None:
+                    p.status, p.report, p.remembered = "exact", known, True
                 self.points[k] = p
             return p
+
+    def _store_key(self, k: str) -> str | None:
+        if self._model_digest is None:
+            return None
+        return "explore-" + hashlib.sha256(f"{self._model_digest}\n{k}".encode()).hexdigest()
+
+    def _remembered(self, k: str) -> Report | None:
+        """An earlier explorer's exact answer for the point `k` of this same model (None: none kept)."""
+        sk = self._store_key(k)
+        return None if sk is None else cache.load(sk, parse=Report.from_json)
+
+    def _remember(self, p: Point) -> None:
+        sk = self._store_key(p.key)
+        if sk is not None and p.report is not None:
+            cache.store(sk, p.report.to_json())
 
     def ask(self, opts: AnalyzeOptions) -> Point:
         """A client's move to `opts`: its compile goes first, its neighbours' after everything else."""
@@ -275,6 +305,7 @@ class Explorer:
                 p.seconds = out.seconds
                 if out.report is not None:
                     p.status, p.report = "exact", out.report
+                    self._remember(p)
                     if not out.report.timings.get("cache_hit"):
                         self._durations.append(out.seconds)
                 else:
@@ -298,7 +329,7 @@ class Explorer:
         if p.status == "exact" and p.report is not None:
             rep = p.report.to_json()
             out.update(answer="exact", report=rep, tokens_per_s=predict.tokens_per_s(rep),
-                       prediction=p.prediction, predicted_error=p.predicted_error())
+                       prediction=p.prediction, predicted_error=p.predicted_error(), remembered=p.remembered)
             return out
         if p.status == "error":
             out.update(answer="error", report=None, error=p.error)
@@ -347,6 +378,37 @@ class Explorer:
             return {"max_batch": None, "error": cell.error, "search": None}
         return {"max_batch": cell.search.answer, "capped": cell.search.capped, "margin": cell.search.margin,
                 "search": cell.search.to_json(), "error": None}
+
+
+# The most Python files beside a model file that its identity reads (a folder of a thousand scripts is no
+# model's own package: the answers are then not kept)
+MAX_SIBLINGS = 200
+
+
+def model_digest(model) -> str | None:
+    """What an exact answer of `model` depends on beyond its options, as a digest: the bytes of the model
+    file and of the Python files beside it (what it may import), or of a config.json; and the versions of
+    jaxmem and the stack (the cache's own header). None where that cannot be read: no answers are kept."""
+    path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    h = hashlib.sha256(repr(sorted(cache._versions().items())).encode())
+    try:
+        with open(path, "rb") as f:
+            h.update(f.read())
+        if path.endswith(".py"):
+            folder = os.path.dirname(os.path.abspath(path))
+            siblings = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+            if len(siblings) > MAX_SIBLINGS:
+                return None
+            for name in siblings:
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
 def neighbours(opts: AnalyzeOptions, batch: int | None, seq: int | None, seq_arg: str | None) -> list[AnalyzeOptions]:
