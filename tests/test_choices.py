@@ -78,7 +78,7 @@ def test_a_model_file_states_the_attention_its_compiled_program_shows():
     xla = jaxmem.analyze(ROOT / "models" / "gpt2.py", gpu="h100", precision="bf16", batch=2,
                          args={"preset": "tiny"})
     assert xla.choices["attention"] == "xla"
-    assert xla.choices["attention_why"].startswith("the model's own: materialized attention scores (bf16[")
+    assert xla.choices["attention_why"].startswith("the model's own: materialized attention scores (")
     assert xla.choices["attention_why"].endswith(",64,64]) in the compiled program")   # tiny: block_size 64
     assert (xla.choices["loss"], xla.choices["loss_why"]) == ("the model's own", "the model file's loss function")
     fused = jaxmem.analyze(ROOT / "models" / "llama.py", gpu="h100", precision="bf16", batch=2,
@@ -94,6 +94,11 @@ def test_the_compiled_program_decides_a_model_files_attention_or_says_unknown():
     assert attention_in_program("%x = f32[2,4,64,64]{3,2,1,0} fusion(...)", 64)[0] == "xla"
     assert attention_in_program("%x = f32[64,64]{1,0} fusion(...)", 64)[0] == "unknown"   # a matrix, no heads
     assert attention_in_program("%x = f32[2,4,32,32]{3,2,1,0} fusion(...)", 64)[0] == "unknown"
+    assert attention_in_program("%m = f32[1,1,1,64,64]{4,3,2,1,0} fusion(...)", 64)[0] == "unknown"   # a mask
+    # the scores quoted are the largest (..., T, T) buffer, not the mask the program also holds
+    both = "%m = f32[1,1,1,64,64]{4,3,2,1,0} fusion(...)\n%s = bf16[2,8,4,64,64]{4,3,2,1,0} fusion(...)"
+    assert attention_in_program(both, 64) == ("xla", "materialized attention scores (bf16[2,8,4,64,64]) in the "
+                                                     "compiled program")
     assert attention_in_program(None, 64)[0] == "unknown"
 
 

@@ -10,6 +10,7 @@ attention call, or score buffers of shape (..., T, T) at the batch's sequence le
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -26,9 +27,14 @@ def attention_in_program(hlo_text: str | None, seq_len: int | None) -> tuple[str
     if CUDNN_ATTENTION in hlo_text:
         return "cudnn", f"cuDNN fused attention calls ({CUDNN_ATTENTION}*) in the compiled program"
     if seq_len and seq_len > 1:
-        scores = re.search(rf"\b(?:f32|bf16|f16)\[(?:\d+,)+{seq_len},{seq_len}\]", hlo_text)
-        if scores is not None:
-            return "xla", f"materialized attention scores ({scores.group(0)}) in the compiled program"
+        # scores have batch and heads before (T, T); a (1, ..., 1, T, T) buffer is a mask or a bias: the largest
+        # (..., T, T) buffer of more than one (T, T) plane is quoted
+        found = {m.group(0): math.prod(int(d) for d in m.group(1).split(",") if d)
+                 for m in re.finditer(rf"\b(?:f32|bf16|f16)\[((?:\d+,)+){seq_len},{seq_len}\]", hlo_text)}
+        planes = {shape: n for shape, n in found.items() if n > 1}
+        if planes:
+            scores = max(planes, key=lambda shape: (planes[shape], shape))
+            return "xla", f"materialized attention scores ({scores}) in the compiled program"
     return "unknown", (f"no cuDNN fused attention and no (..., {seq_len}, {seq_len}) score buffer in the compiled "
                        "program" if seq_len else "no cuDNN fused attention in the compiled program")
 
