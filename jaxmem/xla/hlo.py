@@ -23,7 +23,6 @@ _COMPUTATION = frozenset({1, 2, 5, 6})         # name, instructions, id, root_id
 _INSTRUCTION = frozenset({1, 2, 3, 7, 35, 36, 38})  # name, opcode, shape, metadata, id, operand_ids,
                                                     # called_computation_ids
 _SHAPE = frozenset({2, 3, 4})                  # element_type, dimensions, tuple_shapes
-_METADATA = frozenset({2})                     # op_name
 _ASSIGNMENT = frozenset({1, 3, 4})             # logical_buffers, buffer_allocations, heap_simulator_traces
 _LOGICAL = frozenset({1, 2, 3})                # id, size, defined_at
 _LOCATION = frozenset({3, 4})                  # shape_index, instruction_id
@@ -113,11 +112,7 @@ def _instructions(buf: bytes, module: dict, needed: set[int]) -> dict[int, tuple
         for a, b in comp.get(2, ()):
             ins = wire.fields(buf, a, b, _INSTRUCTION)
             opcode = wire.string(buf, ins.get(2))
-            op_name = ""
-            meta = ins.get(7)
-            if meta:
-                ms, me = meta[-1]
-                op_name = wire.string(buf, wire.fields(buf, ms, me, _METADATA).get(2))
+            op_name = provenance.instruction_op_name(buf, ins)
             iid = wire.integer(ins.get(35))
             shape = ins.get(3)
             out[iid] = (wire.string(buf, ins.get(1)), opcode, shape[-1] if shape else None, op_name, cname, "")

@@ -34,6 +34,16 @@ _COMPUTATION = frozenset({2, 5, 6})                           # instructions, id
 _INSTRUCTION = frozenset({1, 2, 7, 9, 13, 35, 36, 38})
 _METADATA = frozenset({2})
 
+
+def instruction_op_name(buf: bytes, ins: dict) -> str:
+    """An HloInstructionProto's op_name metadata (field 7's last occurrence), "" without one."""
+    meta = ins.get(7)
+    if not meta:
+        return ""
+    ms, me = meta[-1]
+    return wire.string(buf, wire.fields(buf, ms, me, _METADATA).get(2))
+
+
 # Opcodes whose result is their first operand's data, moved or reshaped: the data's module is theirs.
 MOVES = frozenset({
     "copy", "copy-start", "copy-done", "transpose", "bitcast", "reshape", "convert", "bitcast-convert", "broadcast",
@@ -170,11 +180,7 @@ def read_graph(buf: bytes, module: dict) -> Graph:
         roots[cid] = wire.integer(comp.get(6))
         for a, b in comp.get(2, ()):
             ins = wire.fields(buf, a, b, _INSTRUCTION)
-            op_name = ""
-            meta = ins.get(7)
-            if meta:
-                ms, me = meta[-1]
-                op_name = wire.string(buf, wire.fields(buf, ms, me, _METADATA).get(2))
+            op_name = instruction_op_name(buf, ins)
             iid = wire.integer(ins.get(35))
             opcode = wire.string(buf, ins.get(2))
             path = paths[op_name] if op_name in paths else paths.setdefault(op_name, opnames.module_path(op_name))
