@@ -29,7 +29,8 @@ from jaxmem.compiler.steptime import band
 from jaxmem.plan import throughput
 from jaxmem.plan.compare import in_rank_order, row_label
 from jaxmem.plan.compare import label as compare_label
-from jaxmem.present.html import COLORS, _unit, e
+from jaxmem.present.curve import scale_unit
+from jaxmem.present.html import COLORS, e
 from jaxmem.units import fmt_bytes, fmt_seconds
 
 # the parts of a bar, in order: (label, colour, breakdown keys); "other" takes every key not named
@@ -251,7 +252,7 @@ def curves_svg(cells, width: int = 1180, height: int = 340) -> str:
     x_max = max((v for v, _ in pts), default=1) or 1
     x_min = min((v for v, _ in pts if v > 0), default=1)
     y_max = max([b for _, b in pts] + list(usables) + [1])
-    unit, yscale = _unit(y_max)
+    unit, yscale = scale_unit(y_max)
     legend_w = 420
     x0, y0, w, h = 70, 24, width - 70 - legend_w - 20, height - 64
     log = x_max / x_min > 64   # a search spans powers of two: linear would crowd its first probes (the PNG's rule)
@@ -446,7 +447,7 @@ def _panels(sub, cells, dpi: int) -> str:
 
     n = len(cells)
     ax, sx, rx = sub.subplots(1, 3, width_ratios=[3.0, 1, 1.1], sharey=True)
-    unit_b, scale_b = _unit(_scale(cells))
+    unit_b, scale_b = scale_unit(_scale(cells))
     for i, c in enumerate(cells):
         if c.report is None:
             continue
@@ -527,7 +528,7 @@ def _curves(bx, rows) -> None:
 
     pts = [(p.value, p.peak_bytes) for c in rows for p in c.search.probes if p.peak_bytes is not None]
     usables = _usables(rows)
-    unit, scale = _unit(max([b for _, b in pts] + list(usables) + [1]))
+    unit, scale = scale_unit(max([b for _, b in pts] + list(usables) + [1]))
     handles, labels = [], []
     for i, c in enumerate(rows):
         color, marker = PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]

@@ -1,7 +1,7 @@
 """A self-contained HTML report (and a static PNG) of a Report.
 
 ``write(report, path)`` writes one HTML file with everything inline: CSS, the
-memory curve as an SVG drawn here, and a few lines of JavaScript for hover
+memory curve as an SVG (jaxmem.present.curve), and a few lines of JavaScript for hover
 read-outs on the curve. No network resource is referenced, so the file opens
 offline in any browser and can be mailed or attached to an issue as it is.
 (The static PNG of the same curve: jaxmem.present.png.)
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import html as _html
 import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
 
 from jaxmem import __version__, files
 from jaxmem.present import levers
+from jaxmem.present.curve import curve_svg, peak_index
 from jaxmem.present.render import hints
 from jaxmem.report import BREAKDOWN_HELP, VERDICT_TEXT, Report, breakdown_in_order, tight_text, verdict_of
 from jaxmem.units import fmt_bytes
@@ -76,150 +76,6 @@ def _color(key: str, i: int = 0) -> str:
 
 def _pct(part: int, whole: int) -> float:
     return 100.0 * part / whole if whole > 0 else 0.0
-
-
-# ----------------------------------------------------------------------------------------------- SVG curve
-
-def _nice_step(span: float, target_ticks: int = 5) -> float:
-    raw = span / max(target_ticks, 1)
-    if raw <= 0:
-        return 1.0
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
-        if raw <= m * mag:
-            return m * mag
-    return 10 * mag
-
-
-def _unit(n: int) -> tuple[str, int]:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return unit, scale
-    return "B", 1
-
-
-def _fmt_tick(v: float) -> str:
-    return f"{v:.1f}".rstrip("0").rstrip(".") if v != int(v) else f"{int(v)}"
-
-
-def _peak_index(r: Report) -> int:
-    tl = r.timeline
-    if not tl:
-        return -1
-    if 0 <= r.timeline_peak_index < len(tl):
-        return r.timeline_peak_index
-    return max(range(len(tl)), key=tl.__getitem__)
-
-
-def _buffer_budget(r: Report) -> int | None:
-    """The usable memory less what the curve does not show (runtime overhead), so the two compare."""
-    if r.target.usable_bytes is None:
-        return None
-    return r.target.usable_bytes - r.breakdown.get("runtime_overhead", 0)
-
-
-# the step's phases on the memory curve, each with its band's colour (the PNG draws the same)
-PHASES = (("forward", "#ddf4ff"), ("backward", "#fbefff"), ("optimizer update", "#fff8c5"))
-
-
-def curve_svg(r: Report, width: int = 1000, height: int = 340, *, clip_id: str = "over",
-              hover: bool = True) -> tuple[str, dict]:
-    """The bytes live over program order, peak marked.
-
-    Returns an inline <svg> (no xmlns needed inside HTML) and its geometry, for the hover script.
-    clip_id: unique per page (a notebook shows many curves, and url(#id) takes the first);
-    hover=False leaves out the hover read-out's elements (no script to drive them).
-    """
-    tl = r.timeline
-    n = len(tl)
-    ml, mr, mt, mb = 78, 24, 30, 44          # margins: room for axis labels
-    pw, ph = width - ml - mr, height - mt - mb
-    top = max(tl)
-    budget = _buffer_budget(r)
-    if budget is not None and not 0 < budget <= 1.6 * top:
-        budget = None                        # off the curve's scale: not drawn
-    ymax_raw = max(top, budget or 0) * 1.06 or 1
-    unit, scale = _unit(int(ymax_raw))
-    step = _nice_step(ymax_raw / scale)
-    ymax = math.ceil(ymax_raw / scale / step - 1e-9) * step * scale
-
-    def x(i: float) -> float:
-        return ml + (pw * i / (n - 1) if n > 1 else pw / 2)
-
-    def y(v: float) -> float:
-        return mt + ph - ph * v / ymax
-
-    out = [(f'<svg id="curve" viewBox="0 0 {width} {height}" role="img" preserveAspectRatio="xMidYMid meet" '
-            f'aria-label="bytes live over program order, peak {e(fmt_bytes(top))}">')]
-    out.append("<title>bytes live over program order (hover for values)</title>")
-    # grid and y labels
-    t = 0.0
-    while t <= ymax / scale + 1e-9:
-        yy = y(t * scale)
-        out.append(f'<line class="grid" x1="{ml}" x2="{ml + pw}" y1="{yy:.1f}" y2="{yy:.1f}"/>')
-        out.append(f'<text class="ylab" x="{ml - 8}" y="{yy + 4:.1f}" text-anchor="end">{_fmt_tick(t)} {unit}</text>')
-        t += step
-    # x labels: share of the program
-    for frac in (0, 0.25, 0.5, 0.75, 1):
-        xx = ml + pw * frac
-        out.append(f'<line class="xtick" x1="{xx:.1f}" x2="{xx:.1f}" y1="{mt + ph}" y2="{mt + ph + 5}"/>')
-        out.append(f'<text class="xlab" x="{xx:.1f}" y="{mt + ph + 19}" text-anchor="middle">{int(frac * 100)}%</text>')
-    out.append(f'<text class="xlab axis" x="{ml + pw / 2:.1f}" y="{height - 6}" text-anchor="middle">'
-               f'program order (HLO instruction sequence; {n} points, max per bucket)</text>')
-
-    # the step's phases (Report.timeline_phases): a light band each, named above the plot at its start
-    edges = (0, *(min(max(i, 0), n - 1) for i in r.timeline_phases), n - 1) if len(r.timeline_phases) == 2 else ()
-    free = 0.0   # where the top margin is free again, right of the last phase's name
-    bands: list[str] = []   # drawn first, under the grid
-    for k, (name, color) in enumerate(PHASES if edges else ()):
-        x0, x1 = x(edges[k]), x(edges[k + 1])
-        if x1 <= x0:
-            continue
-        bands.append(f'<rect class="phase" x="{x0:.1f}" y="{mt}" width="{x1 - x0:.1f}" height="{ph}" '
-                     f'fill="{color}"><title>{name}</title></rect>')
-        room = 7 * len(name)   # about 7 px a character at the labels' 12 px
-        # named at its start; a narrow band (the optimizer update) ends its name at the plot's right edge
-        # when the margin there is free; its tooltip names it always
-        lx, anchor = (x0 + 4, "start") if x1 - x0 >= room else (ml + pw, "end")
-        start = lx if anchor == "start" else lx - room
-        if start >= free:
-            bands.append(f'<text class="xlab phaselab" x="{lx:.1f}" y="{mt - 8}" text-anchor="{anchor}">{name}'
-                         '</text>')
-            free = start + room + 8
-    out[2:2] = bands
-    pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(tl))
-    area = f"M{x(0):.1f},{y(0):.1f} L{pts.replace(' ', ' L')} L{x(n - 1):.1f},{y(0):.1f} Z"
-    out.append(f'<path class="area" d="{area}"/>')
-    if budget is not None:
-        # the part of the area above the budget, in red
-        yb = y(budget)
-        out.append(f'<clipPath id="{e(clip_id)}"><rect x="{ml}" y="{mt}" width="{pw}" '
-                   f'height="{max(yb - mt, 0):.1f}"/></clipPath>')
-        out.append(f'<path class="area over" d="{area}" clip-path="url(#{e(clip_id)})"/>')
-    out.append(f'<polyline class="line" points="{pts}"/>')
-    if budget is not None:
-        yb = y(budget)
-        out.append(f'<line class="budget" x1="{ml}" x2="{ml + pw}" y1="{yb:.1f}" y2="{yb:.1f}"/>')
-        out.append(f'<text class="budgetlab" x="{ml + 6}" y="{yb - 6:.1f}">usable for buffers '
-                   f'{e(fmt_bytes(budget))} (usable less runtime overhead)</text>')
-    # the peak
-    pi = _peak_index(r)
-    px, py = x(pi), y(tl[pi])
-    out.append(f'<line class="peakline" x1="{px:.1f}" x2="{px:.1f}" y1="{py:.1f}" y2="{mt + ph}"/>')
-    out.append(f'<circle class="peakdot" cx="{px:.1f}" cy="{py:.1f}" r="5"/>')
-    anchor, dx = ("end", -10) if px > ml + pw * 0.6 else ("start", 10)
-    ly = max(py + 4, mt + 12)
-    out.append(f'<text id="peak-label" class="peaklab" x="{px + dx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
-               f'peak {e(fmt_bytes(tl[pi]))}</text>')
-    out.append(f'<line class="axisline" x1="{ml}" x2="{ml + pw}" y1="{mt + ph}" y2="{mt + ph}"/>')
-    if hover:  # hover read-out (driven by the script below)
-        out.append('<g id="hover" visibility="hidden"><line id="hover-line" class="hoverline" '
-                   f'x1="0" x2="0" y1="{mt}" y2="{mt + ph}"/>'
-                   '<circle id="hover-dot" class="hoverdot" r="4" cx="0" cy="0"/></g>')
-        out.append(f'<rect id="hover-area" x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="transparent"/>')
-    out.append("</svg>")
-    geom = {"ml": ml, "mt": mt, "pw": pw, "ph": ph, "ymax": ymax, "w": width, "h": height}
-    return "".join(out), geom
 
 
 _SCRIPT = """
@@ -364,6 +220,7 @@ def _header(r: Report) -> str:
             f'<p class="sub">{e(r.source)} — per-device memory of one training step on {e(where)}</p>'
             f'<div class="chips">{chip_html}</div>{_choices(r)}</header>')
 
+
 def _choices(r: Report) -> str:
     """Every choice that decides the answer (levers.choices_line), and why where it says more than its flag."""
     stated = levers.choices_line(r)
@@ -461,7 +318,7 @@ def _curve(r: Report, *, clip_id: str = "over", hover: bool = True, width: int =
                 '</section>')
     svg, geom = curve_svg(r, width, height, clip_id=clip_id, hover=hover)
     top = max(r.timeline)
-    data = {"timeline": [int(v) for v in r.timeline], "peak": _peak_index(r), "geom": geom}
+    data = {"timeline": [int(v) for v in r.timeline], "peak": peak_index(r), "geom": geom}
     ovh = r.breakdown.get("runtime_overhead", 0)
     extra = r.per_device_peak_bytes - top - ovh
     sub = (f"Bytes in XLA's buffers over the program, in execution order. The curve's peak is {fmt_bytes(top)}; "

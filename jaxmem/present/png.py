@@ -8,7 +8,8 @@ import io
 from pathlib import Path
 
 from jaxmem import files
-from jaxmem.present.html import COLORS, PHASES, _buffer_budget, _color, _peak_index, _unit
+from jaxmem.present.curve import PHASES, buffer_budget, peak_index, scale_unit
+from jaxmem.present.html import COLORS, _color
 from jaxmem.report import VERDICT_TEXT, Report, breakdown_in_order, verdict_of
 from jaxmem.units import fmt_bytes
 
@@ -58,7 +59,7 @@ def figure(report: Report, *, dpi: int = 110):
 
     if ax is not None:
         tl = r.timeline
-        unit, scale = _unit(max(tl))
+        unit, scale = scale_unit(max(tl))
         xs = [100 * i / max(len(tl) - 1, 1) for i in range(len(tl))]
         ys = [v / scale for v in tl]
         spans = phase_spans(r, xs)
@@ -71,12 +72,12 @@ def figure(report: Report, *, dpi: int = 110):
                       borderaxespad=0.2, title=None)
         ax.fill_between(xs, ys, color=COLORS["params"], alpha=0.18, linewidth=0)
         ax.plot(xs, ys, color=COLORS["params"], linewidth=1.3)
-        budget = _buffer_budget(r)
+        budget = buffer_budget(r)
         if budget is not None and 0 < budget <= 1.6 * max(tl):
             ax.axhline(budget / scale, color="#cf222e", linestyle="--", linewidth=1.2)
             ax.text(0.5, budget / scale, f" usable for buffers {fmt_bytes(budget)}", color="#cf222e",
                     va="bottom", fontsize=9, fontweight="bold")
-        pi = _peak_index(r)
+        pi = peak_index(r)
         ax.plot([xs[pi]], [ys[pi]], "o", color="#cf222e", markeredgecolor="white", markersize=8, zorder=5)
         ax.axvline(xs[pi], color="#1f2328", linestyle=":", linewidth=1)
         right = xs[pi] > 60
@@ -92,7 +93,7 @@ def figure(report: Report, *, dpi: int = 110):
             ax.spines[s].set_visible(False)
 
     peak = max(r.per_device_peak_bytes, 1)
-    unit, scale = _unit(peak)
+    unit, scale = scale_unit(peak)
     left = 0.0
     for i, (k, v) in enumerate(breakdown_in_order(r.breakdown)):
         if v <= 0:
