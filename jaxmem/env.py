@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import hmac
 import importlib.machinery
 import importlib.util
 import math
@@ -38,6 +40,8 @@ import re
 import sys
 from pathlib import Path
 
+from jaxmem import files
+from jaxmem.compiler import cache_key
 from jaxmem.errors import UserError, clip
 
 FRACTIONS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
@@ -203,8 +207,7 @@ _MEMO_BYTES = 64                        # a memo is the hex HMAC-SHA256 of its k
 
 
 def _memo_key(flags: str) -> str:
-    import hashlib  # noqa: PLC0415 - only with XLA_FLAGS: `import jaxmem` loads neither
-    import importlib.metadata as md  # noqa: PLC0415 - as hashlib
+    import importlib.metadata as md  # noqa: PLC0415 - only with XLA_FLAGS: `import jaxmem` does not load it
 
     try:
         jaxlib = md.version("jaxlib")
@@ -214,20 +217,12 @@ def _memo_key(flags: str) -> str:
 
 
 def _memo_digest(secret: bytes, key: str) -> bytes:
-    import hashlib  # noqa: PLC0415 - as in _memo_key
-    import hmac  # noqa: PLC0415 - as hashlib
-
     return hmac.new(secret, _MEMO_TAG + key.encode(), hashlib.sha256).hexdigest().encode()
 
 
 def _memo_holds(key: str) -> bool:
     """A memo for `key` signed with this cache's trusted key (a regular file, not a link, of the
     digest's size): what an empty or copied file in a shared cache is not."""
-    import hmac  # noqa: PLC0415 - as in _memo_key
-
-    from jaxmem import files  # noqa: PLC0415 - as hmac
-    from jaxmem.compiler import cache_key  # noqa: PLC0415 - as hmac
-
     path = cache_dir() / "xla-flags-ok" / key
     if not os.path.lexists(path):
         return False
@@ -241,9 +236,6 @@ def _memo_holds(key: str) -> bool:
 
 def _remember(key: str) -> None:
     """Sign a memo for `key` (never in read-only mode, nor without a key this user trusts)."""
-    from jaxmem import files  # noqa: PLC0415 - as in _memo_holds
-    from jaxmem.compiler import cache_key  # noqa: PLC0415 - as files
-
     if cache_key.read_only():
         return
     try:

@@ -16,7 +16,7 @@ import jaxmem
 from jaxmem import cli
 from jaxmem.plan.compare import Cell
 from jaxmem.plan.search import Probe, SearchResult
-from jaxmem.present import compare_figs, html, notebook, png
+from jaxmem.present import compare_figs, compare_png, html, notebook, png
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +162,13 @@ def _rows(tokens: bool = True):
 
 def test_every_compare_png_text_lies_inside_the_canvas_and_none_overlaps():
     rows = _rows()
-    with_search = compare_figs.figure(rows)
+    with_search = compare_png.figure(rows)
     assert assert_reads_at_first_sight(with_search) > 40
-    without = compare_figs.figure([dataclasses.replace(c, search=None) for c in rows])
+    without = compare_png.figure([dataclasses.replace(c, search=None) for c in rows])
     assert assert_reads_at_first_sight(without) > 20
     # a single row, and rows without a step-time estimate (no step, no rate panel to fill)
     no_estimate = dataclasses.replace(rows[1].report, step_time={})
-    alone = compare_figs.figure([dataclasses.replace(rows[1], report=no_estimate)])
+    alone = compare_png.figure([dataclasses.replace(rows[1], report=no_estimate)])
     assert_reads_at_first_sight(alone)
 
 
@@ -196,7 +196,7 @@ def test_bars_name_each_row_at_its_own_batch_with_its_rank_and_the_card_of_every
     from jaxmem.plan.compare import ranked
 
     rows = ranked(_rows())
-    texts = [t for t, _ in drawn_texts(compare_figs.figure(rows))]
+    texts = [t for t, _ in drawn_texts(compare_png.figure(rows))]
     # ranked by tokens/s per device: 448 x 128 tokens in 0.40 s beat 160 x 128 in 0.30 s
     assert "#1 remat=full layout=fsdp at batch=448" in texts and "#2 remat=none layout=fsdp at batch=160" in texts
     assert "remat=none layout=dp gpu=rtx-4090" in texts                          # does not fit: no rank
@@ -216,7 +216,7 @@ def test_bars_name_each_row_at_its_own_batch_with_its_rank_and_the_card_of_every
 
 def test_fit_search_curves_differ_from_row_to_row_and_their_limits_are_named():
     rows = _rows()
-    fig = compare_figs.figure(rows)
+    fig = compare_png.figure(rows)
     bx = fig.subfigs[1].axes[0]
     legend = bx.get_legend()
     names = [t.get_text() for t in legend.get_texts()]

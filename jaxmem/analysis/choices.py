@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from jaxmem import report
+from jaxmem.hf import model as hf_model
 
 CUDNN_ATTENTION = "__cudnn$fmha"   # XLA's custom-call target of cuDNN fused attention (jaxmem.compiler.dots)
 LORA_DEFAULT_TARGETS = "every dense/einsum/conv layer"   # --lora-targets' default (options.py)
@@ -42,8 +43,6 @@ def attention_in_program(hlo_text: str | None, seq_len: int | None) -> tuple[str
 def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | None,
             mesh_spec) -> report.Choices:
     """The report's `choices` (report.Choices) for the step analyzed."""
-    from jaxmem.hf import model as hf_model  # noqa: PLC0415 - the config.json decoder imports flax
-
     decoder = wl.model if isinstance(wl.model, hf_model.Decoder) else None
     kernel, seen = attention_in_program(hlo_text, seq_len)
     out: dict[str, Any] = {"precision": opts.precision}
@@ -92,8 +91,6 @@ def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | No
 
 def _decoder_attention(decoder, kernel: str, opts, target, mesh_spec, seq_len: int | None) -> tuple[str, str]:
     """The config.json decoder's attention kernel (as compiled) and why: the --arg given, or auto's rule."""
-    from jaxmem.hf import model as hf_model  # noqa: PLC0415 - the config.json decoder imports flax
-
     asked = decoder.opts.attention
     built = "cudnn" if kernel == "cudnn" else "xla"
     if asked != "auto":

@@ -44,7 +44,7 @@ from jaxmem.explore import controls as controls_mod
 from jaxmem.explore import query
 from jaxmem.explore.points import Explorer, Point
 from jaxmem.plan import advise as advise_mod
-from jaxmem.present import html, png
+from jaxmem.present import html
 from jaxmem.program.options import AnalyzeOptions
 
 PAGE = Path(__file__).parent / "page"
@@ -165,6 +165,8 @@ class App:
             return (json.dumps(p.report.to_json(), indent=2) + "\n").encode(), "application/json", f"{stem}.json"
         if fmt == "html":
             return html.render_html(p.report).encode(), "text/html; charset=utf-8", f"{stem}.html"
+        from jaxmem.present import png  # noqa: PLC0415 - matplotlib loads only when a picture is drawn
+
         folder = tempfile.mkdtemp(prefix="save-")   # in the run's scratch folder (jaxmem.scratch)
         try:
             path = png.write_png(p.report, os.path.join(folder, "bar.png"))

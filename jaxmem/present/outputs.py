@@ -68,9 +68,9 @@ def write(outputs: list[tuple[str, str | None, Callable[[Any, str], Any]]], resu
 def report_outputs(html_path: str | None, png_path: str | None) -> list:
     """analyze's side outputs of a Report."""
     # the writers import jax; outputs is jax-free at import: used before jax starts (jaxmem.session)
-    from jaxmem.present import html, png  # noqa: PLC0415
+    from jaxmem.present import html  # noqa: PLC0415
 
-    return [("--html", html_path, html.write), ("--png", png_path, png.write_png)]
+    return [("--html", html_path, html.write), ("--png", png_path, _report_png)]
 
 
 def compare_outputs(html_path: str | None, png_path: str | None) -> list:
@@ -78,4 +78,16 @@ def compare_outputs(html_path: str | None, png_path: str | None) -> list:
     # the writers import jax; outputs is jax-free at import: used before jax starts (jaxmem.session)
     from jaxmem.present import compare_figs  # noqa: PLC0415
 
-    return [("--html", html_path, compare_figs.write_html), ("--png", png_path, compare_figs.write_png)]
+    return [("--html", html_path, compare_figs.write_html), ("--png", png_path, _compare_png)]
+
+
+def _report_png(report, path):
+    from jaxmem.present import png  # noqa: PLC0415 - png loads matplotlib: only when a picture is drawn
+
+    return png.write_png(report, path)
+
+
+def _compare_png(cells, path):
+    from jaxmem.present import compare_png  # noqa: PLC0415 - as png in _report_png
+
+    return compare_png.write_png(cells, path)

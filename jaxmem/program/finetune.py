@@ -135,7 +135,7 @@ def _provider_class():
         weight_name = flax_util.find_param(rhs, qwix_ptq.WithAux)
         if weight_name is None:   # rhs is not a weight
             return None
-        return None if _skipped_here(provider, weight_name) else (rule, weight_name)
+        return None if _skipped_here(provider, weight_name, flax_util) else (rule, weight_name)
 
     class LoraProvider(qwix.LoraProvider):
         """qwix's LoraProvider, with the adapter's contribution in the base op's output dtype.
@@ -199,14 +199,13 @@ def _provider_class():
     return LoraProvider
 
 
-def _skipped_here(provider, weight_name: str) -> bool:
+def _skipped_here(provider, weight_name: str, flax_util) -> bool:
     """The current linen module cannot hold an adapter: it runs under its own ``apply`` with a params
     dict the model built itself (Hugging Face's GPT-2 ties its head as ``lm_head.apply({"params":
     {"kernel": wte.T}}, h)``), whose scope takes no new parameter, and it has none from an init (qwix
     would raise ScopeParamNotFoundError). Such a weight is the model's own, not a trained layer's: it is
-    left without an adapter, and the module named in `provider.jaxmem_skipped` (a lora_skipped warning)."""
-    from qwix._src.utils import flax_util  # noqa: PLC0415 - qwix loads only for --lora, --base-dtype, fp8
-
+    left without an adapter, and the module named in `provider.jaxmem_skipped` (a lora_skipped warning);
+    `flax_util` is qwix's (qwix._src.utils.flax_util)."""
     module = flax_util.get_current_module()
     scope = getattr(module, "scope", None) if isinstance(module, nn.Module) else None
     if scope is None or scope.is_mutable_collection("params") or module.has_variable("params", f"{weight_name}_lora_a"):
