@@ -374,7 +374,15 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
-        # the rate all FLOPs together run at (flops / their peak time), and the peak rates it is made of
+        **_rates_used(cost, perf, peaks),
+    }
+
+
+def _rates_used(cost, perf, peaks: list) -> StepTime:
+    """The estimate's rates as the Report states them: the rate all FLOPs together run at (flops / their
+    peak time) and the peak rates it is made of, the card's bandwidths, their sources, the rule and what
+    it leaves out."""
+    return {
         "peak_flops": cost.flops / sum(r["time_s"] for r in peaks) if peaks else perf.bf16_flops,
         "peak_flops_kind": peaks_text(peaks) or "no FLOPs",
         "compute_peaks": peaks,

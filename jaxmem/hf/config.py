@@ -145,9 +145,8 @@ def unsupported(path: Path, model_type: object) -> UserError:
                      "docs/model-files.md) and analyze that.")
 
 
-def parse(doc: dict[str, Any], path: Path) -> Arch:
-    """The Arch of a config dict: every field it reads checked first (a UserError naming the field,
-    its value and the limit), so that nothing is built from a size XLA cannot shape."""
+def _model_type(doc: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
+    """The config's model_type, one jaxmem builds, and the dict its decoder's fields are read from."""
     model_type = doc.get("model_type")
     if not isinstance(model_type, str):
         raise UserError(f"config file {path}: \"model_type\": {_show(model_type)} is not a string; give one of "
@@ -163,20 +162,51 @@ def parse(doc: dict[str, Any], path: Path) -> Arch:
         model_type = "gemma3_text"
     if model_type not in SUPPORTED:
         raise unsupported(path, model_type)
+    return doc, model_type
+
+
+def _gpt2(get: _Getter, path: Path) -> Arch:
+    """GPT-2's Arch: its own field names, learned positions, LayerNorm, biases everywhere."""
+    d = get.size("n_embd")
+    heads = get.size("n_head")
+    arch = Arch(model_type="gpt2", vocab_size=get.size("vocab_size"), d_model=d, n_layers=get.size("n_layer"),
+                n_heads=heads, n_kv_heads=heads, head_dim=_divide(d, heads, "n_embd", "n_head", path),
+                ffn_dim=get.size("n_inner", None) or 4 * d, norm="layer",
+                norm_eps=get.float("layer_norm_epsilon", 1e-5), act="gelu_tanh", gated_mlp=False, qkv_bias=True,
+                o_bias=True, mlp_bias=True, tie_embeddings=get.bool("tie_word_embeddings", True),
+                positions="learned", max_positions=get.size("n_positions"),
+                embd_dropout=get.rate("embd_pdrop", 0.1), attn_dropout=get.rate("attn_pdrop", 0.1),
+                resid_dropout=get.rate("resid_pdrop", 0.1))
+    _check_arrays(arch, _GPT2_NAMES, path)
+    return arch
+
+
+def _experts(doc: dict[str, Any], get: _Getter, model_type: str, path: Path) -> dict[str, Any]:
+    """A mixture of experts' fields (Mixtral, Qwen2-MoE, Qwen3-MoE); none for a dense model."""
+    if model_type == "mixtral":
+        return {"n_experts": get.size("num_local_experts"), "top_k": get.size("num_experts_per_tok"),
+                "expert_dim": get.size("intermediate_size")}
+    if model_type not in ("qwen2_moe", "qwen3_moe"):
+        return {}
+    if get.positive("decoder_sparse_step", 1) != 1 or doc.get("mlp_only_layers"):
+        raise UserError(f"config file {path}: decoder_sparse_step={doc.get('decoder_sparse_step')} / "
+                        f"mlp_only_layers={doc.get('mlp_only_layers')} mix dense and MoE layers, which jaxmem's "
+                        "scanned decoder does not build; write a model file (docs/model-files.md)")
+    fields = {"n_experts": get.size("num_experts"), "top_k": get.size("num_experts_per_tok"),
+              "expert_dim": get.size("moe_intermediate_size"),
+              "norm_topk_prob": get.bool("norm_topk_prob", model_type == "qwen3_moe")}
+    if model_type == "qwen2_moe":
+        fields["shared_expert_dim"] = get.size("shared_expert_intermediate_size", 0, zero=True)
+    return fields
+
+
+def parse(doc: dict[str, Any], path: Path) -> Arch:
+    """The Arch of a config dict: every field it reads checked first (a UserError naming the field,
+    its value and the limit), so that nothing is built from a size XLA cannot shape."""
+    doc, model_type = _model_type(doc, path)
     get = _Getter(doc, path)
     if model_type == "gpt2":
-        d = get.size("n_embd")
-        heads = get.size("n_head")
-        arch = Arch(model_type=model_type, vocab_size=get.size("vocab_size"), d_model=d, n_layers=get.size("n_layer"),
-                    n_heads=heads, n_kv_heads=heads, head_dim=_divide(d, heads, "n_embd", "n_head", path),
-                    ffn_dim=get.size("n_inner", None) or 4 * d, norm="layer",
-                    norm_eps=get.float("layer_norm_epsilon", 1e-5), act="gelu_tanh", gated_mlp=False, qkv_bias=True,
-                    o_bias=True, mlp_bias=True, tie_embeddings=get.bool("tie_word_embeddings", True),
-                    positions="learned", max_positions=get.size("n_positions"),
-                    embd_dropout=get.rate("embd_pdrop", 0.1), attn_dropout=get.rate("attn_pdrop", 0.1),
-                    resid_dropout=get.rate("resid_pdrop", 0.1))
-        _check_arrays(arch, _GPT2_NAMES, path)
-        return arch
+        return _gpt2(get, path)
     d = get.size("hidden_size")
     n_layers = get.size("num_hidden_layers")
     heads = get.size("num_attention_heads")
@@ -216,19 +246,7 @@ def parse(doc: dict[str, Any], path: Path) -> Arch:
     fields["attn_dropout"] = get.rate("attention_dropout", 0.0)
     if model_type == "phi3":
         fields.update(embd_dropout=get.rate("embd_pdrop", 0.0), resid_dropout=get.rate("resid_pdrop", 0.0))
-    if model_type == "mixtral":
-        fields.update(n_experts=get.size("num_local_experts"), top_k=get.size("num_experts_per_tok"),
-                      expert_dim=get.size("intermediate_size"))
-    elif model_type in ("qwen2_moe", "qwen3_moe"):
-        if get.positive("decoder_sparse_step", 1) != 1 or doc.get("mlp_only_layers"):
-            raise UserError(f"config file {path}: decoder_sparse_step={doc.get('decoder_sparse_step')} / "
-                            f"mlp_only_layers={doc.get('mlp_only_layers')} mix dense and MoE layers, which jaxmem's "
-                            "scanned decoder does not build; write a model file (docs/model-files.md)")
-        fields.update(n_experts=get.size("num_experts"), top_k=get.size("num_experts_per_tok"),
-                      expert_dim=get.size("moe_intermediate_size"),
-                      norm_topk_prob=get.bool("norm_topk_prob", model_type == "qwen3_moe"))
-        if model_type == "qwen2_moe":
-            fields["shared_expert_dim"] = get.size("shared_expert_intermediate_size", 0, zero=True)
+    fields.update(_experts(doc, get, model_type, path))
     arch = Arch(**fields)
     if arch.moe and not arch.top_k <= arch.n_experts:
         raise UserError(f"config file {path}: num_experts_per_tok={arch.top_k} must be between 1 and the "
