@@ -12,8 +12,8 @@ replaced on each move.
 A compiled point is held for the explorer's life: asking again answers from memory. Each worker's
 analyze goes through the compile cache, so a point compiled by an earlier explorer (or `analyze`)
 compiles no more (it is traced and looked up). An explorer also keeps each exact answer in the compile
-cache's store (signed and verified like its entries, jaxmem.compiler.cache), keyed by the point, the bytes
-of the model (its file and the Python files beside it, or its config.json) and the versions: a later
+cache's store (signed and verified like its entries, versions included: jaxmem.compiler.cache), keyed by the
+point and the bytes of the model (its file and the Python files beside it, or its config.json): a later
 explorer of the same model answers such a point at once, without a worker's trace.
 """
 
@@ -387,14 +387,15 @@ MAX_SIBLINGS = 200
 
 def model_digest(model) -> str | None:
     """What an exact answer of `model` depends on beyond its options, as a digest: the bytes of the model
-    file and of the Python files beside it (what it may import), or of a config.json; and the versions of
-    jaxmem and the stack (the cache's own header). None where that cannot be read: no answers are kept."""
+    file and of the Python files beside it (what it may import), or of a config.json. (The versions of jaxmem
+    and the stack are the store's own business: an entry written under others is a miss, cache.load.) None
+    where that cannot be read: no answers are kept."""
     path = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
     if path is None:
         return None
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    h = hashlib.sha256(repr(sorted(cache._versions().items())).encode())
+    h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
             h.update(f.read())
