@@ -125,6 +125,9 @@ class Choices(TypedDict, total=False):
     base_dtype: str | None             # --base-dtype: LoRA's frozen base storage (QLoRA), None as trained
     mem_fraction: float | None         # JAX's share of the card (None: no fixed memory, an attached GPU's limit)
     mem_fraction_why: str              # what set it: JAX's default, --mem-fraction, the environment
+    # where each choice above came from, by its name: "user" (a flag or environment variable the user gave),
+    # "model" (the model's own code or config file) or "default" (jaxmem's guess)
+    sources: dict[str, str]
 
 
 class NcclInfo(TypedDict):
