@@ -122,7 +122,8 @@ class Choices(TypedDict, total=False):
     remat: str                         # --remat policy
     lora_rank: int | None              # None: no LoRA
     lora_targets: str | None           # --lora-targets, or "every dense/einsum/conv layer" (the default)
-    base_dtype: str | None             # --base-dtype: LoRA's frozen base storage (QLoRA), None as trained
+    base_dtype: str | None             # LoRA's frozen base storage: --base-dtype, the checkpoint's, or as created
+    base_dtype_why: str                # ... what decided it (only with --lora)
     mem_fraction: float | None         # JAX's share of the card (None: no fixed memory, an attached GPU's limit)
     mem_fraction_why: str              # what set it: JAX's default, --mem-fraction, the environment
     # where each choice above came from, by its name: "user" (a flag or environment variable the user gave),
