@@ -85,8 +85,10 @@
     Object.keys(extra || {}).forEach(function (k) { p.append(k, extra[k]); });
     return p.toString();
   }
+  // the server's token (docs/explore.md, "Security"): written into the page it serves; every API call carries it
+  var TOKEN = (document.querySelector('meta[name="jaxmem-token"]') || {}).content || '';
   function getJSON(url) {
-    return fetch(url, {cache: 'no-store'}).then(function (r) {
+    return fetch(url, {cache: 'no-store', headers: {'X-Jaxmem-Token': TOKEN}}).then(function (r) {
       return r.text().then(function (t) {
         var d;
         try { d = JSON.parse(t); } catch (e) { d = {error: 'the server answered ' + r.status + ': ' + t.slice(0, 200)}; }
@@ -656,7 +658,7 @@
     var exact = !pred;
     ['json', 'html', 'png'].forEach(function (f) {
       var a = $('save-' + f);
-      a.href = '/api/save?' + qs(S.query, {format: f});
+      a.href = '/api/save?' + qs(S.query, {format: f, token: TOKEN});
       a.classList.toggle('disabled', !exact);
     });
     if (exact) buffers(r);
