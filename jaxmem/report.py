@@ -274,6 +274,7 @@ WARNING_KINDS: dict[str, str] = {
     "host_memory_exceeded": "pinned host memory per device exceeds the reference system's RAM per GPU",
     "gathered_params_live": "all-gathered weights live at the peak",
     "remat_saves_too_much": "a remat policy that still keeps most activations",
+    "past_context": "the sequence is longer than the model's context (a config.json's max_position_embeddings)",
 }
 
 

@@ -23,9 +23,10 @@ import dataclasses
 import os
 from collections.abc import Callable
 
+from jaxmem import hf
 from jaxmem.analysis.stages import Measured
 from jaxmem.compiler import compiled, runtime, schedule, steptime, targets, versions
-from jaxmem.program import finetune, sharding, splits, step, train_state, workload
+from jaxmem.program import finetune, layouts, sharding, splits, step, train_state, workload
 from jaxmem.report import ReportWarning
 from jaxmem.xla import explain
 
@@ -50,6 +51,11 @@ def _xla_flags() -> str:
 def _io(m: Measured) -> int:
     """The step's inputs and outputs on the device, an aliased output counted once (XLA's scheduler limit)."""
     return m.stats.argument + m.stats.output - m.stats.alias
+
+
+def _seq_len(m: Measured) -> int | None:
+    """The batch's sequence length, as the report's sequence_length reads it."""
+    return layouts.seq_len([leaf.shape for leaf in m.built.leaves if leaf.category == "batch"])
 
 
 CHECKS: tuple[Check, ...] = (
@@ -83,6 +89,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("offload_not_placed",), lambda m: train_state.check_offload_placed(m.state, m.stats.host_argument)),
     Check(("host_memory_exceeded",), lambda m: targets.check_host_memory(m.host, m.target.gpu)),
     Check(("gathered_params_live", "remat_saves_too_much"), lambda m: list(m.ex.warnings) if m.ex else []),
+    Check(("past_context",), lambda m: hf.check_context(m.wl.model, _seq_len(m))),
 )
 
 

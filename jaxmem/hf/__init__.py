@@ -29,8 +29,10 @@ from jaxmem.errors import UserError
 from jaxmem.hf.config import SUPPORTED, Arch, config_file, parse, read
 from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
 from jaxmem.program import sizes
+from jaxmem.report import ReportWarning
 
-__all__ = ["SUPPORTED", "Arch", "config_file", "info", "load_arch", "parameter_count", "workload_function"]
+__all__ = ["SUPPORTED", "Arch", "check_context", "config_file", "context_field", "info", "load_arch", "parameter_count",
+           "workload_function"]
 
 DEFAULT_SEQ_LEN = 2048   # models/llama.py's default, capped at the model's own context (GPT-2: 1024)
 DEFAULT_BATCH = 8
@@ -136,6 +138,26 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     return jaxmem.Workload(
         model=Decoder(arch, opts), batch=batch, loss=_loss, name=arch.model_type,
         fp8_exclude=r"(^|/)(lm_head|embed)$" if opts.numerics == "maxtext" else None)
+
+
+def context_field(arch: Arch) -> str:
+    """The config.json field that holds the model's context."""
+    return "n_positions" if arch.model_type == "gpt2" else "max_position_embeddings"
+
+
+def check_context(model: Any, seq_len: int | None) -> list[ReportWarning]:
+    """A config.json decoder given a sequence longer than its context (max_position_embeddings): RoPE computes
+    any length, so the step compiles and its memory is the memory of that length, but the model was not trained
+    on positions that far (a learned position table refuses it earlier, in build_workload)."""
+    arch = model.arch if isinstance(model, Decoder) else None
+    if arch is None or not arch.max_positions or seq_len is None or seq_len <= arch.max_positions:
+        return []
+    field = context_field(arch)
+    return [ReportWarning("past_context", (
+        f"the sequence length {seq_len:,} is past the model's context: its config.json's {field} is "
+        f"{arch.max_positions:,}. The memory shown is that of {seq_len:,} tokens, but the model was not trained on "
+        f"positions that far: give --arg seq_len={arch.max_positions} or less, or extend the context "
+        "(rope_scaling, and a config whose " + field + " says so)"))]
 
 
 def _number(value: Any, kind: type) -> bool:
