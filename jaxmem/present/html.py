@@ -130,6 +130,8 @@ h2 { font-size: 17px; margin: 0 0 4px; font-weight: 620; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 18px 20px;
   margin: 16px 0; }
 .choices { margin: 10px 0 0; }
+.choices .source { color: var(--muted); }
+.choices .source.default { color: #b45309; font-weight: 600; }
 .choices-why { margin: 4px 0 0; padding-left: 18px; color: var(--muted); font-size: 13px; }
 .chips { display:flex; flex-wrap:wrap; gap:6px; margin-top:10px; }
 .chip { border:1px solid var(--line); border-radius: 999px; padding: 1px 10px; font-size: 12.5px; background:#fff; }
@@ -223,11 +225,13 @@ def _header(r: Report) -> str:
 
 def _choices(r: Report) -> str:
     """Every choice that decides the answer (levers.choices_line), and why where it says more than its flag."""
-    stated = levers.choices_line(r)
-    if stated is None:
+    if levers.choices_line(r) is None:
         return ""
+    # each choice with its source; a default that changes the answer stands out (the user did not choose it)
+    stated = ", ".join(e(text) + (f' <span class="source{" default" if loud else ""}">({e(source)})</span>'
+                                  if source else "") for text, source, loud in levers.choice_parts(r))
     notes = "".join(f"<li>{e(n)}</li>" for n in levers.choice_notes(r))
-    return (f'<p class="choices" id="choices">{e(stated)}</p>'
+    return (f'<p class="choices" id="choices">choices: {stated}</p>'
             + (f'<ul class="choices-why">{notes}</ul>' if notes else ""))
 
 

@@ -14,30 +14,49 @@ FRACTIONS = (0.9, 0.95)   # the shares trainers give JAX (advise tries the same)
 TILES = 8                 # the vocabulary tiles a hint proposes (advise's VOCAB_TILES)
 
 
-def choices_line(r: Report) -> str | None:
-    """`choices: precision bf16, attention cudnn, loss cross_entropy, remat full, no LoRA, memory fraction 0.75`."""
+# the choices whose jaxmem default changes the answer most (a user who said nothing should see it was a guess):
+# the renderers make their `(default)` stand out
+STANDOUT = ("precision", "base_dtype", "attention", "mem_fraction")
+
+
+def choice_parts(r: Report) -> list[tuple[str, str | None, bool]]:
+    """The choices as (text, source, stands_out): `precision bf16`, "user", False. `source`: where the choice
+    came from (Choices.sources; None for a report saved before sources were stated); `stands_out`: a default
+    of STANDOUT, which the user did not choose and which changes the answer."""
     c = r.choices
-    if not c:
-        return None   # a report saved before choices were stated
-    parts = [f"precision {c.get('precision')}", f"attention {c.get('attention')}", f"loss {c.get('loss')}",
-             f"remat {c.get('remat')}"]
+    src = c.get("sources") or {}
+    parts: list[tuple[str, str | None]] = [
+        (f"precision {c.get('precision')}", "precision"), (f"attention {c.get('attention')}", "attention"),
+        (f"loss {c.get('loss')}", "loss"), (f"remat {c.get('remat')}", "remat")]
     if c.get("layers") in ("scan", "loop"):   # a config.json decoder's, as compiled
-        parts.insert(3, f"layers {c['layers']}")
+        parts.insert(3, (f"layers {c['layers']}", "layers"))
     if c.get("lora_rank"):
-        parts.append(f"LoRA r={c['lora_rank']} on {c.get('lora_targets')}"
-                     + (f", base {c['base_dtype']}" if c.get("base_dtype") else ""))
+        parts.append((f"LoRA r={c['lora_rank']} on {c.get('lora_targets')}", "lora_rank"))
+        if c.get("base_dtype"):
+            parts.append((f"base {c['base_dtype']}", "base_dtype"))
     else:
-        parts.append("no LoRA")
+        parts.append(("no LoRA", None))
     frac = c.get("mem_fraction")
-    parts.append("memory fraction -" if frac is None else f"memory fraction {frac:g}")
-    return "choices: " + ", ".join(parts)
+    parts.append(("memory fraction -" if frac is None else f"memory fraction {frac:g}", "mem_fraction"))
+    return [(text, src.get(key) if key else None, key in STANDOUT and src.get(key) == "default")
+            for text, key in parts]
+
+
+def choices_line(r: Report) -> str | None:
+    """`choices: precision bf16 (user), attention cudnn (default), ..., no LoRA, memory fraction 0.75 (default)`:
+    each choice with its source (user, model, default)."""
+    if not r.choices:
+        return None   # a report saved before choices were stated
+    return "choices: " + ", ".join(text + (f" ({source})" if source else "")
+                                   for text, source, _ in choice_parts(r))
 
 
 def choice_notes(r: Report) -> list[str]:
-    """The reasons worth reading: each of precision, attention and loss whose why says more than its flag."""
+    """The reasons worth reading: each of precision, attention, loss and the frozen base whose why says more
+    than its flag."""
     c = r.choices
     out = []
-    for key in ("precision", "attention", "loss"):
+    for key in ("precision", "attention", "loss", "base_dtype"):
         why = str(c.get(f"{key}_why") or "")
         if ":" in why:   # "--precision bf16" alone restates the value
             out.append(f"{key}: {why}")

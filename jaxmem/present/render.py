@@ -202,12 +202,19 @@ def _print_header(r: Report, console: Console) -> None:
         explicit = "  (axes Explicit)" if opts.get("axis_types") == "explicit" else ""
         console.print(f"mesh {header(r.mesh_roles)}{explicit}")
     lead = "" if r.mesh_roles else f"mesh {mesh}  "
-    console.print(f"{lead}layout {r.layout}  precision {opts['precision']}  optimizer {opts['optimizer']}  "
+    # a custom step's precision is its own (jaxmem casts nothing): never the --precision default as if given
+    own = (r.choices.get("sources") or {}).get("precision") == "model"
+    precision = r.choices["precision"] if own else opts["precision"]
+    console.print(f"{lead}layout {r.layout}  precision {precision}  optimizer {opts['optimizer']}  "
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
-    stated = levers.choices_line(r)
-    if stated:   # every choice that decides the answer, and why where it is not just the flag given
-        console.print(escape(stated))
+    if r.choices:   # every choice that decides the answer with its source, and why where it is not just the flag
+        line = Text("choices: ")
+        for i, (text, source, loud) in enumerate(levers.choice_parts(r)):
+            line.append((", " if i else "") + text + (" " if source else ""))
+            if source:   # a default that changes the answer stands out: the user did not choose it
+                line.append(f"({source})", "bold yellow" if loud else "dim")
+        console.print(line)
         for note in levers.choice_notes(r):
             console.print(f"[dim]  {escape(note)}[/dim]")
     if r.hf_config:   # a config.json analyzed (jaxmem/hf): what it names
