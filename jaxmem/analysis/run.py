@@ -38,6 +38,27 @@ def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> repo
     return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
 
 
+def admit(model, opts: AnalyzeOptions) -> None:
+    """Every refusal analyze makes before it traces, made without tracing: the model's arguments (its
+    workload()'s signature, its config's limits), the plan's (the layout against the mesh, the batch against
+    the data axes, --accum against the batch, the fine-tuning options, a --rules file) and the target's (fp8,
+    offloading on the CPU). The same functions, in the same order, as analyze's stages (stages.prepare): the
+    explorer's API and jaxmem.explore() ask it of a point before any prediction or compile, so a value analyze
+    refuses is refused there with analyze's words."""
+    with as_on_target(opts):
+        if isinstance(model, (str, os.PathLike)):
+            source = os.fspath(model)
+            wl = load_workload(source, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
+        else:
+            wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args),
+                                     remat_at=opts.remat_at)
+    with running_user_code(source):
+        mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
+        sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
+        step.plan(wl.checked(source), opts.step_options(), mesh_spec)
+        stages._check_target(opts, targets.make_target(opts.gpu, mesh_spec.size, opts.hosts))
+
+
 def as_on_target(opts: AnalyzeOptions):
     """The model's workload() runs as on the machine trained on: jax's device queries answer with the
     target's devices (jaxmem.program.sharding.device_queries), made when the model first asks. A
