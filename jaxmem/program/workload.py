@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxmem.errors import UserError, clip, describe
-from jaxmem.program import patterns
+from jaxmem.program import patterns, sizes
 from jaxmem.program.options import REMAT_POLICIES, StepChoice, offloaded_names, remat_problem  # noqa: F401  (public here too)
 from jaxmem.report import ReportWarning
 
@@ -424,6 +424,7 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         takes = ", ".join(p for p in params) or "no arguments"
         raise UserError(f"{path}: workload() has no argument {unknown[0]!r} (--arg); it takes: {takes}")
     _check_arg_types(path, params, model_args)
+    _check_shape_args(path, model_args)
     kwargs = dict(model_args)
     # the model places its own checkpoints (it wins over --remat-at): it names `remat`, or takes any
     # keyword and is asked for a policy with nowhere else to put it (at none, such a function is not told)
@@ -452,6 +453,20 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         )
     wl.validate(str(path))
     return wl
+
+
+# The workload arguments that are a dimension of the batch in every shipped model and in a config.json's
+SHAPE_ARGS = ("batch_size", "seq_len")
+
+
+def _check_shape_args(path: Path, model_args: dict[str, Any]) -> None:
+    """--arg seq_len=0 (or batch_size, negative, past int32): refused as a config.json's is, never taken for
+    'not given' (a model file's `seq_len or cfg.seq_len` would answer for the preset's length)."""
+    for key in SHAPE_ARGS:
+        value = model_args.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= sizes.INT32_MAX:
+            raise UserError(f"{path}: --arg {key}={value} must be at least 1 and at most {sizes.INT32_MAX:,} "
+                            "(int32, the largest dimension XLA can shape)")
 
 
 def _check_arg_types(path: Path, params, model_args: dict[str, Any]) -> None:
