@@ -30,7 +30,7 @@ def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: 
         "batch": _global_batch(built), "accum": opts.accum, "remat": opts.remat, "donate": built.donated,
         **_remat_at_options(wl, built),
         **({"moment_dtype": opts.moment_dtype} if opts.moment_dtype else {}),
-        **_finetune_options(opts), **_rules_options(opts, planned),
+        **_finetune_options(opts, planned.options.finetune), **_rules_options(opts, planned),
         **({"axis_types": "explicit"} if planned.explicit else {}),
         **{f"arg:{k}": v for k, v in opts.model_args}})
 
@@ -57,13 +57,14 @@ def pipeline_fields(built: step.BuiltStep, planned: step.StepPlan, peak: int, br
     return {"pipeline": pipe, "stages": stages}
 
 
-def _finetune_options(opts: AnalyzeOptions) -> dict:
-    """The fine-tuning choices, in `options` when any is made."""
+def _finetune_options(opts: AnalyzeOptions, planned) -> dict:
+    """The fine-tuning choices, in `options` when any is made; the frozen base's dtype as compiled
+    (`planned`: the step's FineTune, the checkpoint's dtype resolved by finetune.resolve_base)."""
     ft = opts.finetune()
     if not ft.active:
         return {}
     return {"freeze": ft.freeze, "lora_rank": ft.lora_rank, "lora_targets": ft.lora_targets,
-            "lora_alpha": ft.lora_alpha, "base_dtype": ft.base_dtype, "offload": ft.offload}
+            "lora_alpha": ft.lora_alpha, "base_dtype": planned.base_dtype, "offload": ft.offload}
 
 
 def context_hint(e: UserError, mesh_spec) -> UserError:

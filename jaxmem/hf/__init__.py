@@ -26,7 +26,7 @@ import optax
 
 import jaxmem
 from jaxmem.errors import UserError
-from jaxmem.hf.config import SUPPORTED, Arch, config_file, parse, read
+from jaxmem.hf.config import SUPPORTED, Arch, checkpoint_dtype, config_file, parse, read
 from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
 from jaxmem.program import sizes
 from jaxmem.report import ReportWarning
@@ -50,7 +50,8 @@ def load_arch(path: str | Path) -> Arch:
 
 def workload_function(path: Path):
     """The config's ``workload(batch_size, seq_len, remat, ...)``, as a model file defines it."""
-    arch = load_arch(path)
+    doc = read(Path(path))
+    arch, dtype = parse(doc, Path(path)), checkpoint_dtype(doc)
 
     def workload(batch_size: int | None = None, seq_len: int | None = None, remat: str = "none",
                  attention: str = "auto", numerics: str = "default", remat_save: str = "",
@@ -59,14 +60,14 @@ def workload_function(path: Path):
         return build_workload(arch, path, batch_size=batch_size, seq_len=seq_len, remat=remat, attention=attention,
                               numerics=numerics, remat_save=remat_save, capacity_factor=capacity_factor,
                               group_size=group_size, aux_loss_coef=aux_loss_coef, vocab_tiles=vocab_tiles,
-                              scan=scan)
+                              scan=scan, checkpoint_dtype=dtype)
 
     workload.__qualname__ = workload.__name__ = f"{arch.model_type}"
     return workload
 
 
 def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int | None = None,
-                   seq_len: int | None = None, **options: Any):
+                   seq_len: int | None = None, checkpoint_dtype: str | None = None, **options: Any):
 
     where = f"config file {path}"
     for key, value, kind in (("batch_size", batch_size, int), ("seq_len", seq_len, int),
@@ -136,7 +137,7 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
     # no optimizer of its own: jaxmem's AdamW (optax.adamw's state and update; the rate changes no byte), so
     # --optimizer and --moment-dtype apply to a config.json model as its trainers' options would
     return jaxmem.Workload(
-        model=Decoder(arch, opts), batch=batch, loss=_loss, name=arch.model_type,
+        model=Decoder(arch, opts), batch=batch, loss=_loss, name=arch.model_type, checkpoint_dtype=checkpoint_dtype,
         fp8_exclude=r"(^|/)(lm_head|embed)$" if opts.numerics == "maxtext" else None)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from jaxmem import files
 from jaxmem.errors import UserError
+from jaxmem.program import workload
 from jaxmem.program.sizes import INT32_MAX, INT64_MAX
 
 MAX_CONFIG_BYTES = 4 << 20   # published config.json files are a few KiB
@@ -136,6 +137,23 @@ def read(path: Path) -> dict[str, Any]:
         raise UserError(f"config file {path}: has no \"model_type\"; not a Hugging Face config.json. {fix}, or a "
                         "model file (.py defining workload(), docs/model-files.md)")
     return doc
+
+
+# the weights' dtypes a checkpoint may name (transformers' torch_dtype): the frozen base of a LoRA step defaults
+# to it (jaxmem.program.finetune.resolve_base)
+CHECKPOINT_DTYPES = workload.CHECKPOINT_DTYPES
+
+
+def checkpoint_dtype(doc: dict[str, Any]) -> str | None:
+    """The dtype the checkpoint's weights are stored in: transformers' `torch_dtype` (`dtype` from
+    transformers 4.56), or a multimodal config's text_config's; None when it names none jaxmem knows."""
+    text = doc.get("text_config")
+    for d in (doc, text if isinstance(text, dict) else {}):
+        for key in ("torch_dtype", "dtype"):
+            value = d.get(key)
+            if isinstance(value, str) and value in CHECKPOINT_DTYPES:
+                return value
+    return None
 
 
 def unsupported(path: Path, model_type: object) -> UserError:

@@ -130,8 +130,29 @@ def hints(r: Report) -> list[str]:
         who = "as this model's trainers do" if config else "as mixed-precision trainers do"
         out.append(f"fp32 compute: --precision bf16 computes in bf16 {who}; activations and temporaries "
                    f"({fmt_bytes(acts)}) mostly halve")
+    out.extend(_base_hint(r))
     out.extend(_fraction_hint(r))
     return out
+
+
+# --base-dtype's smaller storages from each frozen base: (flag value, bytes per weight), after its own bytes
+_SMALLER = {"float32": (4, (("bf16", 2), ("int8", 1), ("nf4", 0.5))), "bf16": (2, (("int8", 1), ("nf4", 0.5))),
+            "bfloat16": (2, (("int8", 1), ("nf4", 0.5))), "int8": (1, (("nf4", 0.5),))}
+
+
+def _base_hint(r: Report) -> list[str]:
+    """A LoRA step whose frozen base is the largest part of the peak: --base-dtype and what it saves."""
+    c, frozen = r.choices, r.frozen_bytes or 0
+    others = [v for k, v in r.breakdown.items() if k != "params"] + [r.trainable_bytes or 0]
+    base = str(c.get("base_dtype") or "")
+    if not c.get("lora_rank") or base not in _SMALLER or frozen <= max(others, default=0):
+        return []
+    now, smaller = _SMALLER[base]
+    fp32 = c.get("precision") == "fp32"   # a bf16 base needs bf16 compute (finetune.check)
+    ways = ", ".join(f"--base-dtype {name}{' --precision bf16' if name == 'bf16' and fp32 else ''} about "
+                     f"{fmt_bytes(int(frozen * b / now))}" for name, b in smaller)
+    return [f"frozen base {fmt_bytes(frozen)} ({frozen / max(r.per_device_peak_bytes, 1):.0%} of the peak, the "
+            f"largest part, stored {base}): {ways}"]
 
 
 def _fraction_hint(r: Report) -> list[str]:

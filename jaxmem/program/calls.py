@@ -53,6 +53,7 @@ class CallLog:
     remat_at: str | None = None
     unapplied: str | None = None   # a --remat-at the model's own remat hook overrides: it must still find a module
     collective_axis: str | None = None   # the pmap-style axis name the model's collectives use, bound per group
+    custom: bool = False   # a custom step's (Workload(step=...)): its error names the hook to write
     placed: set[str] = dataclasses.field(default_factory=set)
     seen: dict[str, set[str]] = dataclasses.field(default_factory=dict)   # class name -> its module paths
 
@@ -86,6 +87,13 @@ class CallLog:
     def _finds_nothing(self, remat_at: str) -> str:
         shown = ", ".join(f"{c} ({min(ps)})" if min(ps) else c for c, ps in list(self.seen.items())[:12]) \
             or "none was called"
+        if self.custom:
+            return (f"--remat-at {clip(repr(remat_at))} finds no module in the step (searched in the class name and "
+                    "path of each linen module it calls, and of each Equinox module of jaxmem.equinox_workload); "
+                    f"its modules: {shown}. This workload gives its own `step`, so jaxmem can place checkpoints only "
+                    "there: name one of those modules, or write the hook yourself -- take `remat` in workload(remat="
+                    "'none') and wrap the layers your step calls in jax.checkpoint(layer, "
+                    "policy=jaxmem.remat_policy(remat)) -- and drop --remat-at")
         return (f"--remat-at {clip(repr(remat_at))} finds no module of the model (searched in each module's class "
                 f"name and path); its modules: {shown}")
 
@@ -149,6 +157,24 @@ def linen_calls(remat_at: str | None, policy, log: CallLog):
 
     with nn.intercept_methods(interceptor):
         yield
+
+
+# a custom step's module calls that jaxmem may checkpoint besides linen's: (compiled --remat-at pattern, policy,
+# CallLog) while its step is traced (custom_calls), read by jaxmem.program.equinox's wrapped module calls
+CUSTOM: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("jaxmem_custom_calls", default=None)
+
+
+@contextlib.contextmanager
+def custom_calls(remat_at: str, policy, log: CallLog):
+    """While a custom step is traced: its linen module calls as linen_calls checkpoints them, and the
+    pattern, policy and log published (CUSTOM) for the module calls jaxmem.program.equinox wraps."""
+    pattern = patterns.compile_pattern(remat_at, "--remat-at")
+    token = CUSTOM.set((pattern, policy, log))
+    try:
+        with linen_calls(remat_at, policy, log):
+            yield
+    finally:
+        CUSTOM.reset(token)
 
 
 def _lifted_base(cls) -> str | None:

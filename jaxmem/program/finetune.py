@@ -17,6 +17,7 @@ base's storage dtype, and optimizer state in pinned host memory.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -78,6 +79,19 @@ def check(ft: FineTune, *, custom_step: bool = False, precision: str = "fp32", d
                             "own remat policy; offload activations there (jax.checkpoint_policies.offload_dot_with_no_"
                             "batch_dims) and analyze that model. Known: --offload optimizer.")
         raise UserError(f"unknown --offload {ft.offload!r}. Known: {', '.join(OFFLOADS)}.")
+
+
+def resolve_base(ft: FineTune, checkpoint_dtype: str | None, precision: str) -> FineTune:
+    """--lora's frozen base without --base-dtype: the checkpoint's dtype (Workload.checkpoint_dtype, a
+    config.json's torch_dtype) where the step computes in bf16 -- a bf16 or fp16 checkpoint is loaded as
+    it is stored (2 bytes a weight), never upcast to fp32 for a base that is only read. Under --precision
+    fp32 (a bf16 base would mix dtypes in the model) and for a model without a checkpoint dtype, the base
+    stays in the dtype the model creates it in (jaxmem.analysis.choices states which)."""
+    if not ft.lora_rank or ft.base_dtype is not None or precision not in ("bf16", "bf16-pure"):
+        return ft
+    if checkpoint_dtype in ("bfloat16", "float16"):   # fp16 is stored in bf16: the same bytes, the step's dtype
+        return dataclasses.replace(ft, base_dtype="bf16")
+    return ft
 
 
 # ---------------------------------------------------------------- LoRA / QLoRA through qwix

@@ -62,6 +62,8 @@ class BuiltStep:
     captured: tuple = ()   # filled when the step is traced: its large constants (jaxmem.program.constants)
     lora_skipped: dict = dataclasses.field(default_factory=dict)   # --lora: modules left without an adapter, why
     trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
+    # every logical name the parameters carry and the step's constraints use -> where (rules.logical_rules)
+    names_used: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 # the arguments the step gives back updated: their buffers are donated (the frozen params are only read)
@@ -105,6 +107,9 @@ def plan(wl: Workload, opts: StepOptions, mesh_spec: layouts.MeshSpec) -> StepPl
         raise UserError("--precision/--optimizer/--accum apply to steps jaxmem builds; this workload gives its own "
                         "`step`")
     state.check_moments(wl, opts)
+    # the frozen base in the checkpoint's dtype where the user named none (stated in the report's choices)
+    opts = dataclasses.replace(opts, finetune=finetune.resolve_base(opts.finetune, wl.checkpoint_dtype,
+                                                                    opts.precision))
     batch = state.override_batch(wl.batch, opts.batch_size)
     flat, _ = jax.tree_util.tree_flatten_with_path(batch)
     batch_specs = None if wl.batch_specs is None else user_specs.resolve(batch, wl.batch_specs, mesh_spec, "batch")
@@ -198,8 +203,11 @@ def build(p: StepPlan, mesh) -> BuiltStep:
     notes = [] if opts.donate else ["state not donated (--no-donate)"]
     names = {n for spec in jax.tree.leaves(st.param_names, is_leaf=lambda x: isinstance(x, (P, tuple)))
              if isinstance(spec, (P, tuple)) for e in spec for n in ((e,) if isinstance(e, str) else e or ())}
+    used = sharding.param_name_places(st)   # and, as the step is traced, the names its constraints use
+    check = functools.partial(rules_mod.check_unmapped, used, sh.rules, mesh_spec, opts.unmapped)
     return BuiltStep(fn, sh.args, donate, sh.leaves, sh.issues, mesh, opts.donate, notes, out_sh,
-                     trace_context=functools.partial(sharding.tracing, mesh, sharding.activation_rules(p.rules)),
+                     trace_context=functools.partial(sharding.step_tracing, mesh, sharding.activation_rules(p.rules),
+                                                     used, check), names_used=used,
                      logical_names=tuple(sorted(names)), calls=log, schedule=schedule,
                      trainable_source=st.trainable_source, lora_skipped=st.lora_skipped)
 
@@ -355,14 +363,27 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
 
     own = wl.step
     assert own is not None   # the escape hatch: the workload gives its step
+    # --remat-at / Workload(remat_at=): the linen modules the step calls, and the Equinox modules of
+    # jaxmem.equinox_workload, checkpointed where the pattern finds them (calls.custom_calls); none found: exit 2
+    log = calls_mod.CallLog(wl.remat_at, custom=True) if wl.remat_at is not None else None
+    policy = workload_mod.remat_policy(opts.remat) if log is not None else None
 
     def step(state, batch):
-        return own(state, batch)
+        with contextlib.nullcontext() if log is None else calls_mod.custom_calls(wl.remat_at, policy, log):
+            out = own(state, batch)
+        differs = tree.state_difference(state, out[0])
+        if differs is not None:   # seen while the step is traced: before any compile
+            raise UserError(f"Workload(step=...): step(state, batch) returned a new state that differs from the state "
+                            f"it was given: {differs}. A training step's new state must match its state leaf for leaf "
+                            "(structure, shape, dtype): the donated buffers are reused for it, and a step that "
+                            "changes them could not (the peak would be wrong) nor run twice. Return the state as it "
+                            "came in (e.g. cast back with .astype(old.dtype)).")
+        return out
 
     donated = wl.donate and opts.donate
     notes = [] if donated else ["state not donated (Workload(donate=False) or --no-donate)"]
     return BuiltStep(step, (a_state, a_batch), (0,) if donated else (), leaves, issues, mesh, donated, notes,
-                     None)
+                     None, calls=log)
 
 
 def check_donation(built: BuiltStep, copied_bytes: int) -> list[ReportWarning]:

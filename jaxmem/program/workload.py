@@ -30,6 +30,9 @@ from jaxmem.program import patterns, sizes
 from jaxmem.program.options import REMAT_POLICIES, StepChoice, offloaded_names, remat_problem  # noqa: F401  (public here too)
 from jaxmem.report import ReportWarning
 
+# Workload.checkpoint_dtype's values (jaxmem.hf.config reads a config.json's torch_dtype as one of them)
+CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
+
 
 def remat_policy(name: str, save: tuple[str, ...] | list[str] = ()):
     """The ``jax.checkpoint`` policy for a ``--remat`` name: every name in REMAT_POLICIES, or
@@ -97,6 +100,10 @@ class Workload:
     remat_at: a regular expression of the linen/NNX modules (class name or module path, ``re.search``)
         whose calls jaxmem checkpoints with the ``--remat`` policy (``--remat-at`` sets it for a model
         file whose ``workload()`` takes no ``remat``): jaxmem.program.calls.
+    checkpoint_dtype: the dtype the weights you fine-tune from are stored in (``"bfloat16"``, ``"float16"``,
+        ``"float32"``; a Hugging Face config's ``torch_dtype``): under ``--lora`` the frozen base is kept in it
+        where the step computes in bf16, as a fine-tuner loads it (``--base-dtype`` overrides). None: the
+        dtype the model creates its parameters in.
     fp8_exclude: under ``--precision fp8``, a regular expression of module paths (``re.search``, as
         qwix prints them: ``lm_head``, ``layers/attn/q``) whose matmuls stay in the compute dtype, as
         MaxText and Transformer Engine recipes keep the output head. None: every weight matmul in FP8.
@@ -117,6 +124,7 @@ class Workload:
     axis_types: str | None = None
     fp8_exclude: str | None = None
     remat_at: str | None = None
+    checkpoint_dtype: str | None = None
     remat_hook: bool = False   # set by jaxmem: workload() took `remat` (the model places its checkpoints)
     remat_at_unapplied: str | None = None   # set by jaxmem: a --remat-at the remat hook overrides (still checked)
 
@@ -128,6 +136,10 @@ class Workload:
         if self.axis_types not in (None, "auto", "explicit"):
             raise UserError(f"{source}: Workload(axis_types={self.axis_types!r}): give 'explicit' (or 'auto', or "
                             "leave it out)")
+        if self.checkpoint_dtype not in (None, *CHECKPOINT_DTYPES):
+            raise UserError(f"{source}: Workload(checkpoint_dtype={clip(repr(self.checkpoint_dtype))}): give one of "
+                            f"{', '.join(map(repr, CHECKPOINT_DTYPES))} (the dtype the checkpoint stores), or leave "
+                            "it out")
         for field in ("fp8_exclude", "remat_at", "remat_at_unapplied"):
             value = getattr(self, field)
             if value is None:
@@ -352,6 +364,11 @@ def workload_of(model: Workload | Callable[..., Workload], *, remat: str = "none
                             "object was given; pass the function that builds it (jaxmem calls it with them).")
         if remat_at is not None:
             model = dataclasses.replace(model, remat_at=remat_at)
+        if remat != "none" and model.remat_at is None and model.is_custom_step:
+            raise UserError(f"{source}: remat={remat!r} asked, but this Workload gives its own `step`, so jaxmem "
+                            "cannot place checkpoints inside it. Name the linen (or jaxmem.equinox_workload) modules "
+                            "to checkpoint (remat_at='Block'), or pass a function workload(remat=...) whose step wraps "
+                            "its layers in jax.checkpoint(layer, policy=jaxmem.remat_policy(remat)).")
         if remat != "none" and model.remat_at is None:
             raise UserError(f"{source}: remat={remat!r} asked, but a Workload object was given, so jaxmem cannot "
                             "place checkpoints inside your model. Name the modules to checkpoint (remat_at='Block'), "
@@ -444,6 +461,14 @@ def call_workload(fn: Callable[..., Any], path: Path, remat: str, model_args: di
         wl = dataclasses.replace(wl, remat_hook=True, remat_at_unapplied=remat_at)
     elif remat_at is not None:
         wl = dataclasses.replace(wl, remat_at=remat_at)
+    if not hook and remat != "none" and wl.remat_at is None and wl.is_custom_step:
+        raise UserError(
+            f"{path}: --remat {remat} asked, but this workload gives its own `step`, and `workload()` takes no "
+            "`remat` argument, so jaxmem has nowhere to put checkpoints. Write the hook: take `remat` in "
+            "workload(remat='none') and wrap the layers your step calls in jax.checkpoint(layer, "
+            "policy=jaxmem.remat_policy(remat)); or name the linen (or jaxmem.equinox_workload) modules to "
+            "checkpoint with --remat-at."
+        )
     if not hook and remat != "none" and wl.remat_at is None:
         raise UserError(
             f"{path}: --remat {remat} asked, but `workload()` takes no `remat` argument, so jaxmem does not know "
