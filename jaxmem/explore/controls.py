@@ -1,7 +1,11 @@
 """/api/controls: every question the CLI can answer, with the values this model and card accept.
 
 Each list is the CLI's own (jaxmem.program.options' constants, the GPU catalogue), so the page offers no
-value the API would refuse; `options` describes every parameter /api/answer takes, as analyze's flags do.
+value the API would refuse; `options` describes every parameter /api/answer takes, as analyze's flags do;
+`model_args` the model's own arguments with their types and ranges (jaxmem.explore.modelargs: a config.json's
+max_position_embeddings as `context`); `schema` the report's vocabulary the page draws with (the breakdown's
+keys in order with their help and the HTML report's colours, the verdicts, the warning kinds), so that the page
+keeps no copy of any of it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from jaxmem.compiler.catalogue import CLOUD_HOSTS
 from jaxmem.compiler.targets import catalogue_rows
-from jaxmem.explore import query
+from jaxmem.explore import modelargs, query
+from jaxmem.present import html
 from jaxmem.program import layouts
 from jaxmem.program.options import (
     BASE_DTYPES,
@@ -24,6 +29,7 @@ from jaxmem.program.options import (
     PRECISIONS,
     REMAT_POLICIES,
 )
+from jaxmem.report import BREAKDOWN_HELP, BREAKDOWN_KEYS, VERDICT_TEXT, WARNING_KINDS
 
 if TYPE_CHECKING:
     from jaxmem.explore.points import Explorer
@@ -68,6 +74,27 @@ def mesh_presets(n: int) -> list[dict[str, str]]:
     return out
 
 
+def schema() -> dict[str, Any]:
+    """The report's vocabulary, as the renderers use it: each breakdown key in display order with its help and
+    colour (the HTML report's), the colours of the buffer categories and the fallback for a key the page does
+    not know, the verdicts' words, the warning kinds."""
+    return {
+        "breakdown": [{"key": k, "label": k.replace("_", " "), "help": BREAKDOWN_HELP.get(k, ""),
+                       "color": html._color(k, i)} for i, k in enumerate(BREAKDOWN_KEYS)],
+        "colors": dict(html.COLORS),
+        "fallback_colors": list(html._FALLBACK),
+        "verdicts": dict(VERDICT_TEXT),
+        "warning_kinds": dict(WARNING_KINDS),
+    }
+
+
+def params_of(rep) -> dict[str, int | None] | None:
+    """The parameter counts of a compiled point: total, trainable, frozen (None before it compiled)."""
+    if rep is None:
+        return None
+    return {"total": rep.param_count, "trainable": rep.trainable_param_count, "frozen": rep.frozen_param_count}
+
+
 def _option(name: str) -> dict[str, Any]:
     f, flag = query.FLAGS[name]
     default = f.default
@@ -97,8 +124,15 @@ def controls(ex: Explorer) -> dict[str, Any]:
              "fp8": bool((r.get("performance") or {}).get("fp8_flops")), "cloud": r["name"] in cloud,
              "default": bool(r.get("default"))} for r in rows]
     gpus.sort(key=lambda g: g["cloud"])   # the cards first, the cloud machine types after (stable order)
+    margs = modelargs.of(ex.model)
     return {
         "model": str(ex.model),
+        "generation": ex.generation,
+        "model_args": margs,
+        "context": None if not margs["context"] else {"tokens": margs["context"], "field": margs["context_field"],
+                                                      "arg": SEQ_ARG},
+        "params": params_of(rep),
+        "schema": schema(),
         "start": first.query,
         "seq_arg": ex.seq_arg,
         "gpus": gpus,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import math
 import os
 import statistics
 import threading
@@ -40,6 +41,7 @@ from jaxmem.report import Report, verdict_of
 NEIGHBOURS = 8         # neighbour compiles queued at most (replaced on every move)
 REMAT_NEIGHBOURS = ("none", "full", "dots_with_no_batch_dims_saveable")
 WAIT_LIMIT_S = 3600.0  # a client's wait=exact gives up after this long (the compile goes on)
+SEQ_GRANULE = 128      # the longest-sequence search's step: the lengths people train at (and attention tiles)
 
 
 @dataclasses.dataclass
@@ -74,6 +76,8 @@ class Explorer:
         self.model = model
         self.start = query.canonical(start)
         self.seq_arg = seq_arg
+        self.root = os.path.realpath(os.getcwd())   # the folder it started in: the model picker's bound
+        self.generation = 0                         # bumps on every model switch (use): older jobs are ignored
         self.jobs = max(1, jobs or max(1, sweep.default_jobs() - 1))   # a core left for the server and the page
         self._pool = make_pool(self.jobs, executor, ray_address)
         self._lock = threading.Condition()
@@ -82,7 +86,7 @@ class Explorer:
         self._urgent: collections.deque[str] = collections.deque()
         self._side: collections.deque[tuple[sweep.Job, dict]] = collections.deque()
         self._idle: collections.deque[str] = collections.deque()
-        self._inflight: dict[int, tuple[str, Any]] = {}    # id(job) -> ("point", key) | ("side", box)
+        self._inflight: dict[int, tuple[str, Any, int]] = {}  # id(job) -> ("point", key | "side", box, generation)
         self._durations: list[float] = []
         self._model_digest = model_digest(model)
         self._stopping = False
@@ -93,16 +97,20 @@ class Explorer:
     def point(self, opts: AnalyzeOptions) -> Point:
         """The point of `opts` (made on first use; not queued)."""
         opts = query.canonical(opts)
-        k = query.key(str(self.model), opts)
+        with self._lock:
+            model, gen = self.model, self.generation
+        k = query.key(str(model), opts)
         with self._lock:
             p = self.points.get(k)
         if p is not None:
             return p
         known = self._remembered(k)   # read outside the lock: a file of the cache
         with self._lock:
+            if gen != self.generation:   # the model changed meanwhile: the point is the new model's
+                return self.point(opts)
             p = self.points.get(k)
             if p is None:
-                p = Point(k, opts, query.to_query(opts), command_line(str(self.model), opts, "analyze"))
+                p = Point(k, opts, query.to_query(opts), command_line(str(model), opts, "analyze"))
                 if known is not None:
                     p.status, p.report, p.remembered = "exact", known, True
                 self.points[k] = p
@@ -191,11 +199,13 @@ class Explorer:
         with self._lock:
             return [p for p in self.points.values() if p.status == "exact"]
 
-    def run_jobs(self, items: list[tuple[str, AnalyzeOptions]]) -> list[sweep.Outcome]:
+    def run_jobs(self, items: list[tuple[str, AnalyzeOptions]], generation: int | None = None) -> list[sweep.Outcome]:
         """Compile `items` on the pool before any neighbour (advise's and the fit search's compiles);
-        their Outcomes in order. Blocks."""
+        their Outcomes in order. Blocks. With `generation`: a UserError once the model has changed since."""
         boxes = []
         with self._lock:
+            if generation is not None and generation != self.generation:
+                raise UserError("the explorer moved to another model; ask again")
             for label, opts in items:
                 box: dict = {}
                 self._side.append((sweep.Job(label, self.model, opts), box))
@@ -259,7 +269,8 @@ class Explorer:
             return job, ("side", box)
         if nxt is not None:
             return nxt
-        points = [self.points[k] for kind, k in self._inflight.values() if kind == "point"]
+        points = [self.points[k] for kind, k, gen in self._inflight.values()
+                  if kind == "point" and gen == self.generation and k in self.points]
         if any(p.asked for p in points):
             return None   # idle means idle: a neighbour would slow the compile a client waits for (a core each)
         neighbours = len(points)
@@ -280,8 +291,8 @@ class Explorer:
                     nxt = self._next_job()
                     if nxt is None:
                         break
-                    job, owner = nxt
-                    self._inflight[id(job)] = owner
+                    job, (kind, what) = nxt
+                    self._inflight[id(job)] = (kind, what, self.generation)
                     self._pool.submit(job)
                 if self._stopping:
                     return
@@ -297,9 +308,11 @@ class Explorer:
             owner = self._inflight.pop(id(out.job), None)
             if owner is None:
                 return
-            kind, what = owner
+            kind, what, gen = owner
             if kind == "side":
                 what["out"] = out
+            elif gen != self.generation:
+                pass   # a point of the model before a switch: its worker is free again, its answer unwanted
             else:
                 p = self.points[what]
                 p.seconds = out.seconds
@@ -312,6 +325,22 @@ class Explorer:
                     p.status, p.error = "error", out.error or "the compile failed"
                 if p.status == "exact" and p.asked and p.key == (self._asked[-1] if self._asked else None):
                     self._queue_neighbours(p)   # now that its batch and sequence are known
+            self._lock.notify_all()
+
+    def use(self, model, start: AnalyzeOptions, seq_arg: str | None) -> None:
+        """Explore `model` from `start` from now on, on the same workers (the model picker: no restart). The
+        points asked so far are dropped (they were the other model's); a compile of the old model still running
+        finishes on its worker and is ignored; advise's and the fit search's compiles still waiting fail."""
+        digest = model_digest(model)
+        with self._lock:
+            self.generation += 1
+            self.model, self.start, self.seq_arg, self._model_digest = model, query.canonical(start), seq_arg, digest
+            self.points, self._asked, self._durations = {}, [], []
+            self._urgent.clear()
+            self._idle.clear()
+            for job, box in self._side:
+                box["out"] = sweep.Outcome(job, None, "the explorer moved to another model", "failed")
+            self._side.clear()
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -364,19 +393,38 @@ class Explorer:
     def fit(self, p: Point) -> dict:
         """The fit search's largest batch at `p`'s other options (compare --find-batch's search, its
         probes compiled on this pool)."""
-        find = compare.Find("batch")
-        s = compare._RowSearch(0, {}, dataclasses.replace(p.opts, batch=None), find)   # one row's search
+        return self._search(compare.Find("batch"), dataclasses.replace(p.opts, batch=None), "max_batch")
+
+    def fit_seq(self, p: Point) -> dict:
+        """The longest sequence that fits at `p`'s other options, its batch included (compare --find-seq's
+        search over the model's sequence argument, in steps of SEQ_GRANULE and of the chunked loss's tiles)."""
+        if not self.seq_arg:
+            raise UserError(f"{self.model} takes no sequence-length argument: there is no sequence to search")
+        args = dict(p.opts.model_args)
+        tiles = args.get("vocab_tiles")
+        granule = math.lcm(SEQ_GRANULE, tiles if isinstance(tiles, int) and not isinstance(tiles, bool)
+                           and tiles > 0 else 1)
+        opts = dataclasses.replace(p.opts, model_args=tuple(sorted((k, v) for k, v in args.items()
+                                                                  if k != self.seq_arg)))
+        out = self._search(compare.Find("seq", arg=self.seq_arg, granule=granule), opts, "max_seq")
+        out["arg"] = self.seq_arg
+        return out
+
+    def _search(self, find: compare.Find, opts: AnalyzeOptions, answer: str) -> dict:
+        """One fit search (compare's, as a row of its own), its probes compiled on this pool."""
+        s = compare._RowSearch(0, {}, opts, find)   # one row's search
+        gen = self.generation
         while True:
             nxt = [] if s.error is not None else s.search.propose()
             if not nxt:
                 break
-            outs = self.run_jobs([(f"fit {s.what(k)}", s.options(k)) for k in nxt])
+            outs = self.run_jobs([(f"fit {s.what(k)}", s.options(k)) for k in nxt], gen)
             for k, o in zip(nxt, outs, strict=True):
                 s.record(k, o)
         cell = s.cell()
         if cell.search is None:
-            return {"max_batch": None, "error": cell.error, "search": None}
-        return {"max_batch": cell.search.answer, "capped": cell.search.capped, "margin": cell.search.margin,
+            return {answer: None, "error": cell.error, "search": None}
+        return {answer: cell.search.answer, "capped": cell.search.capped, "margin": cell.search.margin,
                 "search": cell.search.to_json(), "error": None}
 
 

@@ -154,6 +154,10 @@ def _report(opts: AnalyzeOptions, kind: str, arg: str | None, x: int, used: list
         "model": nearest.model,
         "options": options,
         "sequence_length": x if kind == "seq" else nearest.sequence_length,
+        # the parameters are the neighbours' (a batch or sequence move changes none)
+        "param_count": nearest.param_count,
+        "trainable_param_count": nearest.trainable_param_count,
+        "frozen_param_count": nearest.frozen_param_count,
         "tokens_per_step": _tokens(nearest, kind, arg, x),
         "step_time": step,
         "predicted_from": [_source(k, kind, arg) for k in used],

@@ -12,7 +12,8 @@ options that take a path (--rules) and the switch that bypasses the cache (--no-
 the starting point's values, and so are the model's text arguments (a workload may open a path it is
 given); numbers and booleans, which no workload can take for a file, move freely.
 
-A leaf like jaxmem.program.values: no jax, no click.
+Jax-free itself; the model's closed lists of text values come from jaxmem.explore.modelargs (which reads a
+config.json through jaxmem.hf).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from jaxmem import precheck
 from jaxmem.errors import UserError, did_you_mean
+from jaxmem.explore import modelargs
 from jaxmem.program import values
 from jaxmem.program.options import AnalyzeOptions, Flag, command_line, flagged, parse_pair
 
@@ -77,7 +79,7 @@ def parse(params: dict[str, list[str]], start: AnalyzeOptions, model: str) -> An
             raise BadQuery(f"{key} is given {len(given)} times; give it once")
         text = given[0]
         if key.startswith(ARG_PREFIX):
-            _arg(key[len(ARG_PREFIX):], text, args, dict(start.model_args))
+            _arg(key[len(ARG_PREFIX):], text, args, dict(start.model_args), model)
             continue
         if key not in FLAGS:
             known = [*FLAGS, "arg.NAME"]
@@ -108,9 +110,10 @@ def parse(params: dict[str, list[str]], start: AnalyzeOptions, model: str) -> An
     return opts
 
 
-def _arg(name: str, text: str, args: dict[str, Any], start: dict[str, Any]) -> None:
+def _arg(name: str, text: str, args: dict[str, Any], start: dict[str, Any], model: str) -> None:
     """arg.NAME=VALUE, read as --arg NAME=VALUE is (numbers as numbers, true/false/none); an empty value
-    drops the argument (the workload's default). Text values are pinned to the starting point's."""
+    drops the argument (the workload's default). Text values are pinned to the starting point's, except one of
+    the argument's own closed list of values (jaxmem.explore.modelargs: attention=xla, preset=tiny)."""
     if not name.isidentifier():
         raise BadQuery(f"arg.{name}: {name!r} is not an argument name; give arg.NAME=VALUE, e.g. arg.seq_len=4096")
     if text == "":
@@ -120,7 +123,7 @@ def _arg(name: str, text: str, args: dict[str, Any], start: dict[str, Any]) -> N
         args.pop(name, None)
         return
     _, value = parse_pair(f"{name}={text}")
-    if isinstance(value, str) and value != start.get(name):
+    if isinstance(value, str) and value != start.get(name) and not modelargs.allowed_text(model, name, value):
         given = f" (it was {start[name]!r})" if name in start else ""
         raise BadQuery(f"arg.{name}={text!r}: text arguments are fixed for this explorer{given}, as a workload may "
                        f"read a file they name; numbers and true/false may change. Restart `jaxmem explore` with "

@@ -13,6 +13,8 @@ Routes (docs/explore.md; the page and scripts both use them):
   GET /api/points              the points asked for so far, oldest first
   GET /api/advise?<options>    advise's ranked changes at that point (&wait=1 blocks)
   GET /api/fit?<options>       the fit search's largest batch at that point (&wait=1 blocks)
+  GET /api/fit_seq?<options>   the longest sequence that fits at that point (&wait=1 blocks)
+  GET /api/models              the models the picker offers;  GET /api/model?path=P  switch to one
   GET /api/save?<options>&format=json|html|png   the exact point's report as a download
 A value the CLI refuses is a 400 with the CLI's message; an unknown parameter a 400 naming it.
 """
@@ -41,6 +43,7 @@ from typing import Any
 
 from jaxmem.errors import UserError
 from jaxmem.explore import controls as controls_mod
+from jaxmem.explore import models as models_mod
 from jaxmem.explore import query
 from jaxmem.explore.points import Explorer, Point
 from jaxmem.plan import advise as advise_mod
@@ -151,6 +154,25 @@ class App:
         p = self.explorer.point(self._opts(params))
         return self._background("fit", p, self.explorer.fit, self._flag(params, "wait") not in (None, "", "0"))
 
+    # the longest sequence that fits, and the model picker (jaxmem.explore.models)
+    def fit_seq(self, params: dict[str, list[str]]) -> dict:
+        p = self.explorer.point(self._opts(params))
+        return self._background("fit_seq", p, self.explorer.fit_seq, self._flag(params, "wait") not in (None, "", "0"))
+
+    def models(self, params: dict[str, list[str]]) -> dict:
+        self._no_params(params, "models")
+        return models_mod.listing(self.explorer)
+
+    def model(self, params: dict[str, list[str]]) -> dict:
+        try:
+            out = models_mod.switch(self.explorer, self._flag(params, "path") or "")
+        except UserError as e:
+            raise _Reply(400, {"error": str(e)}) from None
+        with self._jobs_lock:
+            self._jobs.clear()   # searches and refusals remembered by point: the other model's
+        getattr(self, "_admitted", {}).clear()
+        return out
+
     def save(self, params: dict[str, list[str]]) -> tuple[bytes, str, str]:
         fmt = self._flag(params, "format") or "json"
         if fmt not in SAVE_FORMATS:
@@ -176,7 +198,7 @@ class App:
 
 
 Response = tuple[int, bytes, str, dict[str, str]]   # status, body, Content-Type, more headers
-ROUTES = ("answer", "controls", "points", "advise", "fit")
+ROUTES = ("answer", "controls", "points", "advise", "fit", "fit_seq", "models", "model")
 
 
 def _json(status: int, body: Any) -> Response:
