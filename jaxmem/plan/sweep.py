@@ -39,6 +39,7 @@ from jaxmem import env as env_mod
 from jaxmem import scratch, session
 from jaxmem.errors import UserError
 from jaxmem.pipeline import analyze_model
+from jaxmem.plan import ray_start
 from jaxmem.program import layouts
 
 if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
@@ -180,15 +181,24 @@ class _Worker:
             except OSError:
                 kill = True
         if kill and self.proc.poll() is None:
-            self.proc.kill()
+            _kill_group(self.proc)
         try:
             self.proc.wait(timeout=10)
         except Exception:  # noqa: BLE001 -- not gone in 10 s (TimeoutExpired), or any other failure: killed
-            self.proc.kill()
+            _kill_group(self.proc)
             self.proc.wait()
         for c in (self.jobs, self.results):
             c.close()
         self.log.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the worker's process group (its own session): its compile child goes at the same moment,
+    not a moment after through PR_SET_PDEATHSIG -- nothing outlives a stopped explorer or sweep."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (AttributeError, OSError):   # not POSIX, or the group is gone already
+        proc.kill()
 
 
 class LocalPool:
@@ -340,15 +350,15 @@ class RayPool:
         address = address or os.environ.get("RAY_ADDRESS") or None
         runtime_env = {"env_vars": env}
         self._owns = not ray.is_initialized()
+        self._temp_dir: str | None = None
         if self._owns:
             if address:
                 env_mod.check_ray_address(address, option)   # malformed or unreachable: minutes in ray.init
                 _bounded(lambda: ray.init(address=address, runtime_env=runtime_env, log_to_driver=False,
                                           logging_level=logging.ERROR),
                          env_mod.RAY_INIT_S, f"{option} {address!r}")
-            else:
-                ray.init(num_cpus=n_workers or default_jobs(), include_dashboard=False, log_to_driver=False,
-                         runtime_env=runtime_env, configure_logging=False)
+            else:   # its sockets under a short folder of its own, whatever TMPDIR is
+                self._temp_dir = ray_start.init_local(ray, n_workers or default_jobs(), runtime_env)
         # one CPU per task: a compile is single-threaded enough, and the cluster's CPUs bound the parallelism
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_run)
         self._refs: dict = {}
@@ -387,6 +397,7 @@ class RayPool:
         self._refs = {}
         if self._owns:
             self._ray.shutdown()
+            ray_start.remove(self._temp_dir)
 
 
 def _worker_env() -> dict[str, str]:
