@@ -24,4 +24,5 @@ from jaxmem.report import Report, ReportWarning  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["REMAT_POLICIES", "Advice", "AnalyzeOptions", "Report", "ReportWarning", "Rows", "UserError", "Workload",
-           "__version__", "advise", "analyze", "choose_preset", "compare", "explore", "remat_policy"]
+           "__version__", "advise", "analyze", "choose_preset", "compare", "equinox_workload", "explore",
+           "remat_policy"]

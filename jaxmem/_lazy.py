@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-LAZY = {"Advice": "jaxmem.plan.advise", "Rows": "jaxmem.plan.compare", "AnalyzeOptions": "jaxmem.program.options"}
+LAZY = {"Advice": "jaxmem.plan.advise", "Rows": "jaxmem.plan.compare", "AnalyzeOptions": "jaxmem.program.options",
+        "equinox_workload": "jaxmem.program.equinox"}
 
 
 def __getattr__(name: str):

@@ -61,7 +61,10 @@ def lower(built: BuiltStep):
     except UserError:  # raised by the model's checked loss/step (Workload.checked): already names the culprit
         raise
     except Exception as e:  # noqa: BLE001 -- any failure to trace is the model's, explained as a user error
-        raise UserError(trace_error(e, explicit=_explicit(built.mesh))) from None
+        changed = "; ".join(built.changed)   # what jaxmem changed in the model's program: the likely cause
+        raise UserError(trace_error(e, explicit=_explicit(built.mesh))
+                        + (f" [jaxmem changed the model's program before this error: {changed}]" if changed else "")) \
+            from None
 
     built.constraints = sharding.model_constraints(traced.jaxpr)   # what the model constrained itself
     built.captured = constants.captured(traced.jaxpr)   # the tables it closed over, before the arrays go

@@ -62,6 +62,7 @@ class BuiltStep:
     captured: tuple = ()   # filled when the step is traced: its large constants (jaxmem.program.constants)
     lora_skipped: dict = dataclasses.field(default_factory=dict)   # --lora: modules left without an adapter, why
     trainable_source: str | None = None   # what chose the trainable leaves (None: a custom step's own state)
+    changed: tuple[str, ...] = ()   # what jaxmem changed in the model's program, and the flag that undoes it
     # every logical name the parameters carry and the step's constraints use -> where (rules.logical_rules)
     names_used: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
@@ -209,7 +210,36 @@ def build(p: StepPlan, mesh) -> BuiltStep:
                      trace_context=functools.partial(sharding.step_tracing, mesh, sharding.activation_rules(p.rules),
                                                      used, check), names_used=used,
                      logical_names=tuple(sorted(names)), calls=log, schedule=schedule,
-                     trainable_source=st.trainable_source, lora_skipped=st.lora_skipped)
+                     trainable_source=st.trainable_source, lora_skipped=st.lora_skipped,
+                     changed=changes(wl, opts))
+
+
+def changes(wl: Workload, opts: StepOptions) -> tuple[str, ...]:
+    """What jaxmem changed in the model's program (its code runs changed), each with the flag that undoes
+    it: an error raised inside the user's code names them (compiled.lower), as the likely cause."""
+    ft = opts.finetune
+    out = []
+    if opts.precision in ("bf16", "fp8"):
+        out.append(f"--precision {opts.precision} cast the parameters and the batch's floats to bf16 for compute "
+                   "(state created inside the model, such as a scan's carry, stays as the model makes it: "
+                   "--precision fp32 runs the model as written)")
+    elif opts.precision == "bf16-pure":
+        out.append("--precision bf16-pure stores and computes every parameter in bf16 (--precision fp32 runs the "
+                   "model as written)")
+    if opts.precision == "fp8":
+        out.append("--precision fp8 runs the dense/einsum matmuls through qwix's FP8 (--precision bf16 drops it)")
+    if ft.lora_rank:
+        out.append(f"--lora {ft.lora_rank} put qwix's LoRA adapters under the model's dense/einsum/conv calls "
+                   "(drop --lora)")
+    if ft.base_dtype is not None:
+        base = "--base-dtype" if ft.base_dtype != "bf16" else "the frozen base"
+        out.append(f"{base} {ft.base_dtype}: the frozen weights stored as {ft.base_dtype} (a checkpoint's bf16 "
+                   "is kept: --base-dtype sets another)")
+    if wl.remat_at is not None:
+        out.append(f"--remat-at {wl.remat_at!r} wrapped the matching module calls in a checkpoint (drop --remat-at)")
+    if opts.accum > 1:
+        out.append(f"--accum {opts.accum} runs the loss on {opts.accum} microbatches in a scan (drop --accum)")
+    return tuple(out)
 
 
 def loss_function(wl: Workload, st: state.AbstractState, opts: StepOptions, mesh, mesh_spec, *,
@@ -383,7 +413,7 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
     donated = wl.donate and opts.donate
     notes = [] if donated else ["state not donated (Workload(donate=False) or --no-donate)"]
     return BuiltStep(step, (a_state, a_batch), (0,) if donated else (), leaves, issues, mesh, donated, notes,
-                     None, calls=log)
+                     None, calls=log, changed=changes(wl, opts))
 
 
 def check_donation(built: BuiltStep, copied_bytes: int) -> list[ReportWarning]:

@@ -159,6 +159,9 @@ class Workload:
             return
         if self.model is None:
             raise UserError(f"{source}: Workload has neither `model=` nor `step=`.")
+        if is_equinox_module(self.model):
+            raise UserError(f"{source}: Workload(model=...) is an equinox.Module ({type(self.model).__name__}); "
+                            f"model= takes Flax modules. {EQUINOX_RECIPE}")
         wrapped = wrapped_linen_module(self.model)
         if wrapped is not None:
             raise UserError(f"{source}: Workload(model=...) is a {type(self.model).__name__}, a library's wrapper "
@@ -224,6 +227,18 @@ class Workload:
 
         checked_loss.__dict__["_jaxmem_checked"] = True
         return dataclasses.replace(self, loss=checked_loss)
+
+
+EQUINOX_RECIPE = (
+    "An Equinox model goes through jaxmem.equinox_workload(model, loss, optimizer, batch), which builds its training "
+    "step: `def workload(): model = eqx.filter_eval_shape(MyModel, key=jax.random.key(0)); return "
+    "jaxmem.equinox_workload(model, loss_fn, optax.adamw(3e-4), batch)`, loss_fn(model, batch) -> scalar "
+    "(docs/model-files.md, \"Equinox and plain JAX\")")
+
+
+def is_equinox_module(obj: Any) -> bool:
+    """`obj` is an equinox.Module (told by its classes: equinox is not imported for it)."""
+    return any(c.__module__.split(".")[0] == "equinox" and c.__name__ == "Module" for c in type(obj).__mro__)
 
 
 def _flax_classes(obj: Any) -> set[str]:
