@@ -62,7 +62,7 @@ def main():
 
 @main.command()
 @step_options
-@cli_params.fields("microbatches", "mem_fraction", "top", "module_depth", "explain", "cache")
+@cli_params.fields("microbatches", "mem_fraction", "allocator", "top", "module_depth", "explain", "cache")
 @click.option("--timings", "with_timings", is_flag=True, help="With --json: include this run's timings (they "
               "differ run to run; without them a cached answer's JSON equals a fresh one's byte for byte).")
 @cli_params.side_outputs("Write a self-contained HTML report.", "Write the memory curve as a PNG.")
@@ -126,6 +126,7 @@ def analyze(as_json, with_timings, html_path, png_path, **kw):
               "(none: the precision's; rows without LoRA keep it).")
 @cli_params.MICROBATCHES_GRID
 @field_option("mem_fraction")
+@field_option("allocator")
 @click.option("--find-batch", is_flag=True, help="Find, per row, the largest global batch that fits (a multiple of "
               "the data-parallel devices x --accum).")
 @click.option("--find-seq", "find_seq", metavar="ARG", default=None, help="Find, per row, the largest value of the "
@@ -273,7 +274,7 @@ def doctor(as_json, require_gpu, no_smoke, no_compile):
 
 @main.command()
 @step_options
-@cli_params.fields("microbatches", "mem_fraction")
+@cli_params.fields("microbatches", "mem_fraction", "allocator")
 @click.option("--all", "always", is_flag=True,
               help="Search even when the step fits as given (faster or roomier settings).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=None,
@@ -318,7 +319,7 @@ def advise(as_json, always, n_jobs, change_kinds, **kw):
 
 @main.command()
 @step_options(json=False)
-@cli_params.fields("microbatches", "mem_fraction", "top", "module_depth", "explain", "cache")
+@cli_params.fields("microbatches", "mem_fraction", "allocator", "top", "module_depth", "explain", "cache")
 @cli_params.serving_options
 def explore(port, no_browser, n_jobs, executor, ray_address, **kw):
     """A local page of what-ifs on MODEL_FILE's step from the options given, every number the compiler's:

@@ -126,6 +126,8 @@ class Choices(TypedDict, total=False):
     base_dtype_why: str                # ... what decided it (only with --lora)
     mem_fraction: float | None         # JAX's share of the card (None: no fixed memory, an attached GPU's limit)
     mem_fraction_why: str              # what set it: JAX's default, --mem-fraction, the environment
+    allocator: str                     # "bfc" | "platform" | "cuda_async": the allocator the run uses (allocator.py)
+    allocator_why: str                 # what set it (--allocator, the environment, JAX's default); what can fail
     # where each choice above came from, by its name: "user" (a flag or environment variable the user gave),
     # "model" (the model's own code or config file) or "default" (jaxmem's guess)
     sources: dict[str, str]
@@ -252,6 +254,7 @@ WARNING_KINDS: dict[str, str] = {
     "not_donated": "the state is copied, not updated in place (donate it)",
     "runtime_out_of_pool": "the CUDA context and NCCL's communicators need more than JAX's pool leaves on the card",
     "verdict_tight": "the verdict hangs on an estimated runtime term (NCCL, allocator): fits at the low end only",
+    "allocator_above_threshold": "cuda_async: the peak is above the release threshold: it runs, failing intermittently",
     "gradients_not_split": "--no-explain: gradients are not told apart from the other temporaries",
     "xla_remat_failed": "XLA:GPU's rematerialization could not bring the program under its memory limit",
     "compile_fallback": "the compile deviated from the default pipeline (no Triton GEMM tiling, an older jax)",
@@ -404,6 +407,12 @@ class Report:
     # made from concrete values), by shape and dtype: `count`, `bytes` captured, `modules` that read them,
     # `device_bytes` XLA keeps in device memory (in breakdown.constants) and `on_device`. Only where any.
     constants: tuple[dict[str, Any], ...] = ()
+    # The memory fractions the step fits at (jaxmem.compiler.runtime.band): floor = what the pool must hold (the
+    # peak, in-pool terms at their high end) / the card, rounded up; ceiling = what the card leaves once the memory
+    # outside the pool is resident (at its high end) / the card, rounded down. floor > ceiling: no fraction fits.
+    # None on CPU, for an attached GPU's fixed limit, and in reports written before the band.
+    fraction_floor: float | None = None
+    fraction_ceiling: float | None = None
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

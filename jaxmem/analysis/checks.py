@@ -60,8 +60,8 @@ def _seq_len(m: Measured) -> int | None:
 
 CHECKS: tuple[Check, ...] = (
     Check(("not_donated",), lambda m: step.check_donation(m.built, m.stats.output - m.stats.alias)),
-    Check(("runtime_out_of_pool", "verdict_tight"), lambda m: runtime.verdict_warnings(m.target, m.rt, m.budget,
-                                                                                       m.verdict)),
+    Check(("runtime_out_of_pool", "verdict_tight", "allocator_above_threshold"),
+          lambda m: runtime.verdict_warnings(m.target, m.rt, m.budget, m.verdict)),
     Check(("gradients_not_split",), lambda m: explain.check_gradients_split(m.ex is not None, m.stats.temp,
                                                                            m.state.gradients)),
     Check(("xla_remat_failed", "compile_fallback"), lambda m: compiled.check_compile(m.stats)),

@@ -76,7 +76,12 @@ def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | No
     _base(out, src, opts, wl, planned, leaves)
     out["mem_fraction"] = budget.fraction
     out["mem_fraction_why"] = budget.note
-    src["mem_fraction"] = "user" if "--mem-fraction" in budget.note or "XLA_" in budget.note else "default"
+    a = getattr(budget, "allocator", None)   # the allocator the run uses (jaxmem.compiler.allocator; None off a card)
+    if a is not None:
+        out["allocator"], out["allocator_why"] = a.kind, a.why
+        src["mem_fraction"], src["allocator"] = a.fraction_source, a.kind_source
+    else:
+        src["mem_fraction"] = "user" if "--mem-fraction" in budget.note or "XLA_" in budget.note else "default"
     out["sources"] = src
     return report.Choices(**out)   # type: ignore[typeddict-item]
 

@@ -233,7 +233,7 @@ def measure(c: Compiled) -> Measured:
     t_decoded = time.perf_counter()  # reading the dump + attribution
     breakdown = _breakdown(state, stats, ex, rt)
     peak = stats.lower_bound + rt.in_pool_bytes
-    bud = runtime.budget(target, p.opts.mem_fraction, rt)
+    bud = runtime.budget(target, p.opts.mem_fraction, rt, allocator=p.opts.allocator)
     host = train_state.host_bytes(state, stats.host_temp, p.opts.remat)
     verdict = runtime.judge(bud, stats.lower_bound, rt)   # fits / tight / does_not_fit, over the runtime's ranges
     if verdict.fits and not targets.host_fits(host, target.gpu):
@@ -297,6 +297,8 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         logical_names=built.logical_names,
         fits=m.fits,
         headroom_bytes=None if usable is None else usable - m.peak,
+        **dict(zip(("fraction_floor", "fraction_ceiling"), runtime.band(m.budget, stats.lower_bound, m.rt),
+                   strict=True)),
         warnings=warnings,
         top_buffers=tuple(ex.top) if ex is not None else (),
         modules=tuple(ex.modules) if ex is not None else (),

@@ -26,9 +26,10 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from jaxmem.compiler import allocator as alloc_mod
 from jaxmem.compiler import calibration, targets
+from jaxmem.compiler.allocator import Allocator
 from jaxmem.compiler.targets import CATALOGUE, GpuSpec, Target, card_of
-from jaxmem.errors import UserError
 from jaxmem.report import ReportWarning
 from jaxmem.xla.collectives import collectives
 
@@ -387,52 +388,47 @@ class Budget:
     note: str
     out_of_pool_room: int | None    # what the pool leaves on the card for the out-of-pool terms
     out_of_pool_fits: bool = True
-    # how the pool is sized, for judging at each end of the runtime's ranges (judge): "prealloc" (total x
-    # fraction, reserved at start), "grow" (the same cap, on demand), "platform" (on demand from the whole
-    # card), "fixed" (an attached GPU's bytes_limit); None on CPU
+    # how the pool is sized, for judging at each end of the runtime's ranges (judge): "prealloc" (BFC, total x
+    # fraction reserved at start), "grow" (BFC, the same cap, on demand), "platform" (on demand from the whole
+    # card), "async" / "async_grow" (cuda_async: total x fraction is a release threshold, not a cap; reserved at
+    # start or not), "fixed" (an attached GPU's bytes_limit); None on CPU (jaxmem.compiler.allocator)
     mode: str | None = None
     total_bytes: int | None = None
     fraction: float | None = None
+    allocator: Allocator | None = None
 
 
-def budget(target: Target, mem_fraction: float | None, rt: Runtime) -> Budget:
-    """How JAX sizes its pool (XLA's GPU client: pool = total x fraction, preallocated by
-    default), and whether the runtime's out-of-pool terms fit beside it."""
+def budget(target: Target, mem_fraction: float | None, rt: Runtime, *, allocator: str | None = None,
+           env: Mapping[str, str] | None = None) -> Budget:
+    """How JAX sizes its pool under the allocator the run uses (jaxmem.compiler.allocator: --allocator and
+    --mem-fraction, else the environment's XLA_PYTHON_CLIENT_* variables, else JAX's preallocated BFC at
+    0.75), and whether the runtime's out-of-pool terms fit beside it."""
 
     total = target.memory_bytes
     if total is None:
         return Budget(None, "CPU: no fixed device memory; the OS decides", None)
     if target.gpu.startswith("local:"):
         return Budget(total, "the allocator's bytes_limit on this GPU", None, mode="fixed", total_bytes=total)
-    oop = rt.out_of_pool_bytes
-    alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
-    if alloc == "platform":
-        usable, room, fits = pool_budget(total, 1.0, oop, platform=True)
-        return Budget(usable, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card, "
-                      "less the runtime's memory outside the pool", room, fits, "platform", total, 1.0)
-    if mem_fraction is not None:
-        if not 0 < mem_fraction <= 1:
-            raise UserError(f"--mem-fraction {mem_fraction}: must be in (0, 1]")
-        frac, note = mem_fraction, f"--mem-fraction {mem_fraction}"
-    else:
-        frac, note = targets.usable_fraction()
-    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
-    usable, room, fits = pool_budget(total, frac, oop, prealloc=prealloc)
-    return Budget(usable, note, room, fits, "prealloc" if prealloc else "grow", total, frac)
+    a = alloc_mod.read(os.environ if env is None else env, allocator, mem_fraction)
+    usable, room, fits = pool_budget(total, a.fraction, rt.out_of_pool_bytes, mode=a.mode)
+    return Budget(usable, a.note, room, fits, a.mode, total, a.fraction, a)
 
 
-def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True,
-                platform: bool = False) -> tuple[int, int, bool]:
+def pool_budget(total: int, frac: float, oop: int, *, prealloc: bool = True, platform: bool = False,
+                mode: str | None = None) -> tuple[int, int, bool]:
     """(usable bytes, the room the pool leaves on the card, whether the out-of-pool terms fit in it)
     for a card of `total` bytes, JAX's memory fraction `frac` and `oop` bytes of runtime memory
-    outside the pool. `compare --from` re-judges saved rows with it."""
-    if platform:   # on-demand allocation from the whole card
+    outside the pool; `mode` (Budget.mode) over `prealloc` / `platform`. `compare --from` re-judges
+    saved rows with it. Under cuda_async the usable bytes are the release threshold: what a step can
+    hold without memory going back to the driver between steps."""
+    mode = mode or ("platform" if platform else "prealloc" if prealloc else "grow")
+    if mode == "platform":   # on-demand allocation from the whole card
         return total - oop, total - oop, oop <= total
     pool = int(total * frac)
-    if prealloc:
+    if mode in ("prealloc", "async"):
         # The pool is reserved at start-up; the context and NCCL's buffers must fit in what is left.
         return pool, total - pool, oop <= total - pool
-    # Grown on demand up to the same cap: the runtime's memory and the pool share the card.
+    # Grown on demand up to the same cap (threshold): the runtime's memory and the pool share the card.
     usable = min(pool, total - oop)
     return usable, total - usable, oop <= total
 
@@ -463,8 +459,13 @@ class Verdict:
         return dataclasses.replace(self, verdict="does_not_fit", terms=())
 
 
+ASYNC_MODES, ABOVE_THRESHOLD = alloc_mod.ASYNC_MODES, alloc_mod.ABOVE_THRESHOLD
+
+
 def _margins(bud: Budget, xla_peak: int, rt: Runtime, end: str) -> tuple[int, int]:
-    """(pool margin, out-of-pool margin) with every runtime term at `end`; an unconstrained side is huge."""
+    """(pool margin, out-of-pool margin) with every runtime term at `end`; an unconstrained side is huge.
+    Under cuda_async the pool margin is the release threshold's and the other what the card has left once
+    the pool (the threshold reserved, or the peak where it is higher) and the out-of-pool terms are resident."""
     assert bud.total_bytes is not None and bud.usable_bytes is not None
     total = bud.total_bytes
     peak = xla_peak + rt.in_pool_at(end)
@@ -476,6 +477,8 @@ def _margins(bud: Budget, xla_peak: int, rt: Runtime, end: str) -> tuple[int, in
         return total - oop - peak, free
     assert bud.fraction is not None
     pool = int(total * bud.fraction)
+    if bud.mode in ASYNC_MODES:
+        return pool - peak, total - (max(pool, peak) if bud.mode == "async" else peak) - oop
     if bud.mode == "grow":   # the pool grows on demand up to its cap; the runtime takes its share first
         return min(pool, total - oop) - peak, total - oop
     return pool - peak, (total - pool) - oop
@@ -483,13 +486,21 @@ def _margins(bud: Budget, xla_peak: int, rt: Runtime, end: str) -> tuple[int, in
 
 def judge(bud: Budget, xla_peak: int, rt: Runtime) -> Verdict:
     """The verdict for XLA's `xla_peak` (its lower bound, without the runtime's in-pool terms) in the
-    budget `bud`, judged with the runtime's terms at the low end, the estimate and the high end."""
+    budget `bud`, judged with the runtime's terms at the low end, the estimate and the high end.
+    Under cuda_async a peak above the release threshold is never "fits": "tight" where the card holds
+    it beside the out-of-pool terms (it runs, and fails intermittently), else "does_not_fit"."""
     if bud.usable_bytes is None or bud.total_bytes is None:
         return Verdict(None, None, {})
     at = {end: _margins(bud, xla_peak, rt, end) for end in ENDS}
     margins = {end: min(m) for end, m in at.items()}
     pool_m, out_m = at["estimate"]
     side = "pool" if pool_m <= out_m else "outside"
+    if bud.mode in ASYNC_MODES and at["high"][0] < 0 and at["low"][1] >= 0:
+        above = {"name": ABOVE_THRESHOLD, "low_bytes": int(bud.total_bytes * (bud.fraction or 0)),
+                 "bytes": xla_peak + rt.in_pool_at("estimate"), "high_bytes": xla_peak + rt.in_pool_at("high")}
+        hangs = tuple({"name": t.name, "low_bytes": t.low_bytes, "bytes": t.bytes, "high_bytes": t.high_bytes}
+                      for t in rt.terms if t.estimated and not t.in_pool) if at["high"][1] < 0 else ()
+        return Verdict("tight", margins["estimate"], margins, "pool", (above, *hangs))
     if margins["high"] >= 0:
         return Verdict("fits", margins["estimate"], margins, side)
     if margins["low"] < 0:
@@ -499,11 +510,34 @@ def judge(bud: Budget, xla_peak: int, rt: Runtime) -> Verdict:
     cands = [t for t in rt.terms if t.estimated and ("pool" if t.in_pool else "outside") in sides]
     # the terms that alone, at their high end (the others low), would make it not fit; else all of them
     alone = [t for t in cands if min(_margins(bud, xla_peak, _only_high(rt, t), "low")) < 0]
-    hangs = sorted(alone or cands, key=lambda t: -(t.at("high") - t.at("low")))
+    hangs_on = sorted(alone or cands, key=lambda t: -(t.at("high") - t.at("low")))
     side = "pool" if "pool" in sides and "outside" not in sides else "outside" if "pool" not in sides else side
     return Verdict("tight", margins["estimate"], margins, side,
                    tuple({"name": t.name, "low_bytes": t.low_bytes, "bytes": t.bytes, "high_bytes": t.high_bytes}
-                         for t in hangs))
+                         for t in hangs_on))
+
+
+def band(bud: Budget, xla_peak: int, rt: Runtime) -> tuple[float | None, float | None]:
+    """The memory fractions the step fits at, (floor, ceiling): floor = what the pool must hold (XLA's peak and
+    the in-pool terms at their high end) over the card, rounded up; ceiling = what the card leaves once the
+    memory outside the pool is resident at its high end, over the card, rounded down (4 decimals). floor >
+    ceiling: no fraction fits. (None, None) where no fraction applies (CPU, an attached GPU's fixed limit)."""
+    total = bud.total_bytes
+    if total is None or bud.mode in (None, "fixed"):
+        return None, None
+    need = xla_peak + rt.in_pool_at("high")
+    leaves = max(total - rt.out_of_pool_at("high"), 0)
+    return math.ceil(need * 10_000 / total) / 10_000, math.floor(leaves * 10_000 / total) / 10_000
+
+
+def band_of_report(r) -> tuple[float | None, float | None]:
+    """band() of a saved Report (its peak, runtime terms and card): rows re-judged without a compile."""
+    t = r.target
+    if t.memory_bytes is None or t.gpu.startswith("local:"):
+        return None, None
+    rt = Runtime.from_json(r.runtime or {})
+    bud = Budget(t.usable_bytes, t.usable_note, None, mode="prealloc", total_bytes=t.memory_bytes)
+    return band(bud, r.per_device_peak_bytes - rt.in_pool_bytes, rt)
 
 
 def _only_high(rt: Runtime, term: Term) -> Runtime:
@@ -522,14 +556,20 @@ def _gib(n: int) -> str:
 
 
 def verdict_warnings(target: Target, rt: Runtime, bud: Budget, v: Verdict) -> list:
-    """The warnings a verdict's margins call for (kinds "runtime_out_of_pool" and "verdict_tight").
+    """The warnings a verdict's margins call for (kinds "runtime_out_of_pool", "verdict_tight" and
+    "allocator_above_threshold").
 
     runtime_out_of_pool: the out-of-pool terms do not fit beside a preallocated pool even at the low
     end. verdict_tight: the answer hangs on estimated terms; names them and their ranges. A memory
     fraction the fix names is one that leaves room for the high end: never the value given."""
 
     out = []
-    if bud.mode == "prealloc" and bud.total_bytes and bud.fraction is not None and v.verdict is not None:
+    above = next((t for t in v.terms if t["name"] == ABOVE_THRESHOLD), None)
+    if above is not None and bud.total_bytes is not None:   # cuda_async: runs, fails intermittently
+        fractions = band(bud, above["high_bytes"] - rt.in_pool_at("high"), rt)
+        outside = (rt.out_of_pool_at("low"), rt.out_of_pool_at("high"))
+        out += alloc_mod.above_threshold(above, bud.note, bud.total_bytes, outside, fractions)
+    if bud.mode in ("prealloc", "async") and bud.total_bytes and bud.fraction is not None and v.verdict is not None:
         total, pool = bud.total_bytes, int(bud.total_bytes * bud.fraction)
         room = total - pool
         lo, hi = rt.out_of_pool_at("low"), rt.out_of_pool_at("high")
@@ -550,7 +590,7 @@ def verdict_warnings(target: Target, rt: Runtime, bud: Budget, v: Verdict) -> li
                 "verdict_tight", f"TIGHT: the pool leaves {_gib(room)} of the card ({bud.note}) for the runtime's "
                 f"memory outside it, {_gib(lo)}-{_gib(hi)}; the answer hangs on {named}. It fits at the low end, not "
                 f"at the high end: {fix}{nvls}", hi - room))
-    if v.verdict == "tight" and v.side == "pool":
+    if v.verdict == "tight" and v.side == "pool" and bud.mode not in ASYNC_MODES:
         named = ", ".join(f"{t['name']} {_gib(t['low_bytes'])}-{_gib(t['high_bytes'])}" for t in v.terms)
         short = -v.margins["high"]
         out.append(ReportWarning(

@@ -14,6 +14,7 @@ import math
 import os
 
 from jaxmem import env
+from jaxmem.compiler import allocator
 from jaxmem.compiler.catalogue import (  # noqa: F401  (the catalogue's names, re-exported where they were)
     _ALIASES,
     _COMPACT,
@@ -157,30 +158,14 @@ def ensure_host_devices(n: int) -> None:
 
 
 def usable_fraction() -> tuple[float, str]:
-    """The share of a card JAX's allocator may use, under the settings in force.
-
-    JAX's GPU memory docs: by default JAX preallocates 75% of the card; with the
-    BFC allocator that stays the limit when preallocation is off;
-    XLA_CLIENT_MEM_FRACTION (formerly XLA_PYTHON_CLIENT_MEM_FRACTION) changes the
-    share; XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on demand from the whole card.
-    """
-    alloc = os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower()
-    prealloc = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "true").lower() not in ("false", "0")
-    if alloc == "platform":
-        return 1.0, "XLA_PYTHON_CLIENT_ALLOCATOR=platform: on-demand allocation from the whole card"
-    # jaxlib 0.10.2 reads XLA_CLIENT_MEM_FRACTION, and the deprecated name as a fallback.
-    name = "XLA_CLIENT_MEM_FRACTION" if os.environ.get("XLA_CLIENT_MEM_FRACTION") else "XLA_PYTHON_CLIENT_MEM_FRACTION"
-    frac_env = os.environ.get(name)
-    if frac_env:
-        try:
-            frac = float(frac_env)
-        except ValueError:
-            raise UserError(f"{name}={frac_env!r} is not a number") from None
-        src = f"{name}={frac_env}"
-    else:
-        frac, src = 0.75, "JAX default: 75% of the card"
-    mode = "preallocated" if prealloc else "grown on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false)"
-    return frac, f"{src}, {mode}"
+    """The share of a card JAX's allocator may use, under the settings in force, and what set it
+    (jaxmem.compiler.allocator.read: JAX's GPU memory docs and jaxlib's xla_client.py). By default JAX
+    preallocates 75% of the card; with the BFC allocator that stays the limit when preallocation is off;
+    XLA_CLIENT_MEM_FRACTION (formerly XLA_PYTHON_CLIENT_MEM_FRACTION) changes the share; under cuda_async the
+    share is the pool's release threshold; XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates on demand from the
+    whole card (1.0)."""
+    a = allocator.read(os.environ)
+    return a.fraction, a.note
 
 
 # Every CPU report says which program it predicts (docs/how-it-works.md, "XLA:CPU's YNNPACK fusions").

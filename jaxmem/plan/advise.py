@@ -4,9 +4,11 @@ The changes users actually make, each a field of the analysis options
 (``dataclasses.replace(options, ...)``), on axes ordered from cheapest to dearest -- the free fixes
 first, more devices last:
 
-* fraction: a larger share of the card for JAX's pool (0.9, 0.95; JAX preallocates 75% by default),
-  set with XLA_PYTHON_CLIENT_MEM_FRACTION (the row names the variable): the same program, a larger
-  budget. Offered when --mem-fraction was not given (a share the user states is theirs to keep);
+* fraction: a larger share of the card for JAX's pool (0.9, 0.95, and the step's fraction floor; JAX
+  preallocates 75% by default), none above the step's fraction ceiling (the memory outside the pool
+  must fit: Report.fraction_ceiling), set with XLA_PYTHON_CLIENT_MEM_FRACTION (the row names the
+  variable): the same program, a larger budget. Offered when --mem-fraction was not given (a share the
+  user states is theirs to keep);
 * attention: cuDNN flash attention (``--arg attention=cudnn``, with the bf16 compute it needs) and
 * loss: a vocabulary-tiled cross-entropy (``--arg vocab_tiles=8``), each where the model's
   ``workload()`` takes that argument (named in its signature, or ``**kwargs``: then the probe

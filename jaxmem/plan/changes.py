@@ -12,13 +12,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jaxmem import hf
-from jaxmem.compiler import targets
+from jaxmem.compiler import allocator, targets
 from jaxmem.errors import UserError
 from jaxmem.plan import meshes
 from jaxmem.program import layouts
@@ -118,7 +119,7 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None,
     whether the model's workload() may take that argument (None: no model arguments are tried)."""
     spec = layouts.parse_mesh(base.mesh, base.axis_roles)
     out: dict[str, list] = {}
-    out["fraction"] = _fractions(base)
+    out["fraction"] = _fractions(base, report)
     args = dict(base.model_args)
     # a config.json decoder's default attention (auto) is cuDNN already wherever cuDNN takes the step at bf16
     # (jaxmem.hf.model.attention_choice): forcing it adds a compile of the program the precision change makes
@@ -172,18 +173,30 @@ def axes(base: AnalyzeOptions, global_batch: int | None, report=None,
     return {k: out[k] for k in CHANGES}
 
 
-def _fractions(base: AnalyzeOptions) -> list[float]:
+def _fractions(base: AnalyzeOptions, report=None) -> list[float]:
     """The memory fractions above the one in force, when the user did not state one (--mem-fraction), the
     pool is JAX's fraction of a catalogue card (not an attached GPU's bytes_limit, not the platform
-    allocator) and the environment's fraction reads (a bad one is the analysis's error to report)."""
-    if base.mem_fraction is not None or (base.gpu or "").startswith("local") or \
-            os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+    allocator) and the environment's fraction reads (a bad one is the analysis's error to report). With the
+    original's fraction band (Report.fraction_floor / fraction_ceiling): the smallest fraction that holds its
+    peak (the floor, rounded up to 2 decimals) beside FRACTIONS, none above the ceiling -- a fraction that
+    leaves the memory outside the pool no room is never proposed; where the fraction in force is above the
+    ceiling, the largest one under it (room for NCCL and the CUDA context)."""
+    if base.mem_fraction is not None or (base.gpu or "").startswith("local") or base.allocator == "platform":
         return []
     try:
-        now = targets.usable_fraction()[0]
+        a = allocator.read(os.environ, base.allocator)
     except UserError:
         return []
-    return [f for f in FRACTIONS if f > now]
+    if a.kind == "platform":
+        return []
+    floor, ceiling = getattr(report, "fraction_floor", None), getattr(report, "fraction_ceiling", None)
+    if floor is None or ceiling is None:
+        return [f for f in FRACTIONS if f > a.fraction]
+    lowest = math.ceil(round(floor * 10_000) / 100) / 100
+    if ceiling < a.fraction:   # the pool leaves the memory outside it too little: the largest fraction that does not
+        highest = math.floor(round(ceiling * 10_000) / 100) / 100
+        return [highest] if lowest <= highest else []
+    return sorted({f for f in (lowest, *FRACTIONS) if a.fraction < f <= ceiling})
 
 
 def _builds_optimizer(base: AnalyzeOptions, report) -> bool:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable
 
 from jaxmem import files
-from jaxmem.compiler import runtime, targets
+from jaxmem.compiler import allocator, runtime, targets
 from jaxmem.errors import UserError
 from jaxmem.plan import search as search_mod
 from jaxmem.plan.compare import Cell, from_json, label, ranked
@@ -46,9 +45,6 @@ def load(path: str, on_note: Callable[[str], None] | None = None) -> list[Cell]:
     return ranked(cells)   # the ranks too from the re-judged verdicts, never the file's
 
 
-_FRACTION_NOTE = re.compile(r"(?:--mem-fraction |XLA_CLIENT_MEM_FRACTION=|XLA_PYTHON_CLIENT_MEM_FRACTION=)([^,\s]+)")
-
-
 def _saved_pools(t, oop: int) -> list[tuple[int, bool]]:
     """The (usable bytes, out-of-pool terms fit) the row's allocator settings give on its catalogue
     GPU: one answer, or two when the note leaves preallocation open (--mem-fraction)."""
@@ -60,24 +56,17 @@ def _saved_budgets(t, oop: int) -> list:
 
     total = targets.CATALOGUE[t.gpu].memory_bytes
     note = t.usable_note or ""
-    if note.startswith("XLA_PYTHON_CLIENT_ALLOCATOR=platform"):
-        usable, room, fits = runtime.pool_budget(total, 1.0, oop, platform=True)
-        return [runtime.Budget(usable, note, room, fits, "platform", total, 1.0)]
-    m = _FRACTION_NOTE.match(note)
-    if m:
-        frac = float(m.group(1))
-    elif note.startswith("JAX default: 75% of the card"):
-        frac = 0.75
-    else:
+    try:   # the allocator settings the note names (jaxmem.compiler.allocator writes and reads them)
+        settings = allocator.from_note(note)
+    except ValueError:
         raise UserError(f"the memory settings of a {t.gpu} row are not ones jaxmem writes ({note!r}); "
-                        "re-run the comparison")
-    if not (math.isfinite(frac) and 0 < frac <= 1):
-        raise UserError(f"a {t.gpu} row's memory fraction {frac} is not in (0, 1]; re-run the comparison")
-    modes = [True, False] if note.startswith("--mem-fraction") else ["grown on demand" not in note]
+                        "re-run the comparison") from None
     out = []
-    for p in modes:
-        usable, room, fits = runtime.pool_budget(total, frac, oop, prealloc=p)
-        out.append(runtime.Budget(usable, note, room, fits, "prealloc" if p else "grow", total, frac))
+    for mode, frac in settings:
+        if not (math.isfinite(frac) and 0 < frac <= 1):
+            raise UserError(f"a {t.gpu} row's memory fraction {frac} is not in (0, 1]; re-run the comparison")
+        usable, room, fits = runtime.pool_budget(total, frac, oop, mode=mode)
+        out.append(runtime.Budget(usable, note, room, fits, mode, total, frac))
     return out
 
 
@@ -120,9 +109,11 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
         raise UserError(f"row {name}: unknown GPU {t.gpu!r}; re-run the comparison")
     if r.verdict is None:   # saved before verdicts had margins: judged as then, from `fits`
         judged = (None, None, ())
+    floor, ceiling = runtime.band_of_report(r) if t.gpu in targets.CATALOGUE else (None, None)
     if (fits, headroom, usable, memory, judged) == (r.fits, r.headroom_bytes, t.usable_bytes, t.memory_bytes,
                                                     (r.verdict, r.margin_bytes, r.verdict_terms)):
-        return r
+        return r if (floor, ceiling) == (r.fraction_floor, r.fraction_ceiling) else \
+            dataclasses.replace(r, fraction_floor=floor, fraction_ceiling=ceiling)
 
     def verdict(f, h, u):
         return "no verdict (CPU)" if f is None else (
@@ -131,7 +122,7 @@ def _rejudged_report(r: Report, name: str, notes: list[str]) -> Report:
     notes.append(f"row {name}: the file said {verdict(r.fits, r.headroom_bytes, t.usable_bytes)}; its peak "
                  f"{fmt_bytes(peak)} on {t.gpu} says {verdict(fits, headroom, usable)}")
     return dataclasses.replace(r, fits=fits, headroom_bytes=headroom, verdict=judged[0], margin_bytes=judged[1],
-                               verdict_terms=tuple(judged[2]),
+                               verdict_terms=tuple(judged[2]), fraction_floor=floor, fraction_ceiling=ceiling,
                                target=dataclasses.replace(t, memory_bytes=memory, usable_bytes=usable))
 
 

@@ -38,6 +38,8 @@ def choice_parts(r: Report) -> list[tuple[str, str | None, bool]]:
         parts.append(("no LoRA", None))
     frac = c.get("mem_fraction")
     parts.append(("memory fraction -" if frac is None else f"memory fraction {frac:g}", "mem_fraction"))
+    if c.get("allocator"):   # the allocator the run uses (bfc, platform, cuda_async): what the fraction means
+        parts.append((f"allocator {c['allocator']}", "allocator"))
     return [(text, src.get(key) if key else None, key in STANDOUT and src.get(key) == "default")
             for text, key in parts]
 

@@ -97,6 +97,30 @@ def runtime_lines(r) -> list[str]:
     return lines
 
 
+def fraction_band_line(r) -> str | None:
+    """The memory fractions the step fits at (Report.fraction_floor / fraction_ceiling), or why none does:
+    "fits with XLA_PYTHON_CLIENT_MEM_FRACTION between 0.23 and 0.98 (...)"; None without a band."""
+    lo, hi, total = r.fraction_floor, r.fraction_ceiling, r.target.memory_bytes
+    if lo is None or hi is None or not total:
+        return None
+    terms = (r.runtime or {}).get("terms") or []
+    in_high = sum(t.get("high_bytes", t["bytes"]) for t in terms if t["in_pool"])
+    out_high = sum(t.get("high_bytes", t["bytes"]) for t in terms if not t["in_pool"])
+    need = r.per_device_peak_bytes - (r.runtime or {}).get("in_pool_bytes", 0) + in_high
+    leaves = total - out_high
+    platform = " (for a bfc or cuda_async pool: the platform allocator reads no fraction)" \
+        if (r.choices or {}).get("allocator") == "platform" else ""
+    if lo > hi:
+        return (f"no fraction fits{platform}: the pool needs {fmt_bytes(need)}, the card leaves {fmt_bytes(leaves)} "
+                f"once the memory outside the pool is resident at its high end ({fmt_bytes(out_high)}; fractions "
+                f"{lo:g} > {hi:g})")
+    f2, c2 = -(-round(lo * 10_000) // 100) / 100, (round(hi * 10_000) // 100) / 100
+    shown = (f"{f2:.2f} and {c2:.2f}") if f2 <= c2 else f"{lo:g} and {hi:g}"
+    return (f"fits with XLA_PYTHON_CLIENT_MEM_FRACTION between {shown}{platform} (floor: the pool must hold "
+            f"{fmt_bytes(need)}; ceiling: the card leaves {fmt_bytes(leaves)} beside the memory outside the pool, "
+            "each at the high end of its estimates)")
+
+
 def _step_estimate(r: Report | None) -> str:
     """`412 ms (398-431 ms)`: the estimate and its band (the spread of the rates it rests on)."""
 
@@ -268,6 +292,9 @@ def _print_verdict(r: Report, console: Console) -> None:
             verdict.append(f" (as XLA rematerialized it{as_written})")
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
+        fb = fraction_band_line(r)
+        if fb:
+            console.print(escape(fb))
         if not r.fits:
             for h in hints(r):
                 console.print(f"  hint: {h}")

@@ -176,6 +176,10 @@ class AnalyzeOptions(StepChoice):
     mem_fraction: float | None = _opt(None, Flag(
         "--mem-fraction", "Share of the card JAX may use (default: from XLA_CLIENT_MEM_FRACTION, else 0.75).",
         kind="fraction", shared=False, commands=("analyze", "compare", "advise")))
+    allocator: str | None = _opt(None, Flag(
+        "--allocator", "The allocator the run uses, as XLA_PYTHON_CLIENT_ALLOCATOR names it: bfc (JAX's default), "
+        "platform, cuda_async (default: from XLA_PYTHON_CLIENT_ALLOCATOR, else bfc).", kind="choice",
+        choices=("bfc", "platform", "cuda_async"), shared=False, commands=("analyze", "compare", "advise")))
     # what the report holds (analyze's display options)
     explain: bool = _opt(True, Flag("--no-explain", "Skip decoding XLA's buffer assignment (faster; no top buffers).",
                                     kind="switch", invert=True, shared=False, commands=("analyze",)))
