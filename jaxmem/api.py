@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import numbers
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxmem import precheck
@@ -212,6 +213,7 @@ def explore(model, *, port: int = 0, jobs: int | None = None, executor: str = "l
         >>> ex.url
     """
     path = explore_client.path_of(model)
+    _command_line_args(options.get("args"))
     opts = _options(options)
     port = _checked("port", port, values.count, 0)
     if port > 65535:
@@ -220,6 +222,9 @@ def explore(model, *, port: int = 0, jobs: int | None = None, executor: str = "l
     executor = _checked("executor", executor, values.choice, ("local", "ray"), hint=False)
     height = _checked("height", height, values.count, 100)
     precheck.options(path, opts)   # the CLI's own checks, before the server starts
+    with _session() as cpu_devices:   # and analyze's refusals of the starting point (the server's own, at start)
+        cpu_devices(mesh_size(opts.mesh) if opts.on_cpu else 0)
+        _jax_side().explore.admit(path, opts)
     return explore_client.start(path, opts, port=port, jobs=n_jobs, executor=executor, ray_address=ray_address,
                           height=height)
 
@@ -276,6 +281,20 @@ def _model_args(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
         if not isinstance(k, str) or not k.isidentifier():
             raise UserError(f"{key}: {k!r} is not an argument name")
     return tuple((k, _plain_number(v)) for k, v in pairs)
+
+
+def _command_line_args(args: Any) -> None:
+    """explore()'s args: a dict whose values a command line can carry (its server is `jaxmem explore --arg ...`
+    in a child process); an object would reach the workload as its text."""
+    if args is None:
+        return
+    if not isinstance(args, Mapping):
+        raise UserError(f"args={args!r:.80}: expected a dict of the workload's arguments, e.g. args={{'preset': "
+                        "'tiny'}}")
+    for k, v in args.items():
+        if not (v is None or isinstance(v, (str, bool, int, float)) or type(v).__module__ == "numpy"):
+            raise UserError(f"args[{k!r}]={v!r:.80}: the explorer's workers get the arguments as --arg text; give a "
+                            "str, int, float, bool or None")
 
 
 def _plain_number(value: Any) -> Any:

@@ -49,7 +49,7 @@ def url(env):
     def read():   # the URL it prints; the rest is kept for a failure's message
         for line in proc.stdout:  # type: ignore[union-attr]
             lines.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/", line)
+            m = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", line)
             if m and not found:
                 found.append(m.group(0))
                 ready.set()
@@ -114,7 +114,8 @@ def test_a_batch_typed_on_the_page_is_predicted_then_exact_and_its_numbers_are_a
     assert "--batch 8 " in d.find_element(By.ID, "command").text
     # the neighbour above compiled (the explorer compiles it while idle; asked here so the test need not wait
     # on idle time): batch 12 then lies between two compiled points, 8 and 16
-    above = _get(url + "api/answer?batch=16&wait=exact")
+    base, token = url.split("?token=")
+    above = _get(base + f"api/answer?batch=16&wait=exact&token={token}")
     assert above["answer"] == "exact", above.get("error")
 
     field = d.find_element(By.CSS_SELECTOR, '.ctl[data-name="batch"] input')

@@ -4,6 +4,9 @@ The server is `jaxmem explore ... --no-browser` in a child process, not a thread
 workers, compile children and scratch folder then live and stop exactly as the command's do (jaxmem.scratch),
 and the kernel stays free. It stops with the interpreter (atexit: SIGTERM, the command's clean stop), and
 with the kernel however that dies (PR_SET_PDEATHSIG on Linux: SIGTERM when the kernel is gone).
+
+Its URL carries the server's token (jaxmem.explore.guard), and the child is told (JAXMEM_EXPLORE_EMBED=1) that
+a notebook on this machine may frame its page: the one framing the server allows.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def start(model: str, opts: AnalyzeOptions, *, port: int = 0, jobs: int | None =
         cmd += ["--ray-address", ray_address]
     err = tempfile.TemporaryFile()  # noqa: SIM115 -- the child's stderr, read if it fails to start
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True,
-                            env=session.child_environment(), preexec_fn=_with_the_parent)
+                            env=session.child_environment(JAXMEM_EXPLORE_EMBED="1"), preexec_fn=_with_the_parent)
     box: dict[str, Any] = {}
     reader = threading.Thread(target=lambda: box.setdefault("line", proc.stdout.readline() if proc.stdout else ""),
                               daemon=True)

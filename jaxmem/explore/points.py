@@ -42,6 +42,11 @@ NEIGHBOURS = 8         # neighbour compiles queued at most (replaced on every mo
 REMAT_NEIGHBOURS = ("none", "full", "dots_with_no_batch_dims_saveable")
 WAIT_LIMIT_S = 3600.0  # a client's wait=exact gives up after this long (the compile goes on)
 SEQ_GRANULE = 128      # the longest-sequence search's step: the lengths people train at (and attention tiles)
+QUEUE_LIMIT = 32       # points asked for and waiting for a worker at most: one more is refused (HTTP 429)
+
+
+class QueueFull(UserError):
+    """A new point asked for while QUEUE_LIMIT points wait for a worker already."""
 
 
 @dataclasses.dataclass
@@ -132,7 +137,15 @@ class Explorer:
             cache.store(sk, p.report.to_json())
 
     def ask(self, opts: AnalyzeOptions) -> Point:
-        """A client's move to `opts`: its compile goes first, its neighbours' after everything else."""
+        """A client's move to `opts`: its compile goes first, its neighbours' after everything else. QueueFull
+        when it would be compiled and QUEUE_LIMIT points wait already (checked before the point is made: a
+        refused request leaves nothing behind)."""
+        k = query.key(str(self.model), query.canonical(opts))
+        with self._lock:
+            known = self.points.get(k)
+            if (known is None or known.status in ("new", "queued")) and k not in self._urgent \
+                    and len(self._urgent) >= QUEUE_LIMIT:
+                raise QueueFull(f"{QUEUE_LIMIT} points already wait for a worker; ask again once some are answered")
         p = self.point(opts)
         with self._lock:
             if not p.asked:
