@@ -180,6 +180,7 @@ class StepTime(TypedDict, total=False):
     collective_bytes: int
     collectives: list[dict[str, Any]]
     kernel_classes: list[dict[str, Any]]
+    dequantization: dict[str, Any] | None   # steptime.dequantization: a quantized base decoded, kernel by kernel
     scan_residuals: dict[str, Any] | None   # jaxmem.compiler.residuals: a scan's stacks' traffic vs recompute
     loops: list[dict[str, Any]]
     loops_counted_once: list[str]

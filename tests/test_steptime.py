@@ -578,3 +578,35 @@ def test_unoverlapped_collectives_are_the_synchronous_ones_and_the_async_pairs_w
                               gpu="h100")
     assert alone["unoverlapped_collective_s"] == pytest.approx(t_ag + t_ar, rel=1e-9)
     assert alone["exposed_communication_s"] == pytest.approx(t_ag + t_ar, rel=1e-6)
+
+
+
+@pytest.fixture(scope="module")
+def quantized_bases():
+    """(step_time, bytes of integer codes among the step's parameters) of the tiny scanned Llama under LoRA, its
+    frozen base in bf16, int8 and NF4, --remat full (the forward runs twice)."""
+    out = {}
+    for base in ("bf16", "int8", "nf4"):
+        text = _compile("models/llama.py", mesh="data=1", layout="dp", model_args=(("preset", "tiny"),),
+                        remat="full", precision="bf16", lora_rank=4, base_dtype=base)
+        module = hlo_text.parse_module(text)
+        entry = module.computations[module.entry]
+        codes = sum(a.bytes for ins in entry.instructions if ins.opcode == "parameter"
+                    for a in kernels._arrays(ins.shape) if a.dtype in kernels.QUANTIZED_CODES)
+        out[base] = (steptime.estimate(module, mesh_axes=(("data", 1),), hosts=1, gpu="h100"), codes)
+    return out
+
+
+def test_a_quantized_bases_decoding_is_counted_per_matmul_forward_remat_and_backward(quantized_bases):
+    st, codes = quantized_bases["bf16"]
+    assert st["dequantization"] is None and codes == 0   # a 16-bit base is read as it is stored: nothing to decode
+    for base in ("int8", "nf4"):
+        st, codes = quantized_bases[base]
+        dq = st["dequantization"]
+        assert codes > 0 and dq is not None and dq["separate_launches"] + dq["in_gemm_launches"] > 0
+        # each matmul decodes the weight it uses: the forward, the remat's forward and the backward's input
+        # gradient read every code (the embedding's codes at least once: a gather, not a matmul)
+        assert 2 * codes < dq["code_bytes"] <= 3 * codes, (dq, codes)
+        if dq["separate_launches"]:
+            assert dq["separate_s"] > 0 and dq["separate_bytes"] > dq["code_bytes"]   # floats written, too
+    assert quantized_bases["int8"][1] == 2 * quantized_bases["nf4"][1]   # 8-bit codes: twice the 4-bit bytes

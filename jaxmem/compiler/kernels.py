@@ -57,6 +57,17 @@ COLLECTIVE_OPS = frozenset({
 _HOST = frozenset({"copy-start"})   # host offload copies: steptime.host_transfer_bytes
 _SLICERS = frozenset({"dynamic-slice", "slice", "gather"})
 _PASS = frozenset({"bitcast", "reshape", "get-tuple-element"})   # views of a parameter, not reads
+# the integer element types a quantized base stores its codes in (qwix: int8 -> s8, int4 -> s4, NF4 -> u4 codes
+# into a 16-entry table); read by a fusion that writes floats, they are a dequantization
+QUANTIZED_CODES = frozenset({"s8", "u8", "s4", "u4"})
+_FLOATS = frozenset({"bf16", "f16", "f32"})
+
+
+def _arrays(shape) -> list:
+    """The arrays of an HLO shape (an Array or a nested tuple of them)."""
+    if isinstance(shape, hlo_text.Array):
+        return [shape]
+    return [a for s in (shape or ()) for a in _arrays(s)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +84,9 @@ class Kernel:
     dot_kind: tuple[str, int] | None = None     # (kind, passes): steptime.dot_kind of its dots
     gemm_dims: tuple[int, int, int, int] | None = None   # (batch, m, n, k) of its largest dot
     backward: bool = False  # attention: the backward kernel
+    # bytes it reads from integer arrays while writing floats: a quantized base's weights (qwix's int8 / int4 /
+    # NF4 codes) turned back into the compute dtype, alone or as a GEMM's prologue (step_time.dequantization)
+    dequantized_bytes: int = 0
 
 
 def _operand_names(ins: hlo_text.Instruction) -> list[str]:
@@ -242,15 +256,22 @@ class _Reader:
         f = self.fused(callee)
         aliased, written = f.in_place()
         read = 0
-        for i, b in enumerate(self.operand_bytes(ins)):
-            read += 0 if i in aliased else f.read_bytes(i, b)
+        codes = 0
+        floats_out = any(a.dtype in _FLOATS for a in _arrays(ins.shape))
+        for i, (name, b) in enumerate(zip(_operand_names(ins), self.operand_bytes(ins), strict=True)):
+            got = 0 if i in aliased else f.read_bytes(i, b)
+            read += got
+            src = self.by_name.get(name)
+            if floats_out and src is not None and any(a.dtype in QUANTIZED_CODES for a in _arrays(src.shape)):
+                codes += got
         moved = float(read + written + sum(aliased.values()))
         dots = [d for c in _reachable(module, callee) for d in self.dots_in.get(c, ())]
         if not dots:
-            return Kernel(ins.name, cname, op, "memory", runs, float(moved))
+            return Kernel(ins.name, cname, op, "memory", runs, float(moved), dequantized_bytes=codes)
         flops = sum(fl for _, fl, _ in dots)
         big = max(dots, key=lambda d: d[1])
-        return Kernel(ins.name, cname, op, "gemm", runs, float(moved), flops, big[2], _gemm_dims(module, big[0]))
+        return Kernel(ins.name, cname, op, "gemm", runs, float(moved), flops, big[2], _gemm_dims(module, big[0]),
+                      dequantized_bytes=codes)
 
     def custom_call(self, ins, cname: str, runs: int) -> Kernel | None:
         """cuDNN attention, a cuBLAS GEMM, a marker that launches nothing, or another library kernel."""

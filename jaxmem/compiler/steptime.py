@@ -369,6 +369,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "collective_bytes": sum(c.bytes_per_step for c in colls),
         "collectives": communication_rows(colls, perf, central, dph),
         "kernel_classes": _kernel_classes(ks, colls, busy),
+        "dequantization": dequantization(ks, perf, central),
         # a scan's saved residuals: their stacks' traffic against the math --remat full would redo (residuals.py)
         "scan_residuals": residuals.scan_residuals(module, ks, perf, central),
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
@@ -412,6 +413,31 @@ def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
                             "bytes": sum(k.bytes * k.runs for k in mine),
                             "flops": sum(k.flops * k.runs for k in mine)})
     return classes
+
+
+def dequantization(ks, perf, r) -> dict[str, Any] | None:
+    """A quantized base's dequantization as the kernels run it (None: the program reads no integer codes).
+
+    qwix stores a frozen int8 / int4 / NF4 base as integer codes and scales; every matmul that uses the
+    weight turns it back into the compute dtype, in the forward pass, in the remat's forward and in the
+    backward pass's input gradient. XLA either writes the dequantized weight out in a fusion of its own
+    (a memory-bound kernel: codes read, floats written, both at HBM bandwidth: `separate`) or fuses the
+    decoding into the GEMM's operand load (`in_gemm`: the GEMM reads the codes; its time is the GEMM's). Both
+    are in the estimate already, kernel by kernel; this names them, so that a QLoRA step's time beside LoRA's
+    shows what the decoding costs (a 16-bit base is read as stored, but XLA may copy it: a scan's per-layer
+    slice of the stacked weights, which a quantized base's decoding does in the same pass)."""
+    separate = [k for k in ks if k.dequantized_bytes and k.klass != "gemm"]
+    fused = [k for k in ks if k.dequantized_bytes and k.klass == "gemm"]
+    if not separate and not fused:
+        return None
+    return {
+        "separate_launches": sum(k.runs for k in separate),
+        "separate_bytes": sum(k.bytes * k.runs for k in separate),
+        "separate_s": sum(kernel_time(k, perf, r) * k.runs for k in separate),
+        "in_gemm_launches": sum(k.runs for k in fused),
+        "in_gemm_code_bytes": sum(k.dequantized_bytes * k.runs for k in fused),
+        "code_bytes": sum(k.dequantized_bytes * k.runs for k in separate + fused),
+    }
 
 
 def band(st: Mapping[str, Any] | None) -> tuple[float, float, float] | None:

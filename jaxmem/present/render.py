@@ -159,7 +159,22 @@ def step_time_lines(st: Mapping[str, Any]) -> list[str]:
                "over PCIe)" if st.get("host_transfer_s") else ""),
             (f"  {si(st['flops'], 'FLOP')} and {si(st['bytes_accessed'], 'B')} moved per device per step (each "
              f"kernel's own reads and writes, loops x trip count); each kernel class at its measured rate "
-             f"(peaks: {_peaks(st)}); leaves out {st['leaves_out']}")]
+             f"(peaks: {_peaks(st)}); leaves out {st['leaves_out']}")] + dequantization_lines(st)
+
+
+def dequantization_lines(st: Mapping[str, Any]) -> list[str]:
+    """The quantized base's decoding, kernel by kernel (steptime.dequantization): in the estimate already."""
+    dq = st.get("dequantization")
+    if not dq:
+        return []
+    parts = []
+    if dq["separate_launches"]:
+        parts.append(f"{dq['separate_launches']:,} decoding kernels of their own, {si(dq['separate_bytes'], 'B')} "
+                     f"moved, {fmt_seconds(dq['separate_s'])}")
+    if dq["in_gemm_launches"]:
+        parts.append(f"{dq['in_gemm_launches']:,} GEMMs decoding their operand as they load it (timed as GEMMs)")
+    return [f"  dequantization of the quantized base (in the estimate): {'; '.join(parts)}; "
+            f"{si(dq['code_bytes'], 'B')} of integer codes read per step (forward, remat and backward)"]
 
 
 def finetune_lines(r: Report) -> list[str]:
