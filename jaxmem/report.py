@@ -128,6 +128,11 @@ class Choices(TypedDict, total=False):
     mem_fraction_why: str              # what set it: JAX's default, --mem-fraction, the environment
     allocator: str                     # "bfc" | "platform" | "cuda_async": the allocator the run uses (allocator.py)
     allocator_why: str                 # what set it (--allocator, the environment, JAX's default); what can fail
+    # every logical axis name the model uses (rules.logical_rules): {name, mesh_axes (split over; [] whole), source,
+    # convention (the rule's origin: --rules FILE rule N, jaxmem, a convention's citation, --unmapped), used_at}
+    logical_rules: list[dict[str, Any]]
+    fallback_sharding: str             # the rule for parameters no logical name places (rules.py), as applied
+    fallback_poor: list[dict[str, Any]]  # parameters the fallback split on a poor dimension, with the padding (visible)
     # where each choice above came from, by its name: "user" (a flag or environment variable the user gave),
     # "model" (the model's own code or config file) or "default" (jaxmem's guess)
     sources: dict[str, str]
@@ -256,6 +261,8 @@ WARNING_KINDS: dict[str, str] = {
     "runtime_out_of_pool": "the CUDA context and NCCL's communicators need more than JAX's pool leaves on the card",
     "verdict_tight": "the verdict hangs on an estimated runtime term (NCCL, allocator): fits at the low end only",
     "allocator_above_threshold": "cuda_async: the peak is above the release threshold: it runs, failing intermittently",
+    "fallback_poor_dimension": "a parameter split on a small dimension: its largest does not divide (pad it)",
+    "batch_replicated": "a constraint of the model's keeps the batch dimension whole on every device",
     "gradients_not_split": "--no-explain: gradients are not told apart from the other temporaries",
     "xla_remat_failed": "XLA:GPU's rematerialization could not bring the program under its memory limit",
     "compile_fallback": "the compile deviated from the default pipeline (no Triton GEMM tiling, an older jax)",
@@ -370,6 +377,9 @@ class Report:
     # of its first leaf of rank 2+; None without one) and the logical axis names the parameters carry.
     sequence_length: int | None = None
     logical_names: tuple[str, ...] = ()
+    # every state leaf (jaxmem.program.visible.state_leaves): path, category, shape, dtype, spec, device_bytes,
+    # memory_kind, in the step's argument order
+    state_leaves: tuple[dict[str, Any], ...] = ()
     # The tokens one step trains on (global): batch x sequence of the batch's first integer leaf of rank 2
     # (token ids); None for a batch of samples (images, feature vectors). compare and advise rank by
     # throughput per device: tokens/s with it, samples/s without (jaxmem.plan.throughput).
@@ -468,6 +478,7 @@ class Report:
         d["timeline_phases"] = tuple(d.get("timeline_phases", ()))
         d["shardings"] = tuple(d.get("shardings", ()))
         d["logical_names"] = tuple(d.get("logical_names", ()))
+        d["state_leaves"] = tuple(d.get("state_leaves", ()))
         d["constants"] = tuple(d.get("constants", ()))
         d["stages"] = tuple(d.get("stages", ()))
         d["verdict_terms"] = tuple(d.get("verdict_terms", ()))

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from jaxmem import hf
 from jaxmem.analysis.stages import Measured
 from jaxmem.compiler import compiled, runtime, schedule, steptime, targets, versions
-from jaxmem.program import finetune, layouts, sharding, splits, step, train_state, workload
+from jaxmem.program import finetune, layouts, sharding, splits, step, train_state, visible, workload
 from jaxmem.report import ReportWarning
 from jaxmem.xla import explain
 
@@ -46,6 +46,13 @@ def _tensor_names(m: Measured) -> tuple[str, ...]:
 def _xla_flags() -> str:
     """XLA_FLAGS as the compile read them (the compile cache keys on them, so a cached answer agrees)."""
     return os.environ.get("XLA_FLAGS", "")
+
+
+def _batch_replicated(m: Measured) -> list[ReportWarning]:
+    """The model's constraints that keep a batch-sized dimension whole (visible.check_batch_replicated)."""
+    return visible.check_batch_replicated(m.built.constraints, [leaf for leaf in m.built.leaves
+                                                                if leaf.category == "batch"],
+                                          m.planned.mesh_spec, m.opts.accum, m.built.names_used)
 
 
 def _io(m: Measured) -> int:
@@ -80,6 +87,8 @@ CHECKS: tuple[Check, ...] = (
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("lora_skipped",), lambda m: finetune.check_lora_skipped(m.built.lora_skipped)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
+    Check(("fallback_poor_dimension",), lambda m: visible.check_poor_splits(m.built.issues)),
+    Check(("batch_replicated",), lambda m: _batch_replicated(m)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(
         m.roles, m.opts.layout, m.state.params + m.state.optimizer_state + m.state.other_state,
         m.breakdown["activations_and_temporaries"], m.built.logical_names, _tensor_names(m))),
@@ -88,7 +97,8 @@ CHECKS: tuple[Check, ...] = (
     Check(("remat_offloaded_nothing",), lambda m: train_state.check_remat_offload(m.opts.remat, m.stats.host_temp)),
     Check(("offload_not_placed",), lambda m: train_state.check_offload_placed(m.state, m.stats.host_argument)),
     Check(("host_memory_exceeded",), lambda m: targets.check_host_memory(m.host, m.target.gpu)),
-    Check(("gathered_params_live", "remat_saves_too_much"), lambda m: list(m.ex.warnings) if m.ex else []),
+    Check(("gathered_params_live", "remat_saves_too_much"),
+          lambda m: visible.audits_at_peak(m.ex.warnings, _batch_replicated(m)) if m.ex else []),
     Check(("past_context",), lambda m: hf.check_context(m.wl.model, _seq_len(m))),
 )
 

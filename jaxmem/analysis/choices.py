@@ -19,6 +19,7 @@ from typing import Any
 
 from jaxmem import report
 from jaxmem.hf import model as hf_model
+from jaxmem.program import visible
 from jaxmem.program.options import AnalyzeOptions
 
 CUDNN_ATTENTION = "__cudnn$fmha"   # XLA's custom-call target of cuDNN fused attention (jaxmem.compiler.dots)
@@ -46,7 +47,7 @@ def attention_in_program(hlo_text: str | None, seq_len: int | None) -> tuple[str
 
 
 def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | None, mesh_spec,
-            planned=None, leaves=()) -> report.Choices:
+            planned=None, leaves=(), built=None) -> report.Choices:
     """The report's `choices` (report.Choices) for the step analyzed, each with its source (`sources`):
     "user" (a flag or environment variable given), "model" (the model's code or config file) or
     "default" (jaxmem's). `planned`: the step as planned (step.StepPlan: the frozen base's dtype resolved),
@@ -82,6 +83,11 @@ def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | No
         src["mem_fraction"], src["allocator"] = a.fraction_source, a.kind_source
     else:
         src["mem_fraction"] = "user" if "--mem-fraction" in budget.note or "XLA_" in budget.note else "default"
+    if built is not None and planned is not None:   # every logical name's rule and the fallback, stated
+        shard, shard_src = visible.sharding_choices(planned.rules, mesh_spec, built.names_used, opts.unmapped,
+                                                    built.issues)
+        out.update(shard)
+        src.update(shard_src)
     out["sources"] = src
     return report.Choices(**out)   # type: ignore[typeddict-item]
 

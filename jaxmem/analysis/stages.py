@@ -26,7 +26,7 @@ from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import early_stop, runtime, steptime, targets, versions
 from jaxmem.compiler.artifacts import Artifacts
 from jaxmem.errors import UserError
-from jaxmem.program import constants, finetune, layouts, sizes, splits, step, train_state
+from jaxmem.program import constants, finetune, layouts, sizes, splits, step, train_state, visible
 from jaxmem.program.options import AnalyzeOptions, offloads_activations
 from jaxmem.program.tree import x64
 from jaxmem.program.workload import Workload
@@ -290,7 +290,8 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         trainable=finetune.trainable_report(built.leaves, built.trainable_source),
         choices=choices_mod.choices(opts=p.opts, wl=p.wl, target=p.target, budget=m.budget,
                                     hlo_text=m.compiled.art.hlo_text, seq_len=seq, mesh_spec=p.mesh_spec,
-                                    planned=p.planned, leaves=built.leaves),
+                                    planned=p.planned, leaves=built.leaves, built=built),
+        state_leaves=tuple(visible.state_leaves(built.leaves)),
         shardings=splits.shardings(built.leaves),
         sequence_length=seq,
         tokens_per_step=fields.tokens_per_step(built),

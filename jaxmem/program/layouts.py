@@ -237,6 +237,11 @@ class ShardingIssue:
     axis: str
     reason: str
     replicated_bytes: int   # extra bytes per device from keeping it replicated
+    # "replicated": the dimension stays whole; "poor_dimension": the fallback split a smaller dimension
+    # (split_dim) because the largest does not divide (an embedding split on its hidden size): padded_to fixes it
+    kind: str = "replicated"
+    split_dim: int | None = None
+    padded_to: int | None = None
 
 
 def check_layout(layout: str, mesh: MeshSpec, *, custom_step: bool = False, own_specs: bool = False) -> None:

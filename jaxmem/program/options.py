@@ -38,6 +38,8 @@ AXIS_TYPES = ("auto", "explicit")
 # pipeline schedules over a stage axis (jaxmem/program/pipeline_stages.py): all forward then all backward,
 # and MaxText's circular (repeating) pipeline
 PIPELINES = ("gpipe", "circular")
+# --unmapped: a logical axis name no rule maps (jaxmem/program/rules.py) is an error, or replicated as the user asks
+UNMAPPED = ("error", "replicate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +92,10 @@ class StepChoice:
     rules: str | None = _opt(None, Flag(
         "--rules", "Logical-axis rules, JSON or YAML: a list of [logical_name, mesh_axis | [mesh_axes]] (MaxText's "
         "logical_axis_rules; a MaxText config works), tried before the layout's.", metavar="FILE"))
+    unmapped: str = _opt("error", Flag(
+        "--unmapped", "A logical axis name no rule maps (not --rules, not jaxmem's, not a known convention's): error "
+        "(exit 2, listing each and the --rules lines that would map it) or replicate (keep its dimensions whole, as "
+        "flax does).", kind="choice", choices=UNMAPPED, show_default=True))
     batch: int | None = _opt(None, Flag(
         "--batch", "Global batch size (overrides the model's).", kind="whole", minimum=1, what="the global batch"))
     optimizer: str | None = _opt(None, Flag(
@@ -161,7 +167,7 @@ class StepChoice:
     def step_options(self) -> StepOptions:
         return StepOptions(self.layout, self.precision, self.optimizer, self.batch, self.accum, self.donate,
                            self.finetune(), self.rules, self.axis_types, self.remat, self.pipeline, self.microbatches,
-                           self.repeats, self.stage_remat, self.moment_dtype)
+                           self.repeats, self.stage_remat, self.moment_dtype, self.unmapped)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -236,6 +242,7 @@ class StepOptions:
     repeats: int | None = None      # ... the circular schedule's repeats (None: one layer per stage per repeat)
     stage_remat: bool = False       # ... each stage's pass checkpointed at its input
     moment_dtype: str | None = None  # --moment-dtype: the built-in optimizers' moments (None: the parameters' dtype)
+    unmapped: str = "error"         # --unmapped: a logical name no rule maps is an error, or replicated (rules.py)
 
 
 def remat_problem(name: str) -> str | None:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from jaxmem import files
 from jaxmem.errors import UserError
+from jaxmem.program import conventions
 from jaxmem.program.layouts import (
     ROLE_OF,
     MeshSpec,
@@ -41,6 +42,7 @@ from jaxmem.program.layouts import (
     spec_axes,
     used_axes,
 )
+from jaxmem.program.options import UNMAPPED
 
 # jaxmem's rules, over axis *roles*: "state" is the axes the fsdp layouts shard the state over
 # (MeshSpec.state_axes), "batch" the axes that split the batch; the others a role's one axis.
@@ -54,7 +56,17 @@ ACT_BATCH = ("batch", "activation_batch", "activation_embed_and_logits_batch", "
 ACT_LENGTH = ("length", "seq", "activation_length", "activation_q_length", "activation_length_attn",
               "activation_length_moe")
 ACT_TENSOR = ("activation_mlp", "activation_heads", "activation_kv_heads", "activation_vocab", "activation_mlp_moe")
+WHOLE_NAMES = ("layers", "head_dim")   # never split: the scan axis; a head's features (MaxText's kv_head_dim)
 SMALL = 1 << 16   # leaves below 64 KiB that nothing divides (biases, norm scales) are replicated silently
+# every name jaxmem's own rules map (under some layout): a convention does not override them
+JAXMEM_NAMES = frozenset(EXPERT_NAMES + TENSOR_NAMES + FSDP_NAMES + ACT_EXPERT + ACT_BATCH + ACT_LENGTH + ACT_TENSOR
+                         + WHOLE_NAMES)
+ALIASES = conventions.aliases(JAXMEM_NAMES)   # jaxmem name | None -> the convention names that act as it
+
+
+def _with_aliases(names: Sequence[str]) -> tuple[str, ...]:
+    """`names`, each followed by the convention names that act as it (conventions.py)."""
+    return tuple(x for n in names for x in (n, *ALIASES.get(n, ())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +84,9 @@ class RuleSet:
     fallback: tuple[tuple[tuple[str, ...], bool], ...]       # (axes, unannotated leaves only), in order
     activations: tuple[tuple[str, Any], ...]                 # flax logical_axis_rules
     tensor_names: tuple[str, ...] = ()                       # the names the tp layouts split (reports)
+    # where each name with a rule comes from: (name, "user" | "model" | "default", what: the rules file's rule,
+    # Workload.axis_rules, jaxmem, or a convention's citation); the first of a name decides
+    origins: tuple[tuple[str, str, str], ...] = ()
     # Explicit sharding (--axis-types explicit): a leaf's metadata names mesh axes, not logical
     # names (nnx.Param(..., out_sharding=P("fsdp", None))); those entries are placed as written.
     as_written: bool = False
@@ -116,9 +131,10 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
     named += [n for n in TENSOR_NAMES if n not in mentioned]
     tp_names: tuple[str, ...] = tuple(named) if layout in ("tp", "fsdp_tp") and tensor else ()
     state = mesh.state_axes if layout in ("fsdp", "fsdp_tp") else ()
-    builtin: list[tuple[str, tuple[str, ...] | None]] = [(n, mesh.with_role("expert")) for n in EXPERT_NAMES]
-    builtin += [(n, (tensor,)) for n in tp_names if tensor]
-    builtin += [(n, state) for n in FSDP_NAMES if state]
+    builtin: list[tuple[str, tuple[str, ...] | None]] = [(n, mesh.with_role("expert"))
+                                                         for n in _with_aliases(EXPERT_NAMES)]
+    builtin += [(n, (tensor,)) for n in _with_aliases(tp_names) if tensor]
+    builtin += [(n, state) for n in _with_aliases(FSDP_NAMES) if state]
     params: list[tuple[str, tuple[str, ...] | None]] = []
     for r in user:
         axes = _resolve(r.axes, mesh, r)
@@ -128,14 +144,26 @@ def rule_set(layout: str, mesh: MeshSpec, user: Sequence[Rule] = (), workload_ru
         present = tuple(a for a in wanted or () if a and mesh.axis_size(a) > 1)
         if present:
             params.append((name, present))
-    params.append(("layers", None))   # the scan axis: one layer's slice per iteration, never split
+    # the scan axis (one layer's slice per iteration), a head's features, and the conventions' whole names
+    params += [(n, None) for n in WHOLE_NAMES + ALIASES.get(None, ())]
     # a group of size 1 splits nothing: no fallback (and no issue) for it
     fallback: list[tuple[tuple[str, ...], bool]] = []
     if tp_names and tensor and mesh.axis_size(tensor) > 1:
         fallback.append(((tensor,), True))
     if state and mesh.axis_size(state) > 1:
         fallback.append((state, False))
-    return RuleSet(tuple(params), tuple(fallback), activation_rules(mesh, user, tp_names), tp_names)
+    return RuleSet(tuple(params), tuple(fallback), activation_rules(mesh, user, tp_names), tp_names,
+                   origins=_origins(user, workload_rules))
+
+
+def _origins(user: Sequence[Rule], workload_rules) -> tuple[tuple[str, str, str], ...]:
+    """(name, source, what) of every name a rule maps: the user's, the workload's, jaxmem's, the conventions'."""
+    out = [(r.name, "user", f"--rules {r.origin}") for r in user]
+    out += [(str(name), "model", "Workload.axis_rules") for name, _ in workload_rules]
+    out += [(n, "default", "jaxmem") for n in sorted(JAXMEM_NAMES)]
+    out += [(n, "default", f"{conv.name}: {conv.citation}") for n, (conv, _, _) in
+            conventions.table(JAXMEM_NAMES).items()]
+    return tuple(out)
 
 
 def activation_rules(mesh: MeshSpec, user: Sequence[Rule], tp_names: Sequence[str]) -> tuple:
@@ -150,16 +178,19 @@ def activation_rules(mesh: MeshSpec, user: Sequence[Rule], tp_names: Sequence[st
             rules.append((r.name, None if axes is None else spec_axes(axes)))
     expert = mesh.axis_of("expert")
     if expert:
-        rules += [(n, expert) for n in ACT_EXPERT]
+        rules += [(n, expert) for n in _with_aliases(ACT_EXPERT)]
     batch = mesh.batch_axes
-    rules += [(n, spec_axes(batch) if batch else None) for n in ACT_BATCH]
+    act_batch = ACT_BATCH + ALIASES.get("batch", ())
+    rules += [(n, spec_axes(batch) if batch else None) for n in act_batch]
     rest = tuple(a for a in batch if a != expert)
     if expert and rest:
-        rules += [(n, spec_axes(rest)) for n in ACT_BATCH]
+        rules += [(n, spec_axes(rest)) for n in act_batch]
     if mesh.context_axis:
-        rules += [(n, mesh.context_axis) for n in ACT_LENGTH]
+        rules += [(n, mesh.context_axis) for n in ACT_LENGTH + ALIASES.get("length", ())]
     if tp_names:
-        rules += [(n, mesh.model_axis) for n in tuple(tp_names) + ACT_TENSOR]
+        rules += [(n, mesh.model_axis) for n in _with_aliases(tuple(tp_names) + ACT_TENSOR)]
+    # kept whole on purpose: flax's default for a name without a rule, written so that it is a rule
+    rules += [(n, None) for n in WHOLE_NAMES + ALIASES.get(None, ()) + ALIASES.get("embed", ())]
     return tuple(rules)
 
 
@@ -209,7 +240,10 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
         free = [i for i in range(len(shape)) if spec[i] is _FREE and not (names and names[i] == "layers")]
         candidates = [i for i in free if shape[i] % size == 0]
         if candidates:
-            spec[max(candidates, key=lambda i: (shape[i], i))] = spec_axes(axes)
+            best = max(candidates, key=lambda i: (shape[i], i))
+            spec[best] = spec_axes(axes)
+            if names is None and len(shape) >= 2 and left >= SMALL:
+                _poor(path, shape, free, best, axes, size, issues)
             continue
         reported.add(axes)
         if left >= SMALL:  # biases and norm scales are replicated by every FSDP implementation
@@ -224,6 +258,27 @@ def leaf_spec(path: str, shape: tuple[int, ...], itemsize: int, names: Sequence[
                                     f"{'x'.join(axes)}={size}", nbytes - nbytes // size))
     issues.extend(late)
     return tuple(None if s is _FREE else s for s in spec)
+
+
+def padded(n: int, size: int) -> int:
+    """`n` rounded up to a multiple of 64 and of `size` x 8 (nanoGPT pads GPT-2's 50257 to 50304)."""
+    step = math.lcm(64, 8 * size)
+    return -(-n // step) * step
+
+
+def _poor(path: str, shape: tuple[int, ...], free: list[int], best: int, axes: tuple[str, ...], size: int,
+          issues: list[ShardingIssue]) -> None:
+    """A fallback split on `best` while the leaf's largest free dimension does not divide (a vocabulary of
+    50257 rows under 8 devices: the embedding split on its hidden size) is reported with the padding that
+    lets the rows split."""
+    largest = max(free, key=lambda i: (shape[i], -i))
+    if largest == best or shape[largest] % size == 0 or shape[largest] <= shape[best]:
+        return
+    to = padded(shape[largest], size)
+    issues.append(ShardingIssue(
+        path, shape, "+".join(axes), f"split on dim {best} ({shape[best]}), not its largest dim {largest} "
+        f"({shape[largest]}: not divisible by {'x'.join(axes)}={size}); padding it to {to} lets the rows split",
+        0, kind="poor_dimension", split_dim=best, padded_to=to))
 
 
 def _entry(name) -> tuple[str, ...]:
@@ -259,6 +314,88 @@ def _as_written(path: str, shape: tuple[int, ...], nbytes: int, names: Sequence[
         used.update(axes)
         spec.append(spec_axes(axes) if axes else None)
     return tuple(spec)
+
+
+# ------------------------------------------------------------------ the names a model uses
+
+MAX_PLACES = 3   # places listed per name (where it is used)
+
+
+def origin(rules: RuleSet, name: str, mesh: MeshSpec) -> tuple[str, str] | None:
+    """(source, what) of the rule that maps `name`: user | model | default (jaxmem's or a convention's);
+    a mesh axis's name (tunix's, EasyDeL's annotations) is the model's own placement; None: no rule maps it."""
+    for n, source, what in rules.origins:
+        if n == name:
+            return source, what
+    if name in mesh.names or name in ROLE_OF:
+        return "model", "a mesh axis named in the model's annotation (placed as written)"
+    return None
+
+
+def mesh_axes_of(rules: RuleSet, name: str) -> list[str]:
+    """The mesh axes `name` is split over on this mesh and layout ([]: kept whole): its first parameter rule,
+    else its first activation rule."""
+    for n, axes in rules.params:
+        if n == name:
+            return list(axes or ())
+    for n, spec in rules.activations:
+        if n == name:
+            return [] if spec is None else [spec] if isinstance(spec, str) else list(spec)
+    return []
+
+
+def logical_rules(used: dict[str, list[str]], rules: RuleSet, mesh: MeshSpec, unmapped: str = "error") -> list[dict]:
+    """The report's `choices.logical_rules`: every logical name the model uses, the mesh axes it is split
+    over, the rule's source and where that rule comes from, and where the model uses the name."""
+    out = []
+    for name in sorted(used):
+        found = origin(rules, name, mesh)
+        source, what = found if found else ("user", f"--unmapped {unmapped}: no rule maps it, replicated")
+        axes = [] if found is None else [a for a in (mesh.resolve_name(name),) if a] if found[1].startswith(
+            "a mesh axis") else mesh_axes_of(rules, name)
+        out.append({"name": name, "mesh_axes": axes, "source": source, "convention": what,
+                    "used_at": list(used[name][:MAX_PLACES])})
+    return out
+
+
+def check_unmapped(used: dict[str, list[str]], rules: RuleSet, mesh: MeshSpec, unmapped: str = "error") -> None:
+    """No logical name is replicated silently: a name no rule maps (--rules, jaxmem's, a known convention's)
+    is a UserError listing each with where it is used and the --rules lines that would map it, unless the
+    user accepts replication (--unmapped replicate)."""
+    if unmapped not in UNMAPPED:
+        raise UserError(f"--unmapped {unmapped}: expected one of {', '.join(UNMAPPED)}")
+    missing = {n: w for n, w in sorted(used.items()) if origin(rules, n, mesh) is None}
+    if not missing or unmapped == "replicate":
+        return
+    lines = [f"  {name}: used at {'; '.join(where[:MAX_PLACES])}" + (f" (and {len(where) - MAX_PLACES} more)"
+                                                                     if len(where) > MAX_PLACES else "")
+             for name, where in missing.items()]
+    suggested = ", ".join(json.dumps([n, _suggest(n, mesh)]) for n in missing)
+    mesh_text = ",".join(f"{n}={s}" for n, s in mesh.axes)
+    raise UserError(
+        f"{len(missing)} logical axis name(s) that no rule maps (not --rules, not jaxmem's, not a known convention "
+        "of jaxmem/program/conventions.py): flax would keep every dimension they name whole on every device, "
+        "which is rarely what the trainer does:\n" + "\n".join(lines) +
+        f"\nGive --rules FILE mapping them, e.g. a rules.json of [{suggested}] (mesh axes of --mesh {mesh_text}; "
+        "null keeps the dimension whole on purpose), or accept replication with --unmapped replicate.")
+
+
+def _suggest(name: str, mesh: MeshSpec) -> Any:
+    """A guess at the mesh axes a name means, for the error's example rules (the user checks it)."""
+    low = name.lower()
+    tensor = mesh.model_axis if mesh.model_axis and mesh.axis_size(mesh.model_axis) > 1 else None
+    split = lambda axes: (axes[0] if len(axes) == 1 else list(axes)) if axes else None  # noqa: E731
+    if "batch" in low:
+        return split(tuple(a for a in mesh.batch_axes if mesh.axis_size(a) > 1))
+    if any(k in low for k in ("len", "seq", "pos", "time")):
+        return mesh.context_axis if mesh.context_axis and mesh.axis_size(mesh.context_axis) > 1 else None
+    if any(k in low for k in ("head", "mlp", "ff", "hidden", "vocab")) and tensor:
+        return tensor
+    if any(k in low for k in ("emb", "model", "width", "mlp", "ff", "hidden", "vocab")):
+        return split(tuple(a for a in mesh.state_axes if mesh.axis_size(a) > 1))
+    if "exp" in low:
+        return mesh.axis_of("expert")
+    return None
 
 
 # ------------------------------------------------------------------ rules files

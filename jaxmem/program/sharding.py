@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,6 +19,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import numpy as np
+from flax.linen import spmd as linen_spmd
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -319,6 +321,69 @@ def tracing(mesh, rules):
         yield
 
 
+@contextlib.contextmanager
+def step_tracing(mesh, rules, used: dict[str, list[str]], check: Callable[[], None]):
+    """The step's trace (:func:`tracing`), recording the logical names its constraints use into `used`
+    (:func:`recording_names`); `check` runs once the trace and lowering succeeded, before any compile."""
+    with tracing(mesh, rules), recording_names(used):
+        yield
+    check()
+
+
+@contextlib.contextmanager
+def recording_names(used: dict[str, list[str]]):
+    """While active, every logical name flax resolves to mesh axes (nn.with_logical_constraint, a
+    LogicallyPartitioned box's unbox) is added to `used` with the model's line that used it. flax has no
+    hook for this: its one resolver, flax.linen.spmd._logical_to_mesh_axes, is wrapped for the duration."""
+    orig = getattr(linen_spmd, "_logical_to_mesh_axes", None)
+    if orig is None:   # a flax without it: nothing is recorded (the names of parameters still are)
+        yield
+        return
+
+    def recorded(array_dim_names, rules=None):
+        for name in array_dim_names or ():
+            if isinstance(name, str):
+                places = used.setdefault(name, [])
+                if len(places) < rules_mod.MAX_PLACES:
+                    at = _caller()
+                    if at and at not in places:
+                        places.append(at)
+        return orig(array_dim_names, rules)
+
+    linen_spmd._logical_to_mesh_axes = recorded
+    try:
+        yield
+    finally:
+        linen_spmd._logical_to_mesh_axes = orig
+
+
+def _caller() -> str | None:
+    """`file:line in function` of the innermost frame of the model's code (outside jax, flax, jaxmem)."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name and not name.startswith("<") and not errors.framework_file(name) and not errors.in_package(name):
+            code = f.f_code   # the qualified name, as jax's tracebacks name the function (model_constraints)
+            return f"{errors.short_path(name)}:{f.f_lineno} in {getattr(code, 'co_qualname', code.co_name)}"
+        f = f.f_back
+    return None
+
+
+def param_name_places(st: AbstractState) -> dict[str, list[str]]:
+    """Each logical name the parameters carry -> the parameters that carry it (their paths)."""
+    used: dict[str, list[str]] = {}
+    is_names = lambda x: isinstance(x, (P, tuple))  # noqa: E731
+    for path, spec in jax.tree_util.tree_flatten_with_path(st.param_names, is_leaf=is_names)[0]:
+        if not is_names(spec):
+            continue
+        for i, entry in enumerate(spec):
+            for name in (entry,) if isinstance(entry, str) else entry or ():
+                places = used.setdefault(name, [])
+                if len(places) < rules_mod.MAX_PLACES:
+                    places.append(f"parameter {path_str(path)} dim {i}")
+    return used
+
+
 MAX_CONSTRAINT_SITES = 8   # the report lists this many places; the count is of all of them
 
 
@@ -329,6 +394,7 @@ def model_constraints(jaxpr) -> dict[str, Any]:
     outside jax/flax) with its spec, the most used first."""
 
     sites: dict[tuple[str, str], int] = {}
+    whole: dict[tuple[str, str], list[int]] = {}   # constraints that keep the leading dimension whole
     count = 0
     for eqn in equations(jaxpr):
         if eqn.primitive.name != "sharding_constraint":
@@ -341,9 +407,13 @@ def model_constraints(jaxpr) -> dict[str, Any]:
         key = (at, re.sub(r"^PartitionSpec\(", "P(", str(spec)))   # jax 0.9 prints PartitionSpec(...), later P(...)
         sites[key] = sites.get(key, 0) + 1
         count += 1
+        shape = tuple(getattr(getattr(eqn.invars[0], "aval", None), "shape", ()) or ())
+        if shape and (not len(spec) or spec[0] is None) and len(whole) < MAX_CONSTRAINT_SITES:
+            whole.setdefault(key, list(shape))
     ranked = sorted(sites.items(), key=lambda kv: -kv[1])
     return {"count": count, "sites": len(sites),
-            "applied": [{"at": at, "spec": spec, "count": n} for (at, spec), n in ranked[:MAX_CONSTRAINT_SITES]]}
+            "applied": [{"at": at, "spec": spec, "count": n} for (at, spec), n in ranked[:MAX_CONSTRAINT_SITES]],
+            "leading_whole": [{"at": at, "spec": spec, "shape": shape} for (at, spec), shape in whole.items()]}
 
 
 def equations(jaxpr):
@@ -445,6 +515,7 @@ def check_unsharded(issues, leaves) -> list[ReportWarning]:
     """unsharded_leaf: each leaf the layout could not shard, largest first, with the optimizer-state
     copies that stay replicated with it in its cost."""
     out = []
+    issues = [i for i in issues if i.kind == "replicated"]   # a poor split is jaxmem.program.visible's
     for issue, moments in sorted(_with_moments(issues, leaves), key=lambda im: -im[0].replicated_bytes):
         also = f" (so do its {moments} optimizer-state copies: {moments + 1}x the bytes)" if moments else ""
         out.append(ReportWarning(
