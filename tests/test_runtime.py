@@ -472,3 +472,19 @@ def test_no_published_run_that_ran_is_failed_by_a_runtime_estimate():
             assert v.verdict == "tight" and v.terms[0]["name"] == "nccl_communicators"
             assert (w["verdict"], w["verdict_terms"][0]["name"]) == ("tight", "nccl_communicators")   # as analyze said
     assert "gpurecipes-maxtext-llama31-70b-h200-256gpu" in {row["recipe"]["key"] for row in rows}
+
+
+def test_an_all_to_all_connects_every_peer_at_the_high_end_only():
+    """Expert parallelism: an all-to-all over a group connects each GPU to all its peers (NVIDIA/nccl#1685: 32
+    channels per pair on 8 H100s); made on first use, so the low end and the estimate stay the ring's."""
+    t = targets.make_target("h100", 8)
+    group = [frozenset(range(8))]
+    plain, _, _ = runtime.nccl_term(t, group, 8, 1, {}, runtime.spec_for(t), EST)
+    a2a, _, _ = runtime.nccl_term(t, group, 8, 1, {}, runtime.spec_for(t), EST, frozenset(group))
+    assert (a2a.low_bytes, a2a.bytes) == (plain.low_bytes, plain.bytes)
+    per_peer = 32 * (10 * MiB + 2 * MiB)   # a 9.2 MiB connection rounded to cuMem's 2 MiB, and #1685's 2 MiB buffer
+    assert a2a.high_bytes - plain.high_bytes == 7 * per_peer and "all-to-all 7 peers" in a2a.detail
+    # NCCL_MAX_NCHANNELS bounds it as it bounds the ring
+    capped, _, _ = runtime.nccl_term(t, group, 8, 1, {"NCCL_MAX_NCHANNELS": "4"}, runtime.spec_for(t), EST,
+                                     frozenset(group))
+    assert capped.high_bytes < a2a.high_bytes

@@ -106,3 +106,81 @@ class NcclSettings:
             else NCCL_MAXCHANNELS
         floor = min(max(self.min_channels or 0, 0), cap)
         return max(min(lo, cap), floor), max(min(hi, cap), floor)
+
+
+# ---------------------------------------------------------------- one communicator's buffers on one GPU
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclCommunicator:
+    """One communicator's buffers on one of its GPUs: low / estimate / high, and what they are made of."""
+
+    low: int
+    bytes: int
+    high: int
+    parts: str
+
+
+def _round(n: int, s: NcclSettings) -> int:
+    return -(-n // CUMEM_GRANULARITY) * CUMEM_GRANULARITY if s.cumem else n
+
+
+def nccl_communicator(size: int, local: int, span: int, *, nvls_card: bool, cc_major: int,
+                      s: NcclSettings) -> NcclCommunicator:
+    """The buffers one GPU of a communicator of `size` GPUs holds, `local` of them on its NVLink
+    fabric (a host, or an NVLink domain) and spanning `span` hosts.
+
+    * Ring (every collective can run on it, so it is always connected): per channel, this GPU
+      receives from one peer and sends to one. A receiving P2P connection holds the LL and LL128
+      buffers, and with P2P read (NVLink, sm_80+) the sender holds the Simple buffer
+      (src/transport/p2p.cc p2pRecvSetup/p2pSendSetup); over the network LL128 and Simple sit in
+      GPU memory with GPUDirect RDMA and LL in host memory (src/transport/net.cc): about
+      LL + LL128 + Simple per channel either way.
+    * Tree (all-reduce across hosts): up to two more connections per channel, made only when an
+      all-reduce picks it (NCCL_RUNTIME_CONNECT=1, the default since 2.22): the high end.
+    * NVLS (NVLink SHARP, NVSwitch Hopper and Blackwell): nvlsChannels x 2 x (NCCL_NVLS_CHUNKSIZE x
+      NCCL_STEPS) per NVLS head, one head per GPU of the fabric (src/transport/nvls.cc
+      ncclNvlsBufferSetup), when an NVLS algorithm is first used: in the estimate, not in the low end.
+    """
+    conn = s.ll + s.ll128 + s.simple
+    # p2p read: the receiver's LL + LL128 in one buffer, the sender's Simple in another; each rounded
+    conn_rounded = _round(s.ll + s.ll128, s) + _round(s.simple, s)
+    ch_lo, ch_hi = s.channels(NCCL_CHANNELS_NVLINK if local >= 2 else NCCL_CHANNELS_NET)
+    ring_lo, ring_hi = ch_lo * conn, ch_hi * conn_rounded
+    tree = (2 if span > 1 else 1) * ch_hi * conn_rounded if s.tree and size > 2 else 0
+    nvls = 0
+    if nvls_card and s.nvls and local >= 2:
+        nch = s.nvls_channels or NCCL_NVLS_CHANNELS.get(cc_major, (16, 16))[span > 1]
+        nvls = _round(nch * 2 * s.nvls_chunk * NCCL_STEPS * local, s) + _round(nch * 2 * 64 * local, s)  # + credits
+    low = ring_lo if s.runtime_connect else ring_lo + tree + nvls   # without runtime connect: all at init
+    est = ring_hi + nvls
+    high = ring_hi + tree + nvls
+    parts = (f"ring {ch_lo}-{ch_hi} channels x {conn / MiB:.1f} MiB"
+             + (f" + NVLS {nvls / MiB:,.0f} MiB ({local} heads)" if nvls else "")
+             + (f" + tree up to {tree / MiB:,.0f} MiB" if tree else ""))
+    return NcclCommunicator(min(low, est), est, max(high, est), parts)
+
+
+def _fabric_of(d: int, n: int, hosts: int, domain: int | None) -> tuple[int, int]:
+    """(host, NVLink fabric) of device `d` of `n` spread evenly over `hosts` hosts."""
+    per_host = max(n // max(hosts, 1), 1)
+    host = d // per_host
+    return host, (d // domain if domain and domain > per_host else host)
+
+
+# An all-to-all (expert parallelism) connects every peer of its group, not a ring: per peer and channel a P2P
+# connection's buffers, made when the first all-to-all runs (NCCL_RUNTIME_CONNECT). NVIDIA/nccl#1685 (8 x H100,
+# one all-to-all): 32 channels per pair of GPUs, a 10 MiB and a 2 MiB cuMem buffer each, 1.06 -> 4.34 GB per GPU.
+# How many channels NCCL gives each peer is its topology search's answer (fewer as the group grows): the range is
+# NCCL_NCHANNELS_PER_NET_PEER's default (2) to what #1685 logged (32); `jaxmem calibrate` on the cluster pins it.
+A2A_CHANNELS_PER_PEER = (2, 32)
+A2A_PEER_EXTRA = 2 * MiB             # the second buffer #1685 logged per channel and peer
+
+
+def all_to_all_peers(size: int, s: NcclSettings) -> tuple[int, int]:
+    """(low, high) bytes one GPU holds for an all-to-all over `size` GPUs: its size - 1 peers' P2P connections
+    at the fewest and the most channels per peer (A2A_CHANNELS_PER_PEER), within NCCL_MIN/MAX_NCHANNELS."""
+    peers = max(size - 1, 0)
+    lo, hi = s.channels(A2A_CHANNELS_PER_PEER)
+    conn = s.ll + s.ll128 + s.simple
+    return peers * lo * conn, peers * hi * (_round(conn, s) + A2A_PEER_EXTRA)

@@ -129,6 +129,7 @@ class Runtime:
 @dataclasses.dataclass(frozen=True)
 class Collectives:
     groups: tuple[frozenset[int], ...]     # distinct groups of 2+ devices
+    all_to_all: frozenset[frozenset[int]] = frozenset()   # the groups an all-to-all runs over (peers connected)
 
 
 def collective_groups(program: str | Module, mesh_axes) -> Collectives:
@@ -146,7 +147,10 @@ def collective_groups(program: str | Module, mesh_axes) -> Collectives:
         n *= int(size)
     everyone = frozenset(range(n))
     seen: set[frozenset[int]] = set()
+    a2a: set[frozenset[int]] = set()
     for c in collectives(program, mesh_axes):
+        if c.kind in ("all-to-all", "ragged-all-to-all"):
+            a2a.update(frozenset(g) for g in c.replica_groups if len(set(g)) >= 2)
         if c.kind in ("collective-permute", "collective-broadcast") and all(len(set(p)) == 1 or len(p) < 2
                                                                            for p in c.replica_groups):
             continue
@@ -154,7 +158,7 @@ def collective_groups(program: str | Module, mesh_axes) -> Collectives:
             seen.add(everyone)
             continue
         seen.update(frozenset(g) for g in c.replica_groups if len(set(g)) >= 2)
-    return Collectives(tuple(sorted(seen, key=lambda s: (len(s), sorted(s)))))
+    return Collectives(tuple(sorted(seen, key=lambda s: (len(s), sorted(s)))), frozenset(a2a))
 
 
 # ---------------------------------------------------------------- the model
@@ -206,69 +210,17 @@ from jaxmem.compiler.nccl import (  # noqa: E402, F401  (NCCL's settings live ja
     NCCL_NVLS_CHUNKSIZE,
     NCCL_SIMPLE_BUFFSIZE,
     NCCL_STEPS,
+    NcclCommunicator,
     NcclSettings,
+    _fabric_of,
+    _round,
+    all_to_all_peers,
+    nccl_communicator,
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class NcclCommunicator:
-    """One communicator's buffers on one of its GPUs: low / estimate / high, and what they are made of."""
-
-    low: int
-    bytes: int
-    high: int
-    parts: str
-
-
-def _round(n: int, s: NcclSettings) -> int:
-    return -(-n // CUMEM_GRANULARITY) * CUMEM_GRANULARITY if s.cumem else n
-
-
-def nccl_communicator(size: int, local: int, span: int, *, nvls_card: bool, cc_major: int,
-                      s: NcclSettings) -> NcclCommunicator:
-    """The buffers one GPU of a communicator of `size` GPUs holds, `local` of them on its NVLink
-    fabric (a host, or an NVLink domain) and spanning `span` hosts.
-
-    * Ring (every collective can run on it, so it is always connected): per channel, this GPU
-      receives from one peer and sends to one. A receiving P2P connection holds the LL and LL128
-      buffers, and with P2P read (NVLink, sm_80+) the sender holds the Simple buffer
-      (src/transport/p2p.cc p2pRecvSetup/p2pSendSetup); over the network LL128 and Simple sit in
-      GPU memory with GPUDirect RDMA and LL in host memory (src/transport/net.cc): about
-      LL + LL128 + Simple per channel either way.
-    * Tree (all-reduce across hosts): up to two more connections per channel, made only when an
-      all-reduce picks it (NCCL_RUNTIME_CONNECT=1, the default since 2.22): the high end.
-    * NVLS (NVLink SHARP, NVSwitch Hopper and Blackwell): nvlsChannels x 2 x (NCCL_NVLS_CHUNKSIZE x
-      NCCL_STEPS) per NVLS head, one head per GPU of the fabric (src/transport/nvls.cc
-      ncclNvlsBufferSetup), when an NVLS algorithm is first used: in the estimate, not in the low end.
-    """
-    conn = s.ll + s.ll128 + s.simple
-    # p2p read: the receiver's LL + LL128 in one buffer, the sender's Simple in another; each rounded
-    conn_rounded = _round(s.ll + s.ll128, s) + _round(s.simple, s)
-    ch_lo, ch_hi = s.channels(NCCL_CHANNELS_NVLINK if local >= 2 else NCCL_CHANNELS_NET)
-    ring_lo, ring_hi = ch_lo * conn, ch_hi * conn_rounded
-    tree = (2 if span > 1 else 1) * ch_hi * conn_rounded if s.tree and size > 2 else 0
-    nvls = 0
-    if nvls_card and s.nvls and local >= 2:
-        nch = s.nvls_channels or NCCL_NVLS_CHANNELS.get(cc_major, (16, 16))[span > 1]
-        nvls = _round(nch * 2 * s.nvls_chunk * NCCL_STEPS * local, s) + _round(nch * 2 * 64 * local, s)  # + credits
-    low = ring_lo if s.runtime_connect else ring_lo + tree + nvls   # without runtime connect: all at init
-    est = ring_hi + nvls
-    high = ring_hi + tree + nvls
-    parts = (f"ring {ch_lo}-{ch_hi} channels x {conn / MiB:.1f} MiB"
-             + (f" + NVLS {nvls / MiB:,.0f} MiB ({local} heads)" if nvls else "")
-             + (f" + tree up to {tree / MiB:,.0f} MiB" if tree else ""))
-    return NcclCommunicator(min(low, est), est, max(high, est), parts)
-
-
-def _fabric_of(d: int, n: int, hosts: int, domain: int | None) -> tuple[int, int]:
-    """(host, NVLink fabric) of device `d` of `n` spread evenly over `hosts` hosts."""
-    per_host = max(n // max(hosts, 1), 1)
-    host = d // per_host
-    return host, (d // domain if domain and domain > per_host else host)
-
-
 def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str], spec: GpuSpec | None,
-              est: dict) -> tuple[Term, bool, int]:
+              est: dict, a2a=frozenset()) -> tuple[Term, bool, int]:
     """The busiest device's NCCL communicators as one term (low..high), whether NVLS is in it, and how
     many communicators that device holds."""
 
@@ -289,6 +241,10 @@ def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str]
             fabrics[f] = fabrics.get(f, 0) + 1
         local = max(fabrics.values())
         c = nccl_communicator(len(g), local, span, nvls_card=nvls_card, cc_major=cc, s=s)
+        if frozenset(g) in a2a:   # every peer connected, when the first all-to-all runs: the high end only
+            lo_p, hi_p = all_to_all_peers(len(g), s)
+            c = dataclasses.replace(c, high=c.high + hi_p, parts=c.parts + f" + all-to-all {len(g) - 1} peers up to "
+                                    f"{hi_p / MiB:,.0f} MiB ({lo_p / MiB:,.0f} at the fewest channels)")
         used_nvls |= "NVLS" in c.parts
         key = (f"{len(g)} GPUs" + (f" over {span} hosts" if span > 1 else "") + f": {c.low / MiB:,.0f}-"
                f"{c.high / MiB:,.0f} MiB, estimate {c.bytes / MiB:,.0f} MiB ({c.parts})")
@@ -313,7 +269,8 @@ def nccl_term(target: Target, groups, n: int, hosts: int, env: Mapping[str, str]
               "net.cc, nvls.cc: LL 512 KiB + LL128 4.7 MiB + Simple NCCL_BUFFSIZE 4 MiB per channel and peer, NVLS "
               "16 channels x 2 x 1 MiB per head; channel counts from NCCL_DEBUG=INFO logs, NVIDIA/nccl#892, #1781, "
               "#1189; low: the ring alone, as NCCL_RUNTIME_CONNECT=1 connects the rest on first use; high: ring, "
-              "tree and NVLS all connected, each buffer rounded to the 2 MiB cuMem granularity)")
+              "tree and NVLS all connected, and an all-to-all's every peer at up to 32 channels (#1685), each "
+              "buffer rounded to the 2 MiB cuMem granularity; `jaxmem calibrate` on the cluster measures it)")
     return Term("nccl_communicators", mid, False, source, detail, "estimate", low, high), used_nvls, k
 
 
@@ -368,7 +325,7 @@ def model(target: Target, program: str | Module | None = None, mesh_axes=None, *
                           f"program's collectives), {entry.nccl_communicator_bytes / MiB:,.0f} MiB each as measured",
                           "measured"))
     elif colls.groups:
-        term, used_nvls, k = nccl_term(target, colls.groups, n, hosts, env, spec, est)
+        term, used_nvls, k = nccl_term(target, colls.groups, n, hosts, env, spec, est, colls.all_to_all)
         terms.append(term)
     else:
         terms.append(Term("nccl_communicators", 0, False, "the compiled program", "no collectives between devices"
