@@ -19,7 +19,7 @@ def target_info(target: targets.Target, devices: int, bud: runtime.Budget) -> re
     return report.TargetInfo(gpu=target.gpu, description=target.description, platform=target.platform,
                              devices=devices, hosts=target.hosts, deviceless=target.deviceless,
                              memory_bytes=target.memory_bytes, usable_bytes=bud.usable_bytes, usable_note=bud.note,
-                             xla_budget_note=_budget_note(target))
+                             xla_budget_note=_budget_note(target, bud))
 
 
 def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: step.StepPlan) -> report.Options:
@@ -84,12 +84,21 @@ def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
 
 
-def _budget_note(target) -> str:
+def _budget_note(target, bud=None) -> str:
+    """Which memory limit XLA's scheduler and rematerialization compiled this step against, and the one a run
+    uses (benchmarks/results/xla-budget.md: GetSchedulerMemoryLimit's base is the module's device_memory_size,
+    which jaxlib sets to the allocator's bytes_limit, total x fraction; without one, 80% of the card)."""
     if target.memory_bytes is None:
         return ""
-    return (f"XLA compiled this step for the {target.gpu}'s {fmt_bytes(target.memory_bytes)}: its scheduler and "
+    note = (f"XLA compiled this step for the {target.gpu}'s {fmt_bytes(target.memory_bytes)}: its scheduler and "
             "rematerialization budget about 80% of the card, so the same step can compile to a smaller peak "
             "for a smaller card")
+    a = getattr(bud, "allocator", None)
+    if target.deviceless and a is not None and a.kind != "platform":
+        note += (f"; a run compiles against its pool instead ({a.fraction:g} of the card, "
+                 f"{fmt_bytes(int(target.memory_bytes * a.fraction))}, less the step's inputs and outputs, x "
+                 "--xla_gpu_memory_limit_slop_factor), so near that limit its temporaries differ from these")
+    return note
 
 
 def _natural(path: str) -> tuple:
