@@ -402,6 +402,8 @@ def _handler(app: App, guard: guard_mod.Guard):
         def send_error(self, code, message=None, explain=None):
             """http.server's refusals (400, 414, 431, 501 ...) as JSON, like every other answer."""
             self.close_connection = True
+            if self.request_version in ("", "HTTP/0.9"):   # a line that is no request: a status line all the same
+                self.request_version = "HTTP/1.1"
             text = message or self.responses.get(code, ("error",))[0]
             self._send(code, (json.dumps({"error": text}) + "\n").encode(), "application/json", {})
 
