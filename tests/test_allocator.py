@@ -204,3 +204,27 @@ def _target_info():
 
     spec = targets.CATALOGUE["h100"]
     return TargetInfo("h100", spec.description, "cuda", 8, 1, True, spec.memory_bytes, None, "")
+
+
+@pytest.mark.slow
+def test_changing_the_allocator_moves_analyze_compare_and_a_saved_rows_verdict(tmp_path):
+    """One tiny step at a memory fraction below its peak: preallocated BFC fails it at once, cuda_async runs it
+    above its release threshold (tight, never fits); analyze, compare's rows and the rows compare --from re-judges
+    all follow the allocator given."""
+    import json
+
+    import jaxmem
+    from jaxmem.plan import saved_rows
+
+    kw = dict(args={"preset": "tiny"}, gpu="h100", mesh="data=2", mem_fraction=0.00001)
+    verdicts = {}
+    for kind in ("bfc", "cuda_async"):
+        r = jaxmem.analyze("models/mlp.py", allocator=kind, explain=False, **kw)
+        assert r.choices["allocator"] == kind and r.choices["sources"]["allocator"] == "user"
+        rows = jaxmem.compare("models/mlp.py", allocator=kind, layouts=["dp", "fsdp"], jobs=1, **kw)
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(rows.to_json()))
+        saved = saved_rows.load(str(path))
+        verdicts[kind] = (r.verdict, [c.report.verdict for c in rows], [c.report.verdict for c in saved])
+    assert verdicts["bfc"] == ("does_not_fit", ["does_not_fit"] * 2, ["does_not_fit"] * 2)
+    assert verdicts["cuda_async"] == ("tight", ["tight"] * 2, ["tight"] * 2)
