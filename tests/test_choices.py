@@ -49,10 +49,39 @@ def test_a_config_model_states_its_choices_in_json_text_and_html(config_bf16):
     d = json.loads(json.dumps(config_bf16.to_json()))
     assert d["choices"] == dict(c)
     assert Report.from_json(d).choices == c
-    line = ("choices: precision bf16, attention cudnn, loss cross_entropy, layers scan, remat none, no LoRA, "
-            "memory fraction 0.75")
+    line = ("choices: precision bf16 (user), attention cudnn (default), loss cross_entropy (default), layers scan "
+            "(default), remat none (default), no LoRA, memory fraction 0.75 (default)")
     assert line in _text(config_bf16)
-    assert f'<p class="choices" id="choices">{line}</p>' in render_html(config_bf16)
+    html = render_html(config_bf16)
+    assert ('<p class="choices" id="choices">choices: precision bf16 <span class="source">(user)</span>, attention '
+            'cudnn <span class="source default">(default)</span>') in html   # a default that decides stands out
+    assert 'memory fraction 0.75 <span class="source default">(default)</span>' in html
+
+
+def test_every_choice_stated_names_its_source(config_bf16, config_fp32):
+    src = config_bf16.choices["sources"]
+    assert {k: src[k] for k in ("precision", "attention", "loss", "layers", "remat", "lora_rank", "mem_fraction")} \
+        == {"precision": "user", "attention": "default", "loss": "default", "layers": "default", "remat": "default",
+            "lora_rank": "default", "mem_fraction": "default"}
+    assert config_fp32.choices["sources"]["precision"] == "default"   # nobody gave --precision fp32
+    mine = ("precision", "attention", "loss", "layers", "remat", "lora_rank", "lora_targets", "base_dtype",
+            "mem_fraction")   # jaxmem.analysis.choices' own: each stated one has its source
+    assert {k for k in mine if config_bf16.choices.get(k) is not None} <= set(src)
+    given = jaxmem.analyze(LLAMA, gpu="h100", precision="bf16", mem_fraction=0.9, remat="full",
+                           args={**SMALL, "attention": "xla", "vocab_tiles": 4, "scan": False})
+    src = given.choices["sources"]
+    assert [src[k] for k in ("precision", "attention", "loss", "layers", "remat", "mem_fraction")] == ["user"] * 6
+    assert "precision bf16 (user), attention xla (user)" in _text(given)
+
+
+def test_a_custom_step_states_its_own_precision_not_the_flags_default():
+    r = jaxmem.analyze(ROOT / "tests" / "fixtures" / "custom_step.py", gpu="h100")
+    c = r.choices
+    assert (c["precision"], c["sources"]["precision"]) == ("the step's own", "model")
+    text = _text(r)
+    assert "precision fp32" not in text
+    assert "choices: precision the step's own (model)" in text
+    assert r.options["precision"] == "fp32"   # the options as before: the goldens' custom step is unchanged
 
 
 def test_a_config_models_fp32_default_is_stated_with_the_bf16_its_trainers_use(config_fp32):
@@ -70,8 +99,13 @@ def test_lora_targets_and_rank_are_stated():
     r = jaxmem.analyze(LLAMA, gpu="h100", precision="bf16", lora=8, args={**SMALL, "attention": "xla"})
     c = r.choices
     assert (c["attention"], c["attention_why"]) == ("xla", "--arg attention=xla")
-    assert (c["lora_rank"], c["lora_targets"], c["base_dtype"]) == (8, "every dense/einsum/conv layer", None)
-    assert "LoRA r=8 on every dense/einsum/conv layer" in levers.choices_line(r)
+    # the frozen base is the checkpoint's dtype (the fixture's torch_dtype: bfloat16), not jaxmem's fp32
+    assert (c["lora_rank"], c["lora_targets"], c["base_dtype"]) == (8, "every dense/einsum/conv layer", "bf16")
+    assert (c["sources"]["lora_rank"], c["sources"]["lora_targets"], c["sources"]["base_dtype"]) == \
+        ("user", "default", "model")
+    assert "torch_dtype" in c["base_dtype_why"]
+    assert r.options["base_dtype"] == "bf16"   # as compiled
+    assert "LoRA r=8 on every dense/einsum/conv layer (user), base bf16 (model)" in levers.choices_line(r)
 
 
 def test_a_model_file_states_the_attention_its_compiled_program_shows():
@@ -84,7 +118,7 @@ def test_a_model_file_states_the_attention_its_compiled_program_shows():
     fused = jaxmem.analyze(ROOT / "models" / "llama.py", gpu="h100", precision="bf16", batch=2,
                            args={"preset": "tiny", "attention": "cudnn"})
     assert fused.choices["attention"] == "cudnn"
-    assert "attention cudnn, loss the model's own" in _text(fused)
+    assert "attention cudnn (model), loss the model's own (model)" in _text(fused)
 
 
 def test_the_compiled_program_decides_a_model_files_attention_or_says_unknown():
