@@ -419,3 +419,68 @@ def test_after_sigterm_no_compile_child_outlives_the_server(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+# ------------------------------------------------------------------------------ Ray under a long TMPDIR
+
+def _long_tmpdir(tmp_path) -> str:
+    """A TMPDIR of 100 characters (macOS's /var/folders/... are about 50; the scratch folder goes inside)."""
+    base = str(tmp_path)
+    path = os.path.join(base, "t" * (99 - len(base)))
+    os.makedirs(path)
+    assert len(path) == 100
+    return path
+
+
+def test_a_local_rays_folder_is_short_whatever_tmpdir_is_and_a_failed_start_is_the_users_error(tmp_path,
+                                                                                               monkeypatch):
+    import jaxmem
+    from jaxmem.plan import ray_start
+
+    monkeypatch.setenv("TMPDIR", _long_tmpdir(tmp_path))
+    folder = ray_start.short_temp_dir()
+    try:
+        assert len(folder) + ray_start.RAY_TAIL <= ray_start.SOCKET_MAX and os.path.isdir(folder)
+    finally:
+        ray_start.remove(folder)
+
+    class Broken:
+        @staticmethod
+        def init(**kw):
+            assert len(kw["_temp_dir"]) + ray_start.RAY_TAIL <= ray_start.SOCKET_MAX
+            raise RuntimeError("Failed to start the GCS server\nmore lines")
+
+    with pytest.raises(jaxmem.UserError, match=r"Ray did not start on this machine \(RuntimeError: Failed to start "
+                                               r"the GCS server\)"):
+        ray_start.init_local(Broken, 1, {})
+    assert not [d for d in os.listdir("/tmp") if d.startswith("jxm-ray-") and
+                os.path.getmtime(os.path.join("/tmp", d)) > time.time() - 5 and not os.listdir(os.path.join("/tmp", d))]
+
+
+def test_compare_and_explore_run_on_ray_under_a_100_character_tmpdir(tmp_path):
+    pytest.importorskip("ray")
+    env = {**os.environ, "TMPDIR": _long_tmpdir(tmp_path), "RAY_ADDRESS": ""}
+    c = subprocess.run([sys.executable, "-m", "jaxmem.cli", "compare", MLP, "--arg", "preset=tiny", "--gpu", "h100",
+                        "--batches", "8,16", "--executor", "ray", "--jobs", "1", "--json"], capture_output=True,
+                       text=True, timeout=600, env=env, cwd=ROOT)
+    assert c.returncode == 0, c.stderr
+    rows = json.loads(c.stdout)
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    p = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", "explore", MLP, "--arg", "preset=tiny", "--gpu", "h100",
+                          "--no-browser", "--executor", "ray", "--jobs", "1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        line = p.stdout.readline()
+        assert "?token=" in line, line + p.stderr.read()
+        url = urllib.parse.urlsplit(line.split(" on ", 1)[1].split()[0])
+        conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=600)
+        conn.request("GET", f"/api/answer?wait=exact&batch=16&{url.query}")
+        body = json.loads(conn.getresponse().read())
+        conn.close()
+        assert body["answer"] == "exact", body
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=120) == 130
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
