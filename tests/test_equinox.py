@@ -91,3 +91,23 @@ def test_an_equinox_module_given_as_model_gets_the_recipe():
                          loss=lambda m, b: m(b["x"]).sum())
     with pytest.raises(jaxmem.UserError, match=r"is an equinox.Module \(Linear\).*jaxmem.equinox_workload"):
         jaxmem.analyze(wl, gpu="h100")
+
+
+def test_the_documented_equinox_recipe_runs_with_its_printed_command(tmp_path, monkeypatch):
+    import shlex
+
+    from click.testing import CliRunner
+
+    from jaxmem import cli
+
+    text = (ROOT / "docs" / "model-files.md").read_text().split("<!-- equinox example -->", 1)[1]
+    code = text.split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
+    command = text.split("Saved as `my_eqx_model.py`:", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
+    (tmp_path / "my_eqx_model.py").write_text(code)
+    monkeypatch.chdir(tmp_path)
+    argv = shlex.split(command)
+    r = CliRunner().invoke(cli.main, [*argv[1:], "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    d = __import__("json").loads(r.output)
+    assert d["param_count"] == 4 * (512 * 512 + 512)
+    assert d["options"]["remat_placed"] == ["layers/0", "layers/1", "layers/2", "layers/3"]
