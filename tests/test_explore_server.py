@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import MODELS, ROOT
 
-from jaxmem.explore import guard, points, query, server
+from jaxmem.explore import guard, points, server
 from jaxmem.plan import sweep
 from jaxmem.program.options import AnalyzeOptions
 from jaxmem.report import Report
@@ -183,7 +183,7 @@ def test_every_api_call_needs_the_token_and_the_cookie_opens_only_the_page(srv):
 
 def test_no_cors_header_and_the_page_cannot_be_framed(srv):
     for target in ("/?token=" + srv.token, "/api/controls?token=" + srv.token, "/api/controls", "/static/explore.js"):
-        status, headers, _ = request(srv, "GET", target, {"Origin": f"http://127.0.0.1:{srv.server_address[1]}"})
+        _, headers, _ = request(srv, "GET", target, {"Origin": f"http://127.0.0.1:{srv.server_address[1]}"})
         assert not [k for k in headers if k.lower().startswith("access-control-")], target
         assert headers["X-Content-Type-Options"] == "nosniff"
         assert headers["X-Frame-Options"] == "DENY"
