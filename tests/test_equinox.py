@@ -102,8 +102,8 @@ def test_the_documented_equinox_recipe_runs_with_its_printed_command(tmp_path, m
 
     text = (ROOT / "docs" / "model-files.md").read_text().split("<!-- equinox example -->", 1)[1]
     code = text.split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
-    command = text.split("Saved as `my_eqx_model.py`:", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
-    (tmp_path / "my_eqx_model.py").write_text(code)
+    command = text.split("Saved as `my_model.py`:", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
+    (tmp_path / "my_model.py").write_text(code)
     monkeypatch.chdir(tmp_path)
     argv = shlex.split(command)
     r = CliRunner().invoke(cli.main, [*argv[1:], "--json"], catch_exceptions=False)
