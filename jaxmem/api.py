@@ -181,11 +181,10 @@ def advise(model, *, all: bool = False, changes=None, jobs: int | None = None,  
         cpu_devices(2 * mesh_size(base.mesh))  # a candidate may double the data-parallel devices
         advise_mod = _jax_side().advise
         kinds = advise_mod.CHANGES if changes is None else _list("changes", changes)
-        path, runner = _path_or(model), None
-        if not _is_path(model):  # a Workload does not pickle: its candidates compile here, one at a time
+        path = _path_or(model)
+        if not _is_path(model):  # a Workload does not pickle: its candidates compile here (advise's model=)
             path = source_label(model)   # what the Advice's commands name, as a file's path
-            runner = lambda items: advise_mod.run_analyses(model, items, n_jobs=1, progress=False)  # noqa: E731
-        return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False, runner=runner,
+        return advise_mod.advise(path, base, always=all, n_jobs=n_jobs, progress=False,
                                  changes=tuple(kinds), model=None if _is_path(model) else model)
 
 

@@ -1,6 +1,6 @@
 """The explorer's state: the points asked for and compiled, compiled on compare's worker pool.
 
-One scheduler thread owns the pool (jaxmem.plan.sweep: long-lived local workers, or Ray tasks; the pool
+One scheduler thread owns the runner (jaxmem.plan.runner: long-lived local workers, or Ray tasks; it
 is not shared between threads) and feeds it one job per free worker, from three queues in this order:
 the points a client asked for (the newest first: the page's current point), the compiles advise and the
 fit search ask for, and the current point's neighbours, compiled while nothing else waits (the next and
@@ -33,7 +33,8 @@ from typing import Any
 from jaxmem.compiler import cache
 from jaxmem.errors import UserError
 from jaxmem.explore import predict, query
-from jaxmem.plan import compare, meshes, sweep
+from jaxmem.plan import compare, meshes
+from jaxmem.plan import runner as runner_mod
 from jaxmem.program import layouts
 from jaxmem.program.options import AnalyzeOptions, command_line
 from jaxmem.report import Report, verdict_of
@@ -77,21 +78,21 @@ class Explorer:
 
     def __init__(self, model, start: AnalyzeOptions, *, jobs: int | None = None, executor: str = "local",
                  ray_address: str | None = None, seq_arg: str | None = None,
-                 make_pool: Callable[..., Any] = sweep.make_pool):
+                 make_pool: Callable[..., Any] | None = None):
         self.model = model
         self.start = query.canonical(start)
         self.seq_arg = seq_arg
         self.root = os.path.realpath(os.getcwd())   # the folder it started in: the model picker's bound
         self.generation = 0                         # bumps on every model switch (use): older jobs are ignored
-        self.jobs = max(1, jobs or max(1, sweep.default_jobs() - 1))   # a core left for the server and the page
-        self._pool = make_pool(self.jobs, executor, ray_address)
+        self.jobs = max(1, jobs or max(1, runner_mod.default_jobs() - 1))   # a core left for the server and the page
+        self._runner = runner_mod.PoolRunner(model, self.jobs, executor, ray_address, make_pool=make_pool)
         self._lock = threading.Condition()
         self.points: dict[str, Point] = {}
         self._asked: list[str] = []
         self._urgent: collections.deque[str] = collections.deque()
-        self._side: collections.deque[tuple[sweep.Job, dict]] = collections.deque()
+        self._side: collections.deque[tuple[str, AnalyzeOptions, dict]] = collections.deque()   # (label, opts, box)
         self._idle: collections.deque[str] = collections.deque()
-        self._inflight: dict[int, tuple[str, Any, int]] = {}  # id(job) -> ("point", key | "side", box, generation)
+        self._inflight: dict[runner_mod.Ticket, tuple[str, Any, int]] = {}  # ("point", key | "side", box, generation)
         self._durations: list[float] = []
         self._model_digest = model_digest(model)
         self._stopping = False
@@ -212,28 +213,20 @@ class Explorer:
         with self._lock:
             return [p for p in self.points.values() if p.status == "exact"]
 
-    def run_jobs(self, items: list[tuple[str, AnalyzeOptions]], generation: int | None = None) -> list[sweep.Outcome]:
-        """Compile `items` on the pool before any neighbour (advise's and the fit search's compiles);
-        their Outcomes in order. Blocks. With `generation`: a UserError once the model has changed since."""
-        boxes = []
-        with self._lock:
-            if generation is not None and generation != self.generation:
-                raise UserError("the explorer moved to another model; ask again")
-            for label, opts in items:
-                box: dict = {}
-                self._side.append((sweep.Job(label, self.model, opts), box))
-                boxes.append(box)
-            self._lock.notify_all()
-            while not all("out" in b for b in boxes):
-                if self._stopping:
-                    raise RuntimeError("the explorer stopped")
-                self._lock.wait(1.0)
-        return [b["out"] for b in boxes]
+    def runner(self, generation: int | None = None) -> runner_mod.Runner:
+        """A planner's runner on this pool (jaxmem.plan.runner's interface: advise's plans, the fit search's
+        probes): its jobs go before any neighbour. With `generation`: a UserError once the model has changed."""
+        return _SideRunner(self, self.generation if generation is None else generation)
 
-    def advise_runner(self, items: list[tuple[str, AnalyzeOptions]]) -> list[tuple[Any, str | None, str, bool]]:
-        """jaxmem.plan.advise's runner: its candidates compiled on this pool."""
-        return [(o.report, o.error, o.status, bool(o.report is not None and o.report.timings.get("cache_hit")))
-                for o in self.run_jobs(items)]
+    @property
+    def advise_runner(self) -> runner_mod.Runner:
+        """advise's runner on this pool (the name the server passes it by)."""
+        return self.runner()
+
+    def run_jobs(self, items: list[tuple[str, AnalyzeOptions]],
+                 generation: int | None = None) -> list[runner_mod.Outcome]:
+        """Compile `items` on the pool before any neighbour; their Outcomes in order. Blocks."""
+        return runner_mod.run_all(self.runner(generation), items)
 
     # ------------------------------------------------------------------ neighbours
     def _queue_neighbours(self, p: Point) -> None:
@@ -271,15 +264,15 @@ class Explorer:
         return None
 
     # ------------------------------------------------------------------ the scheduler thread
-    def _next_job(self) -> tuple[sweep.Job, tuple[str, Any]] | None:
+    def _next_job(self) -> tuple[str, AnalyzeOptions, tuple[str, Any]] | None:
         """The next job to start (lock held): a client's point, then a side job, then a neighbour -- only
         while no point a client asked for compiles, and leaving one worker free when there are two or more,
         so that a move starts at once on a warm worker instead of waiting for a neighbour's compile (its
         exact answer then comes no later than `analyze` alone would give it)."""
         nxt = self._pop(self._urgent)
         if nxt is None and self._side:
-            job, box = self._side.popleft()
-            return job, ("side", box)
+            label, opts, box = self._side.popleft()
+            return label, opts, ("side", box)
         if nxt is not None:
             return nxt
         points = [self.points[k] for kind, k, gen in self._inflight.values()
@@ -289,12 +282,12 @@ class Explorer:
         neighbours = len(points)
         return self._pop(self._idle) if self.jobs == 1 or neighbours < self.jobs - 1 else None
 
-    def _pop(self, q: collections.deque[str]) -> tuple[sweep.Job, tuple[str, Any]] | None:
+    def _pop(self, q: collections.deque[str]) -> tuple[str, AnalyzeOptions, tuple[str, Any]] | None:
         while q:
             p = self.points[q.popleft()]
             if p.status == "queued":
                 p.status, p.started_at = "compiling", time.monotonic()
-                return sweep.Job(p.key, self.model, p.opts), ("point", p.key)
+                return p.key, p.opts, ("point", p.key)
         return None
 
     def _run(self) -> None:
@@ -304,26 +297,27 @@ class Explorer:
                     nxt = self._next_job()
                     if nxt is None:
                         break
-                    job, (kind, what) = nxt
-                    self._inflight[id(job)] = (kind, what, self.generation)
-                    self._pool.submit(job)
+                    label, opts, (kind, what) = nxt
+                    t = self._runner.submit(label, opts, model=self.model)
+                    self._inflight[t] = (kind, what, self.generation)
                 if self._stopping:
                     return
                 if not self._inflight:
                     self._lock.wait(0.5)
                     continue
-            out = self._pool.next(timeout=0.2)   # outside the lock: requests go on while a compile runs
-            if out is not None:
-                self._record(out)
+            got = self._runner.next(timeout=0.2)   # outside the lock: requests go on while a compile runs
+            if got is not None:
+                self._record(got.ticket, got.outcome)
 
-    def _record(self, out: sweep.Outcome) -> None:
+    def _record(self, ticket: runner_mod.Ticket, out: runner_mod.Outcome) -> None:
         with self._lock:
-            owner = self._inflight.pop(id(out.job), None)
+            owner = self._inflight.pop(ticket, None)
             if owner is None:
                 return
             kind, what, gen = owner
             if kind == "side":
                 what["out"] = out
+                what["landed"].append(what)
             elif gen != self.generation:
                 pass   # a point of the model before a switch: its worker is free again, its answer unwanted
             else:
@@ -351,8 +345,10 @@ class Explorer:
             self.points, self._asked, self._durations = {}, [], []
             self._urgent.clear()
             self._idle.clear()
-            for job, box in self._side:
-                box["out"] = sweep.Outcome(job, None, "the explorer moved to another model", "failed")
+            for label, opts, box in self._side:
+                box["out"] = runner_mod.Outcome(runner_mod.Job(label, self.model, opts), None,
+                                                "the explorer moved to another model", "failed")
+                box["landed"].append(box)
             self._side.clear()
             self._lock.notify_all()
 
@@ -362,7 +358,7 @@ class Explorer:
             self._stopping = True
             self._lock.notify_all()
         self._thread.join(timeout=5)
-        self._pool.close()
+        self._runner.close()
 
     # ------------------------------------------------------------------ answers
     def answer(self, p: Point) -> dict:
@@ -425,20 +421,75 @@ class Explorer:
 
     def _search(self, find: compare.Find, opts: AnalyzeOptions, answer: str) -> dict:
         """One fit search (compare's, as a row of its own), its probes compiled on this pool."""
-        s = compare._RowSearch(0, {}, opts, find)   # one row's search
-        gen = self.generation
-        while True:
-            nxt = [] if s.error is not None else s.search.propose()
-            if not nxt:
-                break
-            outs = self.run_jobs([(f"fit {s.what(k)}", s.options(k)) for k in nxt], gen)
-            for k, o in zip(nxt, outs, strict=True):
-                s.record(k, o)
-        cell = s.cell()
+        strategy = compare.RowSearches([compare.RowSearch(0, {}, opts, find)])   # one row's search
+        runner_mod.drive(self.runner(), strategy)
+        cell = strategy.cells[0]
+        assert cell is not None   # (drive ran until the row was done)
         if cell.search is None:
             return {answer: None, "error": cell.error, "search": None}
         return {answer: cell.search.answer, "capped": cell.search.capped, "margin": cell.search.margin,
                 "search": cell.search.to_json(), "error": None}
+
+
+class _SideRunner:
+    """jaxmem.plan.runner's interface over an Explorer's side queue (Explorer.runner()), for one model."""
+
+    def __init__(self, ex: Explorer, generation: int):
+        self.ex, self.generation = ex, generation
+        self._landed: collections.deque[dict] = collections.deque()
+        self._boxes: list[dict] = []
+        self._done = 0
+
+    def submit(self, key: str, options, tag: Any = None) -> runner_mod.Ticket:
+        t = runner_mod.Ticket(key, options, tag)
+        box: dict = {"ticket": t, "landed": self._landed}
+        with self.ex._lock:
+            if self.generation != self.ex.generation:
+                raise UserError("the explorer moved to another model; ask again")
+            self.ex._side.append((key, options, box))
+            self._boxes.append(box)
+            self.ex._lock.notify_all()
+        return t
+
+    def next(self, timeout: float | None = None) -> runner_mod.Landed | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.ex._lock:
+            while not self._landed:
+                if not self._boxes:
+                    return None
+                if self.ex._stopping:
+                    raise RuntimeError("the explorer stopped")
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.ex._lock.wait(min(left, 1.0))
+            box = self._landed.popleft()
+            self._boxes.remove(box)
+            self._done += 1
+            return runner_mod.Landed(box["ticket"], box["out"])
+
+    def cancel(self, ticket: runner_mod.Ticket) -> bool:
+        """A job not started leaves the queue (True); a running one's outcome is dropped when it lands."""
+        with self.ex._lock:
+            box = next((b for b in self._boxes if b["ticket"] is ticket), None)
+            if box is None:
+                return False
+            self._boxes.remove(box)
+            for item in self.ex._side:
+                if item[2] is box:
+                    self.ex._side.remove(item)
+                    return True
+            box["landed"] = collections.deque()
+            return False
+
+    def progress(self) -> runner_mod.Progress:
+        with self.ex._lock:
+            typical = statistics.median(self.ex._durations) if self.ex._durations else None
+            return runner_mod.Progress(self._done, len(self._boxes) - len(self._landed), typical, self.ex.jobs)
+
+    def close(self) -> None:
+        for box in list(self._boxes):
+            self.cancel(box["ticket"])
 
 
 # The most Python files beside a model file that its identity reads (a folder of a thousand scripts is no

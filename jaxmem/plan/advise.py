@@ -38,29 +38,29 @@ first, more devices last:
   gradients) is most of the peak: from the replicas on the same GPUs, or on 2x / 4x the GPUs with the
   same batch, which FSDP alone cannot use once each device holds one sample.
 
-No suggestion without its compiled number. The search compiles in two rounds:
+No suggestion without its compiled number: the plans it prints are compiled; while it searches it shows
+them beside the plans still predicted, each marked. The search (jaxmem.plan.advise_search, its stop
+rule in that module's docstring) predicts every combination of changes from the step as given
+(jaxmem.plan.forecast: priors from its breakdown, replaced by a change's measured ratios once its probe,
+the change alone, compiled), and compiles only the plans that can still win: it stops when every plan
+not compiled, at its predicted best, either does not fit or cannot beat the best compiled plan of its
+section. Combinations of the free fixes (fraction x accumulation x base dtype x chunked loss x remat)
+are plans like any other.
 
-1. *probes*: every single change at each of its values (gradient accumulation only at its
-   largest: one sample per device), in parallel. Each probe is a candidate itself, and it
-   measures how its change scales the state (params, optimizer state, gradients, ...) and the
-   activations/temporaries of the original, and its estimated step time.
-2. *combinations*: every combination of changes is predicted from those ratios (state and
-   activations each as the original's times the ratios of the changes combined; microbatch
-   sizes between the probes interpolated linearly); the ones predicted to fit, fastest
-   predicted first, are compiled -- and only their compiled numbers are reported.
-
-Candidates that fit are ranked: plans on the GPUs as given before plans that need more, each by its
-throughput per device from the compiled, estimated step time (tokens/s, or samples/s for a batch
-without a sequence; the global batch is the same in every plan), fewer changes first among equals;
-rows whose step-time bands overlap are tied and share a rank. A candidate that cannot apply to this
-model (it refuses the option: a user error) is "not applicable", with the reason.
+Plans that fit are ranked in two sections: on the GPUs as given, then on more GPUs (each saying how many
+it needs and adds), each by its throughput per device from the compiled, estimated step time (tokens/s,
+or samples/s for a batch without a sequence; the global batch is the same in every plan), fewer changes
+first among equals; rows whose step-time bands overlap are tied and share a rank. Compiled plans that do
+not fit are a list of their own. A candidate that cannot apply to this model (it refuses the option: a
+user error) is "not applicable", with the reason. A plan's command pastes and runs as shown: a memory
+fraction is the environment variable in front of it (what the training sets too).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,8 +68,10 @@ from typing import Any
 from jaxmem import display, pipeline
 from jaxmem.compiler.steptime import band, tied_with
 from jaxmem.errors import UserError
+from jaxmem.plan import advise_search
 from jaxmem.plan import changes as changes_mod
-from jaxmem.plan import sweep
+from jaxmem.plan import forecast as fc
+from jaxmem.plan import runner as runner_mod
 from jaxmem.plan.changes import CHANGES, MESH_CHANGES, axes, mesh_changes, model_takes  # noqa: F401 (advise's names)
 from jaxmem.program import rules
 from jaxmem.program.options import AnalyzeOptions, command_line
@@ -77,21 +79,24 @@ from jaxmem.report import verdict_of
 
 _apply = changes_mod.apply   # the options a set of changes makes (its tests' name)
 
-SCHEMA = "jaxmem.advise/1"
+SCHEMA = "jaxmem.advise/2"
+MAX_COMPILES = 24   # compiles a search makes at most beside the step as given (a search that stops there says so)
 
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One compiled configuration: the original, or the original with `changes`."""
+    """One plan: the original, or the original with `changes`; compiled (report or error), or only predicted."""
 
     changes: tuple[tuple[str, Any], ...]     # (axis, value): layout, precision, remat, accum, devices
     options: AnalyzeOptions
     report: Any = None                       # Report | None
     error: str | None = None
-    status: str = "ok"                       # ok | not_applicable (the model refuses it) | failed
-    round: int = 0                           # 0: the original, 1: a probe, 2: a predicted combination
-    predicted_peak_bytes: int | None = None  # round 2: what the probes predicted
+    status: str = "ok"                       # ok | not_applicable (the model refuses it) | failed | predicted
+    round: int = 0                           # 0: the original, 1: one change, 2: a combination
+    predicted_peak_bytes: int | None = None  # what the search predicted before it compiled
     bf16_implied: bool = False               # a change that needs bf16 compute brought it (cuDNN, a bf16 base)
+    adds_gpus: int = 0                       # the GPUs it needs beyond the original's
+    prediction: Any = None                   # forecast.Prediction (status predicted; and what a compile replaced)
 
     @property
     def label(self) -> str:
@@ -103,7 +108,15 @@ class Candidate:
         roles = getattr(self.options, "axis_roles", None)
         text = ", ".join(changes_mod.describe(k, mesh if mesh and k in (*MESH_CHANGES, "devices") else v, roles)
                          for k, v in self.changes)
-        return text + (", with the bf16 compute it needs" if self.bf16_implied else "")
+        text += ", with the bf16 compute it needs" if self.bf16_implied else ""
+        if self.adds_gpus > 0:
+            n = fc.devices_of(self.options)
+            text = f"needs {n} GPUs (+{self.adds_gpus}): {text}"
+        return text
+
+    @property
+    def exact(self) -> bool:
+        return self.status != "predicted"
 
     @property
     def fits(self) -> bool:
@@ -147,7 +160,13 @@ class Candidate:
         return {} if f is None else {changes_mod.fraction_variable(): str(f)}
 
     def command(self, path: str) -> str:
-        return command_line(path, self.options)
+        """The command that analyzes this plan, pasted as it is: a memory fraction is the variable in front of
+        it (as the training's environment sets it), not --mem-fraction."""
+        env = self.environment
+        if not env:
+            return command_line(path, self.options)
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        return f"{prefix} {command_line(path, dataclasses.replace(self.options, mem_fraction=None))}"
 
 
 def _per_device(report, step_s: float | None) -> tuple[float, str] | None:
@@ -160,25 +179,41 @@ def _per_device(report, step_s: float | None) -> tuple[float, str] | None:
     return (batch * seq / step_s / devices, "tokens/s") if seq else (batch / step_s / devices, "samples/s")
 
 
-
-
-
-
-
-
 @dataclasses.dataclass(frozen=True)
 class Advice:
     path: str
     original: Candidate
-    candidates: tuple[Candidate, ...]   # every compiled change: fitting ones ranked first
+    candidates: tuple[Candidate, ...]   # the compiled plans: fitting ones ranked first (and, while the search
+                                        # runs, the plans still predicted, status "predicted")
     compiles: int
     cached: int
     seconds: float
     searched: bool                      # False: the original fits and --all was not given
+    done: bool = True                   # False: a snapshot of a search still running
+    progress: str = ""                  # "N of M compiled, about S s left" (the final: "N compiled")
+    eta_s: float | None = None
+    capped: bool = False                # the search stopped at max_compiles with plans still able to win
+
+    @property
+    def exact(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.exact]
 
     @property
     def fitting(self) -> list[Candidate]:
+        """The compiled plans that fit, ranked: on the GPUs as given first, then those that need more."""
         return [c for c in self.candidates if c.fits]
+
+    @property
+    def fitting_here(self) -> list[Candidate]:
+        return [c for c in self.fitting if c.adds_gpus <= 0]
+
+    @property
+    def fitting_more(self) -> list[Candidate]:
+        return [c for c in self.fitting if c.adds_gpus > 0]
+
+    @property
+    def not_fitting(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.report is not None and not c.fits]
 
     @property
     def compiled(self) -> list[Candidate]:
@@ -197,167 +232,94 @@ class Advice:
         return max(done, key=lambda hc: hc[0])[1] if done else None
 
     def relative(self, c: Candidate) -> float | None:
-        base, mine = self.original.step_s, c.step_s
+        base, mine = self.original.step_s, c.step_s if c.exact else (c.prediction.step_s if c.prediction else None)
         return None if not base or mine is None else mine / base
 
     def _repr_html_(self) -> str | None:
         return display.html("advice", self)
 
     def ranks(self) -> dict[int, int]:
-        """id(candidate) -> its rank among the plans that fit (1-based, in the order of `fitting`); rows whose
-        throughput bands overlap (their step-time bands, scaled) share the rank of the first of them."""
-        fitting = self.fitting
-        ties = tied_with([c.throughput_band() for c in fitting])
+        """id(candidate) -> its rank among the plans that fit in its section (1-based, in the order of `fitting`);
+        rows whose throughput bands overlap (their step-time bands, scaled) share the rank of the first of them."""
         out: dict[int, int] = {}
-        for i, c in enumerate(fitting):
-            above = ties[i]
-            out[id(c)] = i + 1 if above is None else out[id(fitting[above])]
+        for section in (self.fitting_here, self.fitting_more):
+            ties = tied_with([c.throughput_band() for c in section])
+            for i, c in enumerate(section):
+                above = ties[i]
+                out[id(c)] = i + 1 if above is None else out[id(section[above])]
         return out
 
     def to_json(self) -> dict[str, Any]:
         ranks = self.ranks()
-
-        def row(c: Candidate) -> dict[str, Any]:
-            tp = c.throughput
-            return {"changes": {a: changes_mod.shown(a, v) for a, v in c.changes}, "label": c.label,
-                    "rank": ranks.get(id(c)), "environment": c.environment,
-                    "tokens_per_s": tp[0] if tp and tp[1] == "tokens/s" else None,
-                    "samples_per_s": tp[0] if tp and tp[1] == "samples/s" else None,
-                    "command": c.command(self.path), "status": c.status, "error": c.error,
-                    "fits": c.fits if c.report is not None else None,
-                    "per_device_peak_bytes": c.peak, "headroom_bytes": c.headroom,
-                    "step_time_estimate_s": c.step_s, "relative_step_time": self.relative(c),
-                    "devices": getattr(c.report.target, "devices", None) if c.report is not None else None,
-                    "gpu_seconds_per_step": c.gpu_seconds,
-                    "step_time": c.report.step_time if c.report is not None else None,
-                    "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes,
-                    "verdict": verdict_of(c.report) if c.report is not None else None}
-
-        closest = None if self.fitting or not self.searched else self.closest
-        return {"schema": SCHEMA, "model_file": self.path, "original": row(self.original),
-                "fits_as_given": self.original.fits, "searched": self.searched,
+        closest = None if self.fitting or not self.searched or not self.done else self.closest
+        return {"schema": SCHEMA, "model_file": self.path, "original": self._row(self.original, ranks),
+                "fits_as_given": self.original.fits, "searched": self.searched, "done": self.done,
+                "progress": {"compiled": self.compiles, "text": self.progress, "eta_s": self.eta_s,
+                             "capped": self.capped},
                 "changes_compiled": len(self.compiled),
-                "candidates": [row(c) for c in self.candidates],
-                "fitting": len(self.fitting), "closest": row(closest) if closest is not None else None,
+                "candidates": [self._row(c, ranks) for c in self.candidates],
+                "fitting": len(self.fitting), "fitting_on_given_gpus": len(self.fitting_here),
+                "fitting_on_more_gpus": len(self.fitting_more),
+                "closest": self._row(closest, ranks) if closest is not None else None,
                 "compiles": self.compiles, "cached": self.cached, "seconds": round(self.seconds, 1),
                 "step_time_rule": "estimates: the per-kernel model at measured rates, with a band (low_s-high_s); "
                                   "rows whose bands overlap are tied (see each candidate's step_time.rule)",
-                "rank_rule": "plans that fit, on the GPUs as given first, by throughput per device (tokens_per_s, "
-                             "or samples_per_s without a sequence) at the estimated step time; rows whose bands "
-                             "overlap share a rank (a tie)"}
+                "rank_rule": "plans that fit, in two sections (section: given_gpus, then more_gpus), each by "
+                             "throughput per device (tokens_per_s, or samples_per_s without a sequence) at the "
+                             "estimated step time; rows whose bands overlap share a rank (a tie)",
+                "stop_rule": "plans are compiled best predicted first while one can still win: the search stops when "
+                             "every plan not compiled, at its predicted best (peak less its prediction's slack, "
+                             "throughput plus it), does not fit or cannot beat the best compiled plan of its "
+                             "section (jaxmem.plan.advise_search)"}
+
+    def _row(self, c: Candidate, ranks: dict[int, int]) -> dict[str, Any]:
+        p = c.prediction if not c.exact else None
+        tp = c.throughput if c.exact else _predicted_throughput(self.original, p)
+        fits = (c.fits if c.report is not None else None) if c.exact else (p.fits if p is not None else None)
+        section = ("not_compiled" if c.exact and c.report is None else "does_not_fit" if fits is False else
+                   "more_gpus" if c.adds_gpus > 0 else "given_gpus") if c.changes else "as_given"
+        return {"changes": {a: changes_mod.shown(a, v) for a, v in c.changes}, "label": c.label,
+                "status": "exact" if c.status == "ok" else c.status, "section": section, "adds_gpus": c.adds_gpus,
+                "rank": ranks.get(id(c)), "environment": c.environment,
+                "tokens_per_s": tp[0] if tp and tp[1] == "tokens/s" else None,
+                "samples_per_s": tp[0] if tp and tp[1] == "samples/s" else None,
+                "command": c.command(self.path), "error": c.error, "fits": fits,
+                "per_device_peak_bytes": c.peak if c.exact else (int(p.peak) if p is not None else None),
+                "headroom_bytes": c.headroom if c.exact else (int(p.budget - p.peak) if p is not None else None),
+                "step_time_estimate_s": c.step_s if c.exact else (p.step_s if p is not None else None),
+                "relative_step_time": self.relative(c),
+                "devices": fc.devices_of(c.options) if c.options is not None else None,
+                "gpu_seconds_per_step": c.gpu_seconds if c.exact else None,
+                "step_time": c.report.step_time if c.report is not None else None,
+                "round": c.round, "predicted_peak_bytes": c.predicted_peak_bytes,
+                "verdict": verdict_of(c.report) if c.report is not None else None}
 
 
-# ----------------------------------------------------------------------------------------------
-# The axes of change: jaxmem.plan.changes.
-# ----------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ----------------------------------------------------------------------------------------------
-# Prediction of combinations from the probes.
-# ----------------------------------------------------------------------------------------------
-
-def _split(report) -> tuple[float, float]:
-    """(state, activations) of a report: activations_and_temporaries vs everything else."""
-    acts = float(report.breakdown["activations_and_temporaries"])
-    return float(report.per_device_peak_bytes) - acts, acts
-
-
-@dataclasses.dataclass
-class _Model:
-    base_state: float
-    base_acts: float
-    base_time: float
-    ratios: dict[tuple[str, Any], tuple[float, float, float]]   # (axis, value) -> (state, acts, time) ratios
-    accum_line: tuple[float, float, float, float] | None = None  # (a_base, a_max, acts ratio, time ratio) at a_max
-
-    def predict(self, changes) -> tuple[float, float]:
-        state, acts, t = self.base_state, self.base_acts, self.base_time
-        for axis, value in changes:
-            if axis == "accum" and self.accum_line is not None:
-                a0, a1, r_acts, r_time = self.accum_line
-                r_state = self.ratios[("accum", a1)][0]
-                # activations linear in the microbatch size (1/accum); time linear in accum
-                m0, m1, m = 1 / a0, 1 / a1, 1 / value
-                frac = (m0 - m) / (m0 - m1) if m0 != m1 else 1.0
-                state *= 1 + (r_state - 1) * min(frac, 1.0)
-                acts *= 1 + (r_acts - 1) * frac
-                t *= 1 + (r_time - 1) * (value - a0) / (a1 - a0) if a1 != a0 else r_time
-                continue
-            r = self.ratios.get((axis, value))
-            if r is None:
-                return math.inf, math.inf
-            state, acts, t = state * r[0], acts * r[1], t * r[2]
-        return state + acts, t
-
-
-def _model(original: Candidate, probes: list[Candidate], accum_values: list[int]) -> _Model | None:
-    if original.report is None or original.step_s is None:
+def _predicted_throughput(original: Candidate, p) -> tuple[float, str] | None:
+    """A predicted plan's throughput per device: the original's, scaled by the predicted step time and devices."""
+    tp = original.throughput
+    if tp is None or p is None or not p.step_s or original.step_s is None:
         return None
-    s0, a0 = _split(original.report)
-    ratios = {}
-    for p in probes:
-        if p.report is None or p.step_s is None or len(p.changes) != 1:
-            continue
-        s, a = _split(p.report)
-        ratios[p.changes[0]] = (s / s0 if s0 else 1.0, a / a0 if a0 else 1.0, p.step_s / original.step_s)
-    m = _Model(s0, a0, original.step_s, ratios)
-    if accum_values and ("accum", accum_values[-1]) in ratios:
-        r = ratios[("accum", accum_values[-1])]
-        m.accum_line = (original.options.accum, accum_values[-1], r[1], r[2])
-    return m
-
-
-# ----------------------------------------------------------------------------------------------
-# The search.
-# ----------------------------------------------------------------------------------------------
-
-Runner = Callable[[list[tuple[str, AnalyzeOptions]]], list[tuple[Any, str | None, str, bool]]]
-
-
-def run_analyses(path: str, jobs: list[tuple[str, AnalyzeOptions]], n_jobs: int | None = None,
-                 progress: bool = True) -> list[tuple[Any, str | None, str, bool]]:
-    """(report, error, status, from cache) per job: in worker processes (jaxmem.plan.sweep), or in
-    this process when one job at a time is asked (no worker start-up)."""
-
-    sweep_jobs = [sweep.Job(key, path, opts) for key, opts in jobs]
-    if n_jobs == 1:
-        outs = [sweep.run_one(j) for j in sweep_jobs]
-    else:
-        outs = sweep.run_jobs(sweep_jobs, n_jobs=n_jobs, progress=progress)
-    return [(o.report, o.error, o.status, bool(o.report is not None and o.report.timings.get("cache_hit")))
-            for o in outs]
+    d0 = getattr(original.report.target, "devices", 0) or 1
+    return tp[0] * original.step_s / p.step_s * d0 / max(1, p.devices), tp[1]
 
 
 NEEDS_GPU = "advise needs a GPU target with fixed memory (jaxmem gpus), not --gpu cpu"
 
 
 def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int | None = None,
-           combinations: int = 8, progress: bool = True, runner: Runner | None = None,
-           original_report=None, changes: tuple[str, ...] = CHANGES, model=None) -> Advice:
-    """Compile the changes that could make the step fit; rank the ones that do.
+           max_compiles: int = MAX_COMPILES, progress: bool = True, runner: runner_mod.Runner | None = None,
+           original_report=None, changes: tuple[str, ...] = CHANGES, model=None,
+           on_update: Callable[[Advice], None] | None = None) -> Advice:
+    """Compile the plans that can make the step fit and win; rank the ones that do.
 
     `always`: search even when the original fits (`--all`). `changes`: the kinds of change to try
-    (a subset of CHANGES). `model`: the Workload or function the API was given (`path` is then its
-    label; `runner` compiles it), for what is traced outside the runner. `combinations`: how many predicted
-    combinations to compile per round (two rounds at most, the second only when fewer than three
-    candidates fit).
+    (a subset of CHANGES). `runner`: where the compiles run (jaxmem.plan.runner; default: `n_jobs` worker
+    processes, or this process for one); `model`: the Workload or function the API was given (`path` is then
+    its label; without a `runner` its plans compile in this process). `progress`: a line on stderr
+    (a terminal only) while it searches. `on_update(advice)`: a snapshot after every compile that lands
+    (compiled rows exact, the rest predicted), and the first one as soon as the step as given compiled.
+    The search and its stop rule: jaxmem.plan.advise_search.
     """
     unknown = sorted(set(changes) - set(CHANGES))   # the user's typos, before any compile
     if unknown:
@@ -365,185 +327,106 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     if base.on_cpu:
         raise UserError(NEEDS_GPU)
     t0 = time.perf_counter()
-    compiler = _Compiler(runner or (lambda jobs: run_analyses(path, jobs, n_jobs, progress)), base)
     base = dataclasses.replace(base, explain=False)
-    if original_report is None:
-        original = compiler.compile_all([((), base)], 0)[0]
-    else:
-        original = Candidate((), base, original_report, None, "ok", 0)
-    if original.report is None:
-        raise UserError(f"the original configuration does not compile: {original.error}")
-    if original.report.fits is None:
-        raise UserError(NEEDS_GPU)
-    if original.fits and not always:
-        return Advice(path, original, (), compiler.compiles, compiler.cached, time.perf_counter() - t0,
-                      searched=False)
+    # a Workload or function (the API's model=) does not pickle: its plans compile in this process
+    run = runner or (runner_mod.PoolRunner(model, executor="inline") if model is not None else
+                     runner_mod.open_runner(path, n_jobs))
+    line = advise_search.ProgressLine(progress)
+    try:
+        if runner is None:
+            runner_mod.prepare([base])
+        if original_report is None:
+            (out,) = runner_mod.run_all(run, [("as given", base)])
+            original = Candidate((), base, out.report, out.error, out.status, 0)
+        else:
+            original = Candidate((), base, original_report, None, "ok", 0)
+        if original.report is None:
+            raise UserError(f"the original configuration does not compile: {original.error}")
+        if original.report.fits is None:
+            raise UserError(NEEDS_GPU)
+        compiled0 = int(original_report is None)
+        if original.fits and not always:
+            return Advice(path, original, (), compiled0, 0, time.perf_counter() - t0, searched=False)
+        search = _search(path, base, original, changes, model, run, max_compiles)
 
-    ax = {k: v for k, v in axes(base, changes_mod.global_batch(original.report), original.report,
-                                takes=model_takes(path, model)).items() if k in changes}
+        def emit(*_):
+            snap = _advice(path, original, search, t0, compiled0, done=False)
+            line.show(f"advise: {snap.progress}" + (f"; best so far: {snap.fitting[0].label}" if snap.fitting else ""))
+            if on_update is not None:
+                on_update(snap)
+
+        emit()
+        runner_mod.drive(run, search, on_landed=emit)
+        return _advice(path, original, search, t0, compiled0, done=True)
+    finally:
+        line.close()
+        if runner is None:
+            run.close()
+
+
+def _search(path: str, base: AnalyzeOptions, original: Candidate, changes, model, run,
+            max_compiles: int) -> advise_search.Search:
+    batch = changes_mod.global_batch(original.report)
+    ax = {k: v for k, v in axes(base, batch, original.report, takes=model_takes(path, model)).items() if k in changes}
     # a model without a remat hook is checkpointed at its repeated block (--remat-at)
     block = pipeline.remat_block(path if model is None else model, base) \
         if ax.get("remat") and base.remat_at is None else None
-    # round 1: every single change (accumulation at its largest only: the line between is interpolated)
-    singles = [(axis, v) for axis, values in ax.items() for v in (values[-1:] if axis == "accum" else values)]
-    probe_items = [((single,), opts) for single in singles if (opts := _apply(base, (single,), block)) is not None]
-    probes = _smallest_fraction(compiler.compile_all(probe_items, 1))
-    predictor = _model(original, probes, ax.get("accum", []))
-    extra = [] if predictor is None else _round_two(compiler, predictor, original, probes, ax, base, block,
-                                                    combinations)
-    ranked = _rank(probes + extra, _devices(original))
-    return Advice(path, original, tuple(ranked), compiler.compiles, compiler.cached, time.perf_counter() - t0,
-                  searched=True)
+    plans = fc.universe(base, ax, batch, block)
+    forecast = fc.Forecast(base, original.report, ax.get("accum", []))
+    devices0 = fc.devices_of(base)
+
+    def make(ch: tuple, opts: AnalyzeOptions, out) -> Candidate:
+        implied = changes_mod.needs_bf16(ch) and "precision" not in dict(ch) and base.precision == "fp32"
+        p = forecast.predict(ch, fc.devices_of(opts))
+        adds = fc.devices_of(opts) - devices0
+        if out is None:
+            return Candidate(ch, opts, None, None, "predicted", 1 if len(ch) == 1 else 2,
+                             int(p.peak) if p else None, implied, adds, p)
+        status, err = out.status, out.error
+        if status == "user_error":
+            status, err = "not_applicable", f"not applicable: {err}"
+        return Candidate(ch, opts, out.report, err, status, 1 if len(ch) == 1 else 2, int(p.peak) if p else None,
+                         implied, adds, p)
+
+    return advise_search.Search(original, plans, forecast, ax.get("fraction", []),
+                                run.progress().workers, max_compiles, make)
 
 
-def _smallest_fraction(probes: list[Candidate]) -> list[Candidate]:
-    """The memory-fraction probes compile the same program: of those that fit, the smallest fraction only."""
-    fits = [p.changes[0][1] for p in probes if p.changes[0][0] == "fraction" and p.fits]
-    return [p for p in probes if p.changes[0][0] != "fraction" or not fits or p.changes[0][1] == min(fits)]
-
-
-class _Compiler:
-    """The search's compiles through one runner, counted (and those the cache answered). A candidate the
-    model or jaxmem refuses before compiling (a user error: an argument the model does not take, a
-    combination analyze refuses) is not applicable to this step: its status says so, with the reason."""
-
-    def __init__(self, run, base: AnalyzeOptions | None = None):
-        self.run = run
-        self.base = base
-        self.compiles = self.cached = 0
-
-    def compile_all(self, items: list[tuple[tuple, AnalyzeOptions]], round_: int, predicted=None) -> list[Candidate]:
-        if not items:
-            return []
-        outs = self.run([(_key(ch), opts) for ch, opts in items])
-        result = []
-        for (ch, opts), (rep, err, status, hit) in zip(items, outs, strict=True):
-            self.compiles += 1
-            self.cached += hit
-            if ch and status == "user_error":
-                status, err = "not_applicable", f"not applicable: {err}"
-            implied = bool(self.base is not None and changes_mod.needs_bf16(ch) and "precision" not in dict(ch)
-                           and self.base.precision == "fp32")
-            result.append(Candidate(tuple(ch), opts, rep, err, status, round_,
-                                    None if predicted is None else int(predicted.get(ch, 0)), implied))
-        return result
-
-
-def _round_two(compiler: _Compiler, predictor, original: Candidate, probes: list[Candidate], ax: dict,
-               base: AnalyzeOptions, block, combinations: int) -> list[Candidate]:
-    """Round 2: combinations predicted to fit, fastest first, `combinations` a batch (two while < 3 fit)."""
-    usable = original.report.target.usable_bytes
-    # a larger memory fraction compiles the same program with a larger budget: its probe's
-    budgets = {p.changes[0][1]: p.report.target.usable_bytes for p in probes
-               if p.report is not None and len(p.changes) == 1 and p.changes[0][0] == "fraction"}
-    choices = [[None, *[(axis, v) for v in values]] for axis, values in ax.items() if values]
-    scored = []
-    for combo in itertools.product(*choices):
-        ch = tuple(c for c in combo if c is not None)
-        d = dict(ch)
-        if len(ch) < 2 or not changes_mod.divides(base, ch, changes_mod.global_batch(original.report)):
-            continue
-        if d.get("precision") == "bf16" and changes_mod.needs_bf16(ch):
-            continue   # the same step as without the precision change (it brings bf16 compute itself)
-        if "fraction" in d and d["fraction"] not in budgets:
-            continue
-        peak, t = predictor.predict(tuple(c for c in ch if c[0] != "fraction"))
-        if peak <= budgets.get(d.get("fraction"), usable) * 1.05 and not _needless(ch, predictor, usable, budgets):
-            scored.append((t, peak, ch))  # a small margin above: the compile decides
-    scored.sort(key=lambda x: (x[0], x[1]))
-    predicted = {ch: peak for _, peak, ch in scored}
-    queue = _interleave([ch for _, _, ch in scored])
-    # the predictions compose single changes' ratios and can be optimistic for many changes at once: while
-    # nothing fits yet, every other compile is the plan predicted to leave the most room
-    roomy = [ch for _, _, ch in sorted(scored, key=lambda x: (x[1] / budgets.get(dict(x[2]).get("fraction"), usable),
-                                                               x[0]))]
-    done = {_opts_key(c.options) for c in [original, *probes]}
-    extra: list[Candidate] = []
-    for _ in range(2):
-        batch: list[tuple[tuple, AnalyzeOptions]] = []
-        none_fit = not any(c.fits for c in probes + extra)
-        while queue and len(batch) < combinations:
-            ch = roomy.pop(0) if none_fit and roomy and len(batch) % 2 else queue.pop(0)
-            if ch in queue:
-                queue.remove(ch)
-            opts = _apply(base, ch, block)
-            if opts is None or _opts_key(opts) in done:
-                continue
-            done.add(_opts_key(opts))
-            batch.append((ch, opts))
-        extra += compiler.compile_all(batch, 2, predicted)
-        if sum(c.fits for c in probes + extra) >= 3 or not queue:
-            break
-    return extra
-
-
-def _needless(ch, predictor, usable: int, budgets: dict) -> bool:
-    """A combination with a change it does not need: without that change it is predicted to fit, and no
-    more than 1% slower (a larger memory fraction, an offload or a smaller state the plan can do without)."""
-    def predicted(sub):
-        d = dict(sub)
-        if "fraction" in d and d["fraction"] not in budgets:
-            return math.inf, math.inf, 0
-        peak, t = predictor.predict(tuple(c for c in sub if c[0] != "fraction"))
-        return peak, t, budgets.get(d.get("fraction"), usable)
-
-    _, t_all, _ = predicted(ch)
-    frac = dict(ch).get("fraction")
-    smaller = [tuple(c if c[0] != "fraction" else ("fraction", f) for c in ch) for f in budgets if f < (frac or 0)]
-    for sub in [tuple(c for c in ch if c != drop) for drop in ch] + smaller:
-        peak, t, room = predicted(sub)
-        if peak <= room and t <= t_all * 1.01:
-            return True
-    return False
-
-
-
-
-# Which kind of plan a combination is: the same training on the same GPUs first, then with its
-# optimizer state offloaded, then on more GPUs, then a different training (LoRA, QLoRA).
-def _plan_kind(changes) -> tuple:
-    d = dict(changes)
-    return (d.get("lora") is not None, d.get("lora", (0, None))[1] is not None, "devices" in d, "offload" in d)
-
-
-def _interleave(queue: list) -> list:
-    """Fastest predicted first within each kind of plan, the kinds taken in turn: a faster plan on
-    twice the GPUs or with LoRA does not crowd out every full fine-tune on the GPUs as given."""
-    groups: dict[tuple, list] = {}
-    for ch in queue:
-        groups.setdefault(_plan_kind(ch), []).append(ch)
-    order = [groups[k] for k in sorted(groups)]
-    out = []
-    for i in range(max((len(g) for g in order), default=0)):
-        out += [g[i] for g in order if i < len(g)]
-    return out
-
-
-def _devices(c: Candidate) -> int:
-    return getattr(c.report.target, "devices", 0)
+def _advice(path: str, original: Candidate, search: advise_search.Search, t0: float, compiled0: int,
+            done: bool) -> Advice:
+    exact = list(search.exact.values())
+    rows = _rank(exact, fc.devices_of(original.options))
+    if not done:
+        predicted = [search.make(ch, search.plans[ch], None) for ch, _ in search.predicted()]
+        rows = _rank(exact + predicted, fc.devices_of(original.options))
+    text = search.progress_text() if not done else f"{search.compiles} compiled" + (
+        f", stopped at the limit of {search.max_compiles} with plans that could still win" if search.capped else
+        ", every plan left predicted not to fit or not to beat the best compiled one")
+    return Advice(path, original, tuple(rows), search.compiles + compiled0, search.cached,
+                  time.perf_counter() - t0, searched=True, done=done, progress=text,
+                  eta_s=None if done else search.eta_s(), capped=search.capped)
 
 
 def _rank(cands: list[Candidate], devices: int) -> list[Candidate]:
-    """Fitting first: those on the `devices` GPUs as given before those that need more, each by its
-    throughput per device, highest first (the global batch is the same in all: on the same GPUs, the
-    fastest step first); among equals the fewest changes, then the smallest memory fraction, then the
-    most headroom. Then the rest by peak."""
-    def speed(c: Candidate) -> float:
-        tp = c.throughput
-        return -tp[0] if tp is not None else (c.step_s if c.step_s is not None else math.inf)
+    """Fitting first (compiled, or predicted to fit while the search runs): those on the `devices` GPUs as given
+    before those that need more, each by its throughput per device, highest first (the global batch is the same
+    in all: on the same GPUs, the fastest step first); among equals the fewest changes, then the smallest memory
+    fraction, then the most headroom. Then the rest by peak."""
+    def fitting(c: Candidate) -> bool:
+        return c.fits if c.exact else bool(c.prediction is not None and c.prediction.fits)
 
-    fit = sorted((c for c in cands if c.fits),
-                 key=lambda c: (_devices(c) > devices, c.throughput is None, speed(c), len(c.changes),
+    def speed(c: Candidate) -> float:
+        if not c.exact:
+            return -(c.prediction.score if c.prediction is not None else 0.0)
+        s = fc.score_of(c.report) if c.report is not None else 0.0
+        return -s if s else math.inf
+
+    fit = sorted((c for c in cands if fitting(c)),
+                 key=lambda c: (c.adds_gpus > 0, speed(c), len(c.changes),
                                 next((ch[1] for ch in c.changes if ch[0] == "fraction"), 0.0), -(c.headroom or 0)))
-    rest = sorted((c for c in cands if not c.fits),
+    rest = sorted((c for c in cands if not fitting(c)),
                   key=lambda c: (c.report is None, c.peak if c.peak is not None else 0))
     return fit + rest
-
-
-
-
-def _key(changes) -> str:
-    return "; ".join(changes_mod.describe(a, v) for a, v in changes) or "as given"
 
 
 def _opts_key(o: AnalyzeOptions) -> tuple:

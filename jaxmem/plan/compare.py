@@ -2,9 +2,10 @@
 and fit searches per row (the largest batch / sequence length, the fewest devices that fit).
 
 Each row is a full ``analyze`` -- the explanation included, so a row splits memory exactly as
-``jaxmem analyze`` does for the same options -- run in worker processes (`jaxmem.plan.sweep`),
-answered from the compile cache when it holds the compile. A row that fails (a user error, an
-XLA error, a worker that died) is an error row; the other rows are kept.
+``jaxmem analyze`` does for the same options -- run on a planner's runner (`jaxmem.plan.runner`:
+worker processes, this process or Ray), answered from the compile cache when it holds the compile.
+A row that fails (a user error, an XLA error, a worker that died) is an error row; the other rows
+are kept.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem import display, files, pipeline, scratch
+from jaxmem import display, files, pipeline
 from jaxmem.analysis.stages import OFFLOAD_ON_CPU
 from jaxmem.errors import UserError, clip
-from jaxmem.plan import meshes, sweep
+from jaxmem.plan import meshes
+from jaxmem.plan import runner as runner_mod
 from jaxmem.plan import search as search_mod
 from jaxmem.plan import throughput as throughput_mod
 from jaxmem.program import layouts, rules
@@ -216,7 +218,7 @@ def searched_at(c: Cell) -> str:
     if s.kind == "seq":
         options: dict[str, Any] = dict(r.options)   # the model's arguments are "arg:NAME" keys
         return f"{s.arg}={options.get(f'arg:{s.arg}')}"
-    # the axis a devices search grows: the mesh's first that splits the batch (as _RowSearch.what names it)
+    # the axis a devices search grows: the mesh's first that splits the batch (as RowSearch.what names it)
     roles: dict[str, Any] = dict(r.mesh_roles)
     grown = next((n for n, _ in r.mesh if "batch" in (roles.get(n) or {}).get("splits", ())), r.mesh[0][0])
     return f"{grown}={dict(r.mesh)[grown]}"
@@ -269,20 +271,19 @@ def compare(path: str, base: AnalyzeOptions, spec: dict[str, str | None], *, fin
         cells = _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row)
     else:
         slots: list[Cell | None] = [None] * len(rows)
-        jobs = [sweep.Job(label(choice), path, opts) for choice, opts in rows]
-        where = {id(j): i for i, j in enumerate(jobs)}
 
-        def done(out: sweep.Outcome) -> None:
-            i = where[id(out.job)]
+        def done(i: int, out: runner_mod.Outcome) -> None:
             cell = slots[i] = Cell(rows[i][0], out.report, out.error, out.status)
             if on_row is not None:
                 on_row(cell)
 
-        sweep.run_jobs(jobs, n_jobs=n_jobs, executor=executor, ray_address=ray_address, progress=progress,
-                       on_result=done)
+        runner_mod.prepare(opts for _, opts in rows)
+        run = runner_mod.open_runner(path, n_jobs, executor, ray_address, bar=progress, what="rows", count=len(rows))
+        try:
+            runner_mod.run_all(run, [(label(choice), opts) for choice, opts in rows], done)
+        finally:
+            run.close()
         cells = [c for c in slots if c is not None]
-        if len(cells) != len(slots):
-            raise RuntimeError("the worker pool lost track of a row")
     if all(c.report is None for c in cells):
         raise UserError(cells[0].error)
     return ranked(cells)
@@ -320,8 +321,8 @@ def _check(opts: AnalyzeOptions, find: Find | None) -> None:
             raise UserError(f"--batch {opts.batch} is not a multiple of --accum {opts.accum} x the other data axes")
 
 
-class _RowSearch:
-    """One row's search: its candidates, probes and in-flight jobs."""
+class RowSearch:
+    """One row's fit search: its candidates, probes and in-flight jobs (the explorer's fit runs one too)."""
 
     def __init__(self, i: int, choice: dict, opts: AnalyzeOptions, find: Find):
         self.i, self.choice, self.opts, self.find = i, choice, opts, find
@@ -370,7 +371,7 @@ class _RowSearch:
                  or ("data",))[0]   # the axis a devices search grows
         return {"batch": f"batch={v}", "seq": f"{self.find.arg}={v}", "devices": f"{grown}={v}"}[self.find.kind]
 
-    def record(self, k: int, out: sweep.Outcome) -> None:
+    def record(self, k: int, out: runner_mod.Outcome) -> None:
         if self.error is not None:
             return
         if out.status == "ok":
@@ -407,49 +408,57 @@ class _RowSearch:
         return Cell(self.choice, self.reports.get(at), None, "ok", res)
 
 
+class RowSearches:
+    """The fit searches of many rows as one strategy (jaxmem.plan.runner.drive): each row's next probes as soon
+    as its last ones landed; a row is done when its search proposes nothing more (`on_done(i, cell)`)."""
+
+    def __init__(self, searches: list[RowSearch], on_done: Callable[[int, Cell], None] | None = None):
+        self.searches = searches
+        self.cells: list[Cell | None] = [None] * len(searches)
+        self._fresh = list(searches)
+        self._on_done = on_done
+
+    def propose(self) -> list[tuple[str, AnalyzeOptions, tuple[RowSearch, int]]]:
+        out = []
+        fresh, self._fresh = self._fresh, []
+        for s in fresh:
+            nxt = [] if s.error is not None else s.search.propose()
+            if not nxt:
+                self.cells[s.i] = s.cell()
+                if self._on_done is not None:
+                    self._on_done(s.i, self.cells[s.i])
+                continue
+            for k in nxt:
+                s.inflight.add(k)
+                out.append((f"{label(s.choice)} {s.what(k)}", s.options(k), (s, k)))
+        return out
+
+    def record(self, tag: tuple[RowSearch, int], out: runner_mod.Outcome) -> None:
+        s, k = tag
+        s.inflight.discard(k)
+        s.record(k, out)
+        if not s.inflight:
+            self._fresh.append(s)
+
+
 def _search_rows(path, rows, find, n_jobs, executor, ray_address, progress, on_row) -> list[Cell]:
-    searches = [_RowSearch(i, choice, opts, find) for i, (choice, opts) in enumerate(rows)]
-    cells: list[Cell | None] = [None] * len(rows)
-    pool = sweep.make_pool(n_jobs or sweep.default_jobs(), executor, ray_address)
-    bar = sweep.Progress(len(rows), progress)
-    owner: dict[int, tuple[_RowSearch, int]] = {}
+    searches = [RowSearch(i, choice, opts, find) for i, (choice, opts) in enumerate(rows)]
+    bar = runner_mod.bar(len(rows), progress)
 
-    def pump(s: _RowSearch) -> None:
-        """Submit the row's next probes, or finish it."""
-        if s.inflight:
-            return
-        nxt = [] if s.error is not None else s.search.propose()
-        if not nxt:
-            cells[s.i] = s.cell()
-            bar.update(advance=1)
-            if on_row is not None:
-                on_row(cells[s.i])
-            return
-        for k in nxt:
-            job = sweep.Job(f"{label(s.choice)} {s.what(k)}", path, s.options(k))
-            owner[id(job)] = (s, k)
-            s.inflight.add(k)
-            pool.submit(job)
+    def done(i: int, cell: Cell) -> None:
+        bar.update(advance=1)
+        if on_row is not None:
+            on_row(cell)
 
+    strategy = RowSearches(searches, done)
+    runner_mod.prepare(opts for _, opts in rows)
+    run = runner_mod.open_runner(path, n_jobs, executor, ray_address)
     try:
-        for s in searches:
-            pump(s)
-        bar.update(running=", ".join(j.key for j in pool.running()))
-
-        while any(c is None for c in cells):
-            with scratch.phase("waiting for the search's worker processes"):
-                out = pool.next()
-            if out is None:
-                raise RuntimeError("the worker pool lost track of a probe")
-            s, k = owner.pop(id(out.job))
-            s.inflight.discard(k)
-            s.record(k, out)
-            pump(s)
-            bar.update(running=", ".join(j.key for j in pool.running()))
+        runner_mod.drive(run, strategy)
     finally:
         bar.close()
-        pool.close()
-    return [c for c in cells if c is not None]  # (all of them: the loop ran until none was None)
+        run.close()
+    return [c for c in strategy.cells if c is not None]  # (all of them: drive ran until every row was done)
 
 
 def probe_count(s: search_mod.SearchResult) -> str:

@@ -439,6 +439,12 @@ class Progress:
         if self._p is not None:
             self._p.update(self._task, advance=advance, description=running)  # None: the description stays
 
+    def grow(self, n: int) -> None:
+        """`n` more jobs in the total (fewer when negative: cancelled before they started)."""
+        if self._p is not None:
+            task = self._p.tasks[0]
+            self._p.update(self._task, total=max(task.completed, (task.total or 0) + n))
+
     def close(self) -> None:
         if self._p is not None:
             self._p.stop()
