@@ -87,7 +87,7 @@ CHECKS: tuple[Check, ...] = (
     Check(("remat_at_ignored",), lambda m: workload.check_remat_at(m.wl, m.opts.remat_at, m.opts.remat)),
     Check(("lora_skipped",), lambda m: finetune.check_lora_skipped(m.built.lora_skipped)),
     Check(("unsharded_leaf",), lambda m: sharding.check_unsharded(m.built.issues, m.built.leaves)),
-    Check(("fallback_poor_dimension",), lambda m: visible.check_poor_splits(m.built.issues)),
+    Check(("fallback_poor_dimension",), lambda m: visible.check_poor_splits(m.built.issues, m.built.leaves)),
     Check(("batch_replicated",), lambda m: _batch_replicated(m)),
     Check(("axis_splits_nothing",), lambda m: splits.check_idle_axes(
         m.roles, m.opts.layout, m.state.params + m.state.optimizer_state + m.state.other_state,

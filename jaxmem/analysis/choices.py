@@ -85,7 +85,7 @@ def choices(*, opts, wl, target, budget, hlo_text: str | None, seq_len: int | No
         src["mem_fraction"] = "user" if "--mem-fraction" in budget.note or "XLA_" in budget.note else "default"
     if built is not None and planned is not None:   # every logical name's rule and the fallback, stated
         shard, shard_src = visible.sharding_choices(planned.rules, mesh_spec, built.names_used, opts.unmapped,
-                                                    built.issues)
+                                                    built.issues, built.leaves)
         out.update(shard)
         src.update(shard_src)
     out["sources"] = src

@@ -18,16 +18,19 @@ from jaxmem.program import rules as rules_mod
 from jaxmem.report import ReportWarning
 
 
-def poor_splits(issues: Sequence[layouts.ShardingIssue]) -> list[dict]:
-    """The parameters the fallback split on a poor dimension (the report's `choices.fallback_poor`)."""
+def poor_splits(issues: Sequence[layouts.ShardingIssue], leaves: Sequence) -> list[dict]:
+    """The parameters the fallback split on a poor dimension (the report's `choices.fallback_poor`); their
+    optimizer-state copies, split as they are, are not listed again."""
+    params = {leaf.path.split(":", 1)[-1] for leaf in leaves if leaf.category == "params"}
     return [{"path": i.leaf, "shape": list(i.shape), "axis": i.axis, "split_dim": i.split_dim,
-             "padded_to": i.padded_to, "why": i.reason} for i in issues if i.kind == "poor_dimension"]
+             "padded_to": i.padded_to, "why": i.reason} for i in issues
+            if i.kind == "poor_dimension" and i.leaf in params]
 
 
-def check_poor_splits(issues: Sequence[layouts.ShardingIssue]) -> list[ReportWarning]:
+def check_poor_splits(issues: Sequence[layouts.ShardingIssue], leaves: Sequence) -> list[ReportWarning]:
     """fallback_poor_dimension: one warning per parameter split on a poor dimension, naming the padding."""
     out = []
-    for row in poor_splits(issues):
+    for row in poor_splits(issues, leaves):
         largest = max(range(len(row["shape"])), key=lambda d: row["shape"][d])
         out.append(ReportWarning(
             "fallback_poor_dimension",
@@ -71,13 +74,13 @@ def state_leaves(leaves: Sequence) -> list[dict]:
 
 
 def sharding_choices(rules, mesh_spec: layouts.MeshSpec, used: dict[str, list[str]], unmapped: str,
-                     issues: Sequence[layouts.ShardingIssue]) -> tuple[dict, dict]:
+                     issues: Sequence[layouts.ShardingIssue], leaves: Sequence) -> tuple[dict, dict]:
     """The report's choices of sharding (logical_rules, fallback_sharding, fallback_poor) and their sources:
     a name's rule is the user's (--rules, --unmapped replicate), the model's, or jaxmem's default (its own rules
     or a convention's, cited); the fallback is jaxmem's."""
     table = rules_mod.logical_rules(used, rules, mesh_spec, unmapped)
     out: dict = {"logical_rules": table, "fallback_sharding": fallback_text(rules),
-                 "fallback_poor": poor_splits(issues)}
+                 "fallback_poor": poor_splits(issues, leaves)}
     given = {row["source"] for row in table}
     src = {"logical_rules": "user" if "user" in given else "model" if "model" in given else "default",
            "fallback_sharding": "default"}
