@@ -262,6 +262,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
     """The Report: every field from the stages, and the warnings (jaxmem.analysis.checks.run(m))."""
     p, built, stats, ex = m.prepared, m.built, m.stats, m.ex
     usable = m.budget.usable_bytes
+    band = runtime.band(m.budget, stats.lower_bound, m.rt)   # the memory fractions the step fits at
     seq = layouts.seq_len([leaf.shape for leaf in built.leaves if leaf.category == "batch"])
     return report_mod.Report(
         model=p.wl.name or "workload",
@@ -298,8 +299,8 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         logical_names=built.logical_names,
         fits=m.fits,
         headroom_bytes=None if usable is None else usable - m.peak,
-        **dict(zip(("fraction_floor", "fraction_ceiling"), runtime.band(m.budget, stats.lower_bound, m.rt),
-                   strict=True)),
+        fraction_floor=band[0],
+        fraction_ceiling=band[1],
         warnings=warnings,
         top_buffers=tuple(ex.top) if ex is not None else (),
         modules=tuple(ex.modules) if ex is not None else (),
