@@ -114,13 +114,14 @@ def replay(name: str) -> dict:
     rows = []
     try:
         line = proc.stdout.readline()
-        base = "http://" + line.split("http://", 1)[1].split()[0].rstrip("/")
+        printed = "http://" + line.split("http://", 1)[1].split()[0]
+        base, _, token = printed.partition("/?token=")   # the API's token, carried by the printed URL
         for kind, q in moves:
-            url = f"{base}/api/answer?{urllib.parse.urlencode(q)}"
+            url = f"{base}/api/answer?{urllib.parse.urlencode({**q, 'token': token})}"
             t0 = time.perf_counter()
             first = get(url)
             t_first = time.perf_counter() - t0
-            exact = first if first["answer"] in ("exact", "error") else get(url + ("&" if q else "") + "wait=exact")
+            exact = first if first["answer"] in ("exact", "error") else get(url + "&wait=exact")
             t_exact = time.perf_counter() - t0
             row = {"kind": kind, "query": q, "first": first["answer"], "t_first": t_first, "t_exact": t_exact,
                    "exact": exact["answer"], "error": exact.get("error")}
