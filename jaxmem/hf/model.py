@@ -410,7 +410,10 @@ class Decoder(nn.Module):
         layer = DecoderLayer
         if self.opts.remat != "none":
             save = [n for n in self.opts.remat_save.split(",") if n]
-            layer = nn.remat(layer, policy=jaxmem.remat_policy(self.opts.remat, save=save), prevent_cse=False)
+            # prevent_cse=False only under the scan (its loop keeps XLA from merging the recomputation into the
+            # forward); a Python loop of remats needs the barrier, or XLA's CSE undoes every layer's remat
+            layer = nn.remat(layer, policy=jaxmem.remat_policy(self.opts.remat, save=save),
+                             prevent_cse=not self.opts.scan)
         if not self.opts.scan:
             x, aux = LayerLoop(a, self.opts, train, layer, name="layers")(x, cos, sin)
         else:
