@@ -367,10 +367,11 @@ def _handler(app: App, guard: guard_mod.Guard):
 
         def setup(self):
             super().setup()
-            self.rfile = _Limited(self.rfile)
+            self.limited = _Limited(self.rfile)
+            self.rfile = self.limited   # type: ignore[assignment]  # (read by readline only: a stand-in)
 
         def handle_one_request(self):
-            self.rfile.start()
+            self.limited.start()
             super().handle_one_request()
 
         def log_message(self, format, *args):  # noqa: A002 -- the base class's name
