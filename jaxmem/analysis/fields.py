@@ -64,7 +64,8 @@ def _finetune_options(opts: AnalyzeOptions, planned) -> dict:
     if not ft.active:
         return {}
     return {"freeze": ft.freeze, "lora_rank": ft.lora_rank, "lora_targets": ft.lora_targets,
-            "lora_alpha": ft.lora_alpha, "base_dtype": planned.base_dtype, "offload": ft.offload}
+            "lora_alpha": ft.lora_alpha, "base_dtype": planned.base_dtype, "offload": ft.offload,
+            **({"train_all": True} if ft.train_all else {})}
 
 
 def context_hint(e: UserError, mesh_spec) -> UserError:

@@ -29,6 +29,9 @@ def state_difference(old: Any, new: Any) -> str | None:
     flat_new, tree_new = jax.tree_util.tree_flatten_with_path(new)
     keys_old = [jax.tree_util.keystr(p) for p, _ in flat_old]
     keys_new = [jax.tree_util.keystr(p) for p, _ in flat_new]
+    gone, added = [k for k in keys_old if k not in set(keys_new)], [k for k in keys_new if k not in set(keys_old)]
+    if gone or added:
+        return f"state{gone[0]} is only in the input" if gone else f"state{added[0]} is only in the new state"
     for i, (ko, kn) in enumerate(zip(keys_old, keys_new, strict=False)):
         if ko != kn:
             return f"leaf {i} is state{ko} in the input and state{kn} in the new state"
