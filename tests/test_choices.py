@@ -172,3 +172,30 @@ def test_a_peak_that_a_larger_memory_fraction_holds_names_the_environment_variab
                for h in hs)
     asked = dataclasses.replace(r, choices={**r.choices, "mem_fraction_why": "--mem-fraction 0.75"})
     assert not any(h.startswith("memory fraction") for h in levers.hints(asked))
+
+
+def test_the_frozen_base_is_the_checkpoints_dtype_the_models_or_the_users():
+    # a model file without a checkpoint dtype: the dtype its parameters are created in
+    mf = jaxmem.analyze(ROOT / "tests" / "fixtures" / "finetune_mlp.py", gpu="h100", precision="bf16", lora=4)
+    assert (mf.choices["base_dtype"], mf.choices["sources"]["base_dtype"], mf.options["base_dtype"]) == \
+        ("float32", "model", None)
+    # --base-dtype overrides the checkpoint's bf16
+    q = jaxmem.analyze(LLAMA, gpu="h100", precision="bf16", lora=4, base_dtype="int8", args=SMALL)
+    assert (q.choices["base_dtype"], q.choices["sources"]["base_dtype"], q.options["base_dtype"]) == \
+        ("int8", "user", "int8")
+    # fp32 compute: the bf16 checkpoint upcast (a bf16 base would mix dtypes), said as jaxmem's default
+    up = jaxmem.analyze(LLAMA, gpu="h100", lora=4, args=SMALL)
+    assert (up.choices["base_dtype"], up.choices["sources"]["base_dtype"], up.options["base_dtype"]) == \
+        ("float32", "default", None)
+    assert "the checkpoint is bfloat16" in up.choices["base_dtype_why"]
+    assert "base float32 (default)" in levers.choices_line(up)
+    # the frozen base is the largest part of a peak that does not fit: the hint names --base-dtype
+    big = dataclasses.replace(q, choices={**q.choices, "base_dtype": "bf16"}, frozen_bytes=8 << 30,
+                              trainable_bytes=1 << 20, per_device_peak_bytes=(12 << 30) + (1 << 20), fits=False,
+                              breakdown={**dict.fromkeys(q.breakdown, 0), "params": (8 << 30) + (1 << 20),
+                                         "activations_and_temporaries": 4 << 30})
+    assert ("frozen base 8.00 GiB (67% of the peak, the largest part, stored bf16): --base-dtype int8 about "
+            "4.00 GiB, --base-dtype nf4 about 2.00 GiB") in levers.hints(big)
+    small = dataclasses.replace(big, breakdown={**big.breakdown, "activations_and_temporaries": 9 << 30},
+                                per_device_peak_bytes=(17 << 30) + (1 << 20))
+    assert not any(h.startswith("frozen base") for h in levers.hints(small))
