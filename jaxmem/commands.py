@@ -6,7 +6,7 @@ Modules, not names, so that a test's monkeypatch of one reaches every caller."""
 from jaxmem import pipeline
 from jaxmem.compiler import cache
 from jaxmem.explore import server as explore
-from jaxmem.plan import advise, compare, saved_rows, search, sweep
+from jaxmem.plan import advise, compare, runner, saved_rows, search
 from jaxmem.present import diff as diff_view
 from jaxmem.present import (
            notebook,  # (registers how results render in Jupyter)
@@ -17,4 +17,4 @@ from jaxmem.present import (
 from jaxmem.truth import doctor, verify
 
 __all__ = ["advise", "cache", "compare", "diff_view", "doctor", "explore", "notebook", "pipeline", "render",
-           "saved_rows", "search", "sweep", "text", "verify", "verify_html"]
+           "runner", "saved_rows", "search", "text", "verify", "verify_html"]

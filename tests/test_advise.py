@@ -17,6 +17,7 @@ from jaxmem.cli import _options, main
 from jaxmem.pipeline import AnalyzeOptions, command_line
 from jaxmem.plan import advise as advise_mod
 from jaxmem.plan import meshes
+from jaxmem.plan import runner as runner_mod
 from jaxmem.present import notebook, render
 
 # The tiny Llama with activations large enough to matter: on one H100 XLA's bytes are 77-86 MiB as given
@@ -41,8 +42,57 @@ def cache(tmp_path_factory):
         os.environ["JAXMEM_CACHE"] = old
 
 
-def _run(args):
-    return CliRunner().invoke(main, args)
+def _run(args, env=None):
+    return CliRunner().invoke(main, args, env=env)
+
+
+def _run_command(command: str):
+    """A printed command run as a shell would: its VAR=value words in front are its environment."""
+    words = shlex.split(command)
+    env = {}
+    while "=" in words[0] and not words[0].startswith("-"):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    assert words[:2] == ["jaxmem", "analyze"], command
+    return _run([*words[1:], "--json"], env)
+
+
+class FakeRunner:
+    """jaxmem.plan.runner's interface over a function of the options (report, error, status): no compile."""
+
+    def __init__(self, fn):
+        self.fn, self.queue, self.compiled = fn, [], []
+
+    def submit(self, key, options, tag=None):
+        t = runner_mod.Ticket(key, options, tag)
+        self.queue.append(t)
+        return t
+
+    def next(self, timeout=None):
+        if not self.queue:
+            return None
+        t = self.queue.pop(0)
+        self.compiled.append(t.options)
+        rep, err, status = self.fn(t.options)
+        return runner_mod.Landed(t, runner_mod.Outcome(runner_mod.Job(t.key, "m.py", t.options), rep, err, status, 1.0))
+
+    def cancel(self, ticket):
+        return False
+
+    def progress(self):
+        return runner_mod.Progress(len(self.compiled), len(self.queue), 1.0, 2)
+
+    def close(self):
+        pass
+
+
+def _fake(peak, acts, step_s=1.0, usable=60, batch=8, devices=1, timings=None, memory=None, params=0):
+    return types.SimpleNamespace(
+        per_device_peak_bytes=peak, breakdown={"activations_and_temporaries": acts, "params": params}, fits=peak <= usable,
+        headroom_bytes=usable - peak, step_time={"available": True, "estimate_s": step_s}, options={"batch": batch},
+        target=types.SimpleNamespace(usable_bytes=usable, devices=devices, memory_bytes=memory, gpu="a100-80g",
+                                     description="a fake card", usable_note="a fake pool"), model="fake",
+        timings=timings or {}, sequence_length=None, warnings=(), verdict=None)
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +107,9 @@ def test_every_candidate_advise_prints_as_fitting_fits_when_its_command_runs(adv
     assert advice["original"]["fits"] is False
     fitting = [c for c in advice["candidates"] if c["fits"]]
     assert len(fitting) >= 1 and advice["fitting"] == len(fitting)
+    assert all(c["status"] == "exact" for c in advice["candidates"])   # the final list: compiled rows only
     for c in fitting:
-        args = shlex.split(c["command"])
-        assert args[:2] == ["jaxmem", "analyze"]
-        res = _run([*args[1:], "--json"])
+        res = _run_command(c["command"])
         assert res.exit_code == 0, (c["command"], res.output)  # exit 0: it fits
         rep = json.loads(res.stdout)
         assert rep["fits"] is True
@@ -157,34 +206,91 @@ def test_fp8_is_a_precision_candidate_only_on_cards_with_fp8_tensor_cores_and_ne
     assert advise_mod._apply(base, (("precision", "fp8"),)).precision == "fp8"
 
 
-def test_round_two_compiles_a_combination_that_differs_from_a_probe_only_in_offload():
+def test_a_combination_that_differs_from_a_probe_only_in_offload_is_compiled_once():
     """The "already compiled" key is the whole option set: (bf16 + offload) is not (bf16) compiled again."""
-    import types
 
-    compiled = []
-
-    def fake_report(o: AnalyzeOptions):
+    def fn(o: AnalyzeOptions):
         # state 60 (halved by offload), activations 40 (halved by bf16): only both together fit in 60
         state = 30 if o.offload else 60
         acts = 20 if o.precision == "bf16" else 40
-        peak = state + acts
-        return types.SimpleNamespace(
-            per_device_peak_bytes=peak, breakdown={"activations_and_temporaries": acts}, fits=peak <= 60,
-            headroom_bytes=60 - peak, step_time={"available": True, "estimate_s": 1.0}, options={"batch": 8},
-            target=types.SimpleNamespace(usable_bytes=60))
+        return _fake(state + acts, acts), None, "ok"
 
-    def runner(jobs):
-        compiled.extend(o for _, o in jobs)
-        return [(fake_report(o), None, "ok", False) for _, o in jobs]
-
+    run = FakeRunner(fn)
     base = AnalyzeOptions(gpu="a100-80g", mesh="data=1", layout="dp", precision="fp32")   # no fp8 probe on an A100
-    adv = advise_mod.advise("models/llama.py", base, runner=runner, changes=("precision", "offload"),
-                            progress=False)
+    adv = advise_mod.advise("models/llama.py", base, runner=run, changes=("precision", "offload"), progress=False)
     both = [c for c in adv.candidates if dict(c.changes) == {"precision": "bf16", "offload": "optimizer"}]
     assert len(both) == 1 and both[0].round == 2 and both[0].fits
-    assert any(o.precision == "bf16" and o.offload == "optimizer" for o in compiled)
-    # and nothing is compiled twice
-    assert len(compiled) == len(set(compiled)) == 4   # the original, two probes, the combination
+    assert len(run.compiled) == len(set(run.compiled)) == 4   # the original, two probes, the combination
+
+
+def test_the_search_stops_when_no_plan_left_can_beat_the_best_compiled_one():
+    """Remat full fits and is 10% slower; dots_saveable fits and is 1% slower; bf16 is 2x slower on this fake card
+    (its prior says 2x faster): once the singles landed no combination can beat the best of them."""
+
+    def fn(o: AnalyzeOptions):
+        acts = {"none": 40, "dots_saveable": 10, "full": 5}.get(o.remat, 40) * (0.5 if o.precision == "bf16" else 1)
+        t = {"none": 1.0, "dots_saveable": 1.01, "full": 1.1}.get(o.remat, 1.0) * (2 if o.precision == "bf16" else 1)
+        return _fake(40 + acts, acts, t), None, "ok"
+
+    run = FakeRunner(fn)
+    updates = []
+    base = AnalyzeOptions(gpu="a100-80g", mesh="data=1", layout="dp", precision="fp32", remat="none")
+    adv = advise_mod.advise("models/llama.py", base, runner=run, changes=("precision", "remat"), progress=False,
+                            on_update=updates.append)
+    assert adv.fitting[0].changes == (("remat", "dots_saveable"),)
+    # bf16's probe lands 2x slower: no combination with it can beat remat alone, and none is compiled
+    assert any(o.precision == "bf16" for o in run.compiled)
+    assert not any(o.precision == "bf16" and o.remat != "none" for o in run.compiled)
+    # while it runs: a ranked list, each row predicted or exact, with how far it is
+    first = updates[0].to_json()
+    assert first["done"] is False and first["candidates"]
+    assert {r["status"] for r in first["candidates"]} == {"predicted"}
+    assert first["progress"]["text"].startswith("0 of ") and " compiled" in first["progress"]["text"]
+    assert {r["status"] for r in updates[-1].to_json()["candidates"]} <= {"exact", "predicted"}
+    assert adv.to_json()["done"] is True
+
+
+def test_a_memory_fraction_and_accumulation_that_fit_only_together_are_found():
+    """The issue's miss: --accum 4 alone (18.25 of 17.99 GiB) and a 0.9 fraction alone (25.48 of 21.59 GiB) do not
+    fit; together they do. Here in MiB on a 24 GiB card: the combination is compiled, fits, and its command sets
+    the fraction in front of `jaxmem analyze`."""
+    card = 24 * 1024
+
+    def fn(o: AnalyzeOptions):
+        acts = 10000 // o.accum + (300 if o.accum > 1 else 0)
+        usable = int(card * (o.mem_fraction or 0.75))
+        return _fake(16000 + acts, acts, 1.0 + 0.02 * o.accum, usable=usable, batch=4, memory=card), None, "ok"
+
+    run = FakeRunner(fn)
+    base = AnalyzeOptions(gpu="rtx-4090", mesh="data=1", layout="fsdp", precision="bf16", remat="full", batch=4)
+    adv = advise_mod.advise("m.py", base, runner=run, changes=("fraction", "accum"), progress=False)
+    got = {tuple(c.changes): c for c in adv.fitting}
+    assert any(dict(ch).get("accum") and dict(ch).get("fraction") for ch in got), [c.label for c in adv.candidates]
+    assert not any(len(ch) == 1 for ch in got)   # neither alone fits
+    both = next(c for ch, c in got.items() if len(ch) == 2)
+    assert both.command("m.py").startswith(f"XLA_PYTHON_CLIENT_MEM_FRACTION={dict(both.changes)['fraction']} jaxmem "
+                                           "analyze m.py") and "--mem-fraction" not in both.command("m.py")
+
+
+def test_a_plan_on_more_gpus_says_how_many_it_needs_and_is_listed_apart():
+    base = AnalyzeOptions(gpu="rtx-4090", mesh="data=1", layout="fsdp", precision="bf16", remat="full")
+    opts = advise_mod._apply(base, (("pipeline", "stage=2,data=1"),))
+    c = advise_mod.Candidate((("pipeline", "stage=2,data=1"),), opts, adds_gpus=1)
+    assert c.label.startswith("needs 2 GPUs (+1): pipeline parallelism over 2 stages")
+
+    def fn(o: AnalyzeOptions):
+        n = meshes.layouts.mesh_size(o.mesh)
+        return _fake(100 // n + 10, 10, 1.0 / n * 1.2, devices=n, params=100 // n), None, "ok"
+
+    adv = advise_mod.advise("m.py", dataclasses.replace(base, batch=8), runner=FakeRunner(fn),
+                            changes=("devices",), progress=False)
+    assert adv.fitting_more and not adv.fitting_here
+    row = adv.to_json()["candidates"][0]
+    assert row["section"] == "more_gpus" and row["adds_gpus"] == 1 and row["label"].startswith("needs 2 GPUs (+1)")
+    console = Console(record=True, width=300)
+    render.render_advice(adv, console)
+    text = console.export_text()
+    assert "plans that fit only with more GPUs" in text and "plans that fit on the 1 GPU as given" not in text
 
 
 def test_a_row_is_labelled_with_the_mesh_its_command_compiles():
@@ -232,7 +338,7 @@ def test_advise_cli_takes_axis_roles_and_its_candidates_compile_in_the_models_ax
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     cands = {c["label"]: c for c in d["candidates"]}
-    assert {c["status"] for c in cands.values()} == {"ok"}, cands
+    assert {c["status"] for c in cands.values()} == {"exact"}, cands
     meshes_run = {shlex.split(c["command"])[shlex.split(c["command"]).index("--mesh") + 1] for c in cands.values()}
     assert {"rows=4,cols=1", "rows=1,cols=2"} <= meshes_run   # twice the devices; the model's tensor axis grown
     assert all({a.split("=")[0] for a in m.split(",")} == {"rows", "cols"} for m in meshes_run), meshes_run
@@ -290,13 +396,20 @@ def test_changes_that_need_bf16_compute_bring_it_and_say_so():
     assert advise_mod._apply(base, (("base", "bf16"),)).precision == "bf16"
     assert advise_mod._apply(base, (("base", "nf4"),)).precision == "fp32"      # QLoRA computes in fp32 as asked
     assert dict(advise_mod._apply(base, (("loss", 8),)).model_args)["vocab_tiles"] == 8
-    compiler = advise_mod._Compiler(lambda jobs: [(None, "workload() has no argument 'vocab_tiles'", "user_error",
-                                                   False)] * len(jobs), base)
-    cands = compiler.compile_all([((("attention", "cudnn"),), cudnn), ((("loss", 8),), base)], 1)
-    assert cands[0].label == "cuDNN flash attention (--arg attention=cudnn), with the bf16 compute it needs"
+
+
+    def fn(o: AnalyzeOptions):   # the step as given compiles; the model refuses the loss change
+        if dict(o.model_args).get("vocab_tiles"):
+            return None, "workload() has no argument 'vocab_tiles'", "user_error"
+        return _fake(100, 40, 2.0 if o.precision == "fp32" else 1.0), None, "ok"
+
+    adv = advise_mod.advise(str(FIXTURES / "hf" / "llama"), dataclasses.replace(base, gpu="a100-80g"),
+                            runner=FakeRunner(fn), changes=("attention", "loss"), progress=False)
+    by = {c.changes[0][0]: c for c in adv.candidates}
+    assert by["attention"].label == "cuDNN flash attention (--arg attention=cudnn), with the bf16 compute it needs"
     # a change the model refuses is not applicable, with the reason; never a user error
-    assert [c.status for c in cands] == ["not_applicable", "not_applicable"]
-    assert cands[1].error == "not applicable: workload() has no argument 'vocab_tiles'"
+    assert by["loss"].status == "not_applicable"
+    assert by["loss"].error == "not applicable: workload() has no argument 'vocab_tiles'"
 
 
 def test_model_arguments_are_read_from_the_workload_signature_without_importing_it(tmp_path):
@@ -309,10 +422,10 @@ def test_model_arguments_are_read_from_the_workload_signature_without_importing_
     assert advise_mod.model_takes(str(FIXTURES / "hf" / "llama"))("attention")   # the config.json decoder's
 
 
-def _advise_wide(changes, combinations=8, **kw):
+def _advise_wide(changes, **kw):
     base = AnalyzeOptions(mesh="data=1", layout="fsdp", precision="fp32", remat="none", lora_rank=16, gpu="rtx-4090",
                           **kw)
-    return advise_mod.advise(WIDE, base, n_jobs=1, progress=False, changes=changes, combinations=combinations)
+    return advise_mod.advise(WIDE, base, n_jobs=1, progress=False, changes=changes)
 
 
 def _seq_len_missing_by(short: int, **model_args) -> int:
@@ -332,8 +445,8 @@ def _seq_len_missing_by(short: int, **model_args) -> int:
 
 def test_a_lora_step_missing_by_a_hundred_mib_at_jaxs_default_fraction_is_told_the_fraction(cache, monkeypatch):
     """The report: a LoRA step that missed by 95 MiB at JAX's 75% was told to shrink its batch of 1. Here:
-    4 x 32768^2 frozen fp32 weights (16 GiB) on a 4090 miss by ~100 MiB; a 0.9 fraction runs the same
-    step, at the same speed, and is the first plan, with the variable to set."""
+    4 x 32768^2 frozen fp32 weights (16 GiB) on a 4090 miss by ~100 MiB; a larger fraction runs the same
+    step, at the same speed, and is the first plan, with the variable to set in front of its command."""
     monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
     seq = _seq_len_missing_by(64 * 2**20, width=32768, depth=4)   # XLA's temporaries differ between jax versions
@@ -342,17 +455,23 @@ def test_a_lora_step_missing_by_a_hundred_mib_at_jaxs_default_fraction_is_told_t
     o = adv.original
     assert not o.fits and -128 * 2**20 < o.headroom < 0
     first = adv.fitting[0]
-    assert first.changes == (("fraction", 0.9),) and first.peak == o.peak and first.step_s == o.step_s
-    assert first.options.mem_fraction == 0.9 and "--mem-fraction 0.9" in first.command(WIDE)
+    (axis, f), = first.changes   # the smallest fraction that holds the peak (the fraction band's floor, issue 52)
+    assert axis == "fraction" and 0.75 < f <= 0.9 and first.peak == o.peak and first.step_s == o.step_s
+    assert first.options.mem_fraction == f
+    # the command pastes as it is: the variable in front of it, as the training's environment sets it
+    assert first.command(WIDE).startswith(f"XLA_PYTHON_CLIENT_MEM_FRACTION={f} jaxmem analyze ")
+    res = _run_command(first.command(WIDE))
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["per_device_peak_bytes"] == first.peak
     row = adv.to_json()["candidates"][0]
-    assert row["rank"] == 1 and row["environment"] == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}
+    assert row["rank"] == 1 and row["environment"] == {"XLA_PYTHON_CLIENT_MEM_FRACTION": str(f)}
     assert row["tokens_per_s"] == pytest.approx(1 * seq / o.step_s, rel=1e-12)
-    # the same program at 0.95 is not offered beside it; no plan carries a fraction it does not need
-    assert not any(dict(c.changes).get("fraction") == 0.95 for c in adv.candidates)
+    # the same program at a larger fraction is not offered beside it; no plan carries a fraction it does not need
+    assert [c for c in adv.candidates if dict(c.changes).get("fraction")] == [first]
     console = Console(record=True, width=400)
     render.render_advice(adv, console)
-    assert "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in console.export_text()
-    assert "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9" in notebook.advice_html(adv)   # the notebook's table too
+    assert f"XLA_PYTHON_CLIENT_MEM_FRACTION={f} jaxmem analyze" in console.export_text()
+    assert f"XLA_PYTHON_CLIENT_MEM_FRACTION={f} jaxmem analyze" in notebook.advice_html(adv)   # the notebook's too
 
 
 def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_smaller_base(cache, monkeypatch):
@@ -361,11 +480,11 @@ def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_sma
     activations; no single change fits, a combination with an int8/nf4 base does, ranked by tokens/s."""
     monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
-    adv = _advise_wide(("precision", "accum", "base"), combinations=3,
+    adv = _advise_wide(("precision", "accum", "base"),
                        model_args=(("width", 40960), ("depth", 4), ("seq_len", 2048)), batch=8)
     assert not adv.original.fits
     probes = [c for c in adv.candidates if c.round == 1]
-    assert {c.changes[0][0] for c in probes} == {"precision", "accum", "base"} and not any(c.fits for c in probes)
+    assert probes and not any(c.fits for c in probes)
     assert adv.fits and adv.fitting
     assert all(len(c.changes) >= 2 for c in adv.fitting)
     assert any(dict(c.changes).get("base") in ("int8", "nf4") for c in adv.fitting)
@@ -374,3 +493,4 @@ def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_sma
     assert tps == sorted(tps, reverse=True) and rows[0]["rank"] == 1
     assert all(r["rank"] is not None for r in rows)
     assert {c.status for c in adv.candidates} <= {"ok", "not_applicable", "failed"}
+    assert {r["status"] for r in adv.to_json()["candidates"]} <= {"exact", "not_applicable", "failed"}

@@ -56,3 +56,28 @@ def test_rows_run_from_the_folder_holding_a_clone_named_jaxmem_import_the_instal
                     AnalyzeOptions(gpu="h100", model_args=(("preset", "tiny"),), explain=False))
     (out,) = sweep.run_jobs([job], n_jobs=1, progress=False)
     assert out.status == "ok", out.error
+
+
+def test_no_module_but_the_runner_drives_the_worker_pools():
+    """One runner (issue 53): every planner (compare, the fit searches, advise, the explorer) goes through
+    jaxmem.plan.runner; no other module imports the pools' module (jaxmem.plan.sweep) or its private names."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "jaxmem"
+    pools = {"LocalPool", "InlinePool", "RayPool", "make_pool", "run_one", "run_jobs", "Progress", "_Worker"}
+    offenders = []
+    for f in root.rglob("*.py"):
+        if f.relative_to(root).as_posix() in ("plan/runner.py", "plan/sweep.py"):
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and (
+                    node.module == "jaxmem.plan.sweep" or (node.module == "jaxmem.plan" and
+                                                          any(a.name == "sweep" for a in node.names))):
+                offenders.append(f"{f.relative_to(root)}: imports {node.module}")
+            elif isinstance(node, ast.Import) and any(a.name == "jaxmem.plan.sweep" for a in node.names):
+                offenders.append(f"{f.relative_to(root)}: imports jaxmem.plan.sweep")
+            elif isinstance(node, ast.Attribute) and node.attr in pools and \
+                    isinstance(node.value, ast.Name) and node.value.id == "sweep":
+                offenders.append(f"{f.relative_to(root)}: sweep.{node.attr}")
+    assert offenders == []

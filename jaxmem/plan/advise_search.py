@@ -17,7 +17,8 @@ compile lands:
   change (that single change alone, or accumulation at its largest);
 * **the stop rule**: the search ends when no plan is live -- every plan not compiled, at its predicted best
   (peak less its slack, throughput plus its slack), either does not fit or cannot beat the best compiled
-  plan of its kind -- or after `max_compiles` compiles (then said so).
+  plan of its kind -- or after `max_compiles` compiles (then said so). When nothing compiled fits by then,
+  the plan predicted to come closest is compiled once, so that the closest plan named is a compile.
 
 Its snapshot (`rows()`) is the list the user sees while it runs: the compiled plans (exact) and the live
 plans predicted to fit (predicted), ranked together, with "N of M compiled, about S s left".
@@ -56,6 +57,7 @@ class Search:
         self.compiles = self.cached = 0
         self.durations: list[float] = []
         self.capped = False
+        self._closest_tried = False
         self.live: list[tuple[tuple, fc.Prediction]] = []
         self.refresh()
 
@@ -107,8 +109,26 @@ class Search:
             if job is None or job in self.exact or job in self.inflight or any(job == o[2] for o in out):
                 continue
             out.append((self.make(job, self.plans[job], None).label, self.plans[job], job))
+        if not out and not self.live and not self.inflight and not self._closest_tried and \
+                not any(c.fits for c in self.exact.values()):
+            # nothing can fit: the plan predicted to come closest is compiled, so that the closest is a compile
+            self._closest_tried = True
+            ch = self._closest()
+            if ch is not None and self.compiles < self.max_compiles:
+                out.append((self.make(ch, self.plans[ch], None).label, self.plans[ch], ch))
         self.inflight.update(o[2] for o in out)
         return out
+
+    def _closest(self) -> tuple | None:
+        """The plan on the GPUs as given predicted to leave the least excess (peak over its pool), not compiled."""
+        best = None
+        for ch in self.plans:
+            if ch in self.exact or self.kind(ch) == 3:
+                continue
+            p = self.forecast.predict(ch, self.devices[ch])
+            if p is not None and p.budget > 0 and (best is None or p.peak / p.budget < best[0]):
+                best = (p.peak / p.budget, len(ch), ch)
+        return None if best is None else best[2]
 
     def record(self, ch: tuple, out: Outcome) -> None:
         self.inflight.discard(ch)

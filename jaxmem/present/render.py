@@ -470,7 +470,8 @@ def render_comparison(cells, console: Console | None = None) -> None:
 
 
 def render_advice(a, console: Console | None = None) -> None:
-    """`jaxmem advise`: the changes that fit, fastest estimated step first, each with its command."""
+    """`jaxmem advise`: the compiled plans that fit on the GPUs as given, those that need more GPUs, those that
+    do not fit -- three lists, each titled -- and each fitting plan's command, pasted as it runs."""
     console = console or make_console()
     o = a.original.report
     t = o.target
@@ -483,38 +484,23 @@ def render_advice(a, console: Console | None = None) -> None:
     if not a.searched:
         console.print("It fits as given: nothing to change. (--all searches anyway, for faster or roomier settings.)")
         return
-    fitting = a.fitting
-    if fitting:
-        table = Table(title="changes that fit: on the GPUs as given first, highest throughput per device first",
-                      title_justify="left")
-        unit = next((tp[1] for c in fitting if (tp := c.throughput) is not None), "tokens/s")
-        just: JustifyMethod
-        for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
-                          (f"{unit}/device", "right"), ("step (est., band)", "right"), ("vs as given", "right"),
-                          ("GPU-s/step", "right")):
-            table.add_column(col, justify=just)
-
-        ranks = a.ranks()
-        for i, c in enumerate(fitting, 1):
-            rel, gs, tp = a.relative(c), c.gpu_seconds, c.throughput
-            tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
-                     else "")
-            rank = ranks[id(c)]
-            tie = "" if rank == i else f" [yellow]tied with #{rank}[/yellow]"
-            table.add_row(str(i) if rank == i else f"={rank}", escape(c.label) + tie, fmt_bytes(c.peak),
-                          fmt_bytes(c.headroom) + tight, "-" if tp is None else f"{tp[0]:,.0f}",
-                          _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
-                          "-" if gs is None else fmt_seconds(gs))
-        console.print(table)
+    ranks, n = a.ranks(), 0
+    gpus = f"{t.devices} GPU" + ("s" if t.devices != 1 else "")
+    more = "plans that fit only with more GPUs (each names the GPUs it needs), highest throughput per device first"
+    for rows, title in ((a.fitting_here, f"plans that fit on the {gpus} as given, highest throughput per device first"),
+                        (a.fitting_more, more)):
+        if rows:
+            console.print(_advice_table(a, rows, title, ranks, n))
+            n += len(rows)
+    if a.fitting:
         if any(w.kind == "schedule_memory_limited" for w in o.warnings):
             console.print("[dim]vs as given: the step as given is over XLA's scheduler memory limit, so its "
                           "collectives run beside no compute (schedule_memory_limited): a change under the limit "
                           "can be faster although it recomputes.[/dim]", soft_wrap=True)
-        for i, c in enumerate(fitting, 1):
+        console.print("each plan's command (a memory fraction is set in front of it, as in the training's "
+                      "environment):")
+        for i, c in enumerate(a.fitting, 1):
             console.print(f"{i:>2}  {escape(c.command(a.path))}", soft_wrap=True)
-            for name, value in c.environment.items():   # the memory fraction: the training's environment sets it
-                console.print(f"    and in the training's environment: export {name}={value} "
-                              "(JAX's share of the card; --mem-fraction is how jaxmem is told)", soft_wrap=True)
     elif o.fits:   # --all: the verdict is the step as given; say what the search found, never NONE FITS
         tried = len(a.candidates)
         what = ("no change of the kinds asked (--changes) applies to this step, so none was tried" if not tried else
@@ -532,13 +518,39 @@ def render_advice(a, console: Console | None = None) -> None:
             console.print(f"closest: {escape(c.label)}: peak {fmt_bytes(c.peak)}, {fmt_bytes(-c.headroom)} over; "
                           "more devices, a smaller global batch or a smaller model are left", soft_wrap=True)
             console.print(f"    {escape(c.command(a.path))}", soft_wrap=True)
-    failed = [c for c in a.candidates if c.report is None]
-    for c in failed:
+    if a.not_fitting:
+        table = Table(title="compiled plans that do not fit (smallest peak first)", title_justify="left")
+        for col in ("plan", "peak", "over by"):
+            table.add_column(col, justify="left" if col == "plan" else "right")
+        for c in sorted(a.not_fitting, key=lambda c: c.peak or 0):
+            table.add_row(escape(c.label), fmt_bytes(c.peak), fmt_bytes(-(c.headroom or 0)))
+        console.print(table)
+    for c in (c for c in a.candidates if c.report is None):
         if c.status == "not_applicable":   # the error says "not applicable: why"
             console.print(f"[dim]{escape(c.label)}: {escape(c.error or '')}[/dim]", soft_wrap=True)
         else:
             console.print(f"[dim]not compiled ({c.status}): {escape(c.label)}: {escape(c.error or '')}[/dim]")
-    console.print(f"[dim]{a.compiles} compiles ({a.cached} from the cache) in {a.seconds:.0f} s; "
-                  f"{len(a.candidates) - len(fitting) - len(failed)} compiled changes do not fit (--json lists all). "
+    console.print(f"[dim]{a.compiles} compiles ({a.cached} from the cache) in {a.seconds:.0f} s; {a.progress}. "
                   "Step times are estimates with a band (the spread of the measured rates they rest on); rows whose "
                   "bands overlap are tied: their order is not known (jaxmem analyze prints the parts).[/dim]")
+
+
+def _advice_table(a, rows, title: str, ranks: dict, start: int) -> Table:
+    table = Table(title=title, title_justify="left")
+    unit = next((tp[1] for c in rows if (tp := c.throughput) is not None), "tokens/s")
+    just: JustifyMethod
+    for col, just in (("#", "right"), ("change", "left"), ("peak", "right"), ("headroom", "right"),
+                      (f"{unit}/device", "right"), ("step (est., band)", "right"), ("vs as given", "right"),
+                      ("GPU-s/step", "right")):
+        table.add_column(col, justify=just)
+    for i, c in enumerate(rows, 1):
+        rel, gs, tp = a.relative(c), c.gpu_seconds, c.throughput
+        tight = (f" [yellow]tight[/yellow] ({escape(tight_text(c.report))})" if verdict_of(c.report) == "tight"
+                 else "")
+        rank = ranks[id(c)]
+        tie = "" if rank == i else f" [yellow]tied with #{start + rank}[/yellow]"
+        table.add_row(str(start + i) if rank == i else f"={start + rank}", escape(c.label) + tie, fmt_bytes(c.peak),
+                      fmt_bytes(c.headroom) + tight, "-" if tp is None else f"{tp[0]:,.0f}",
+                      _step_estimate(c.report), "-" if rel is None else f"x{rel:.2f}",
+                      "-" if gs is None else fmt_seconds(gs))
+    return table
