@@ -339,7 +339,7 @@ def test_an_error_at_compile_time_is_an_error_answer_and_the_server_goes_on(srv)
     from jaxmem.explore import server
 
     # a refusal only the worker meets (its admission skipped here): the point's error answer, the server goes on
-    with server.running(srv.explorer, admit=lambda model, opts: None) as bare:
+    with server.running(srv.explorer, admit=lambda *a: None) as bare:
         status, body, _ = get(bare, "/api/answer", {"batch": str(2**62), "wait": "exact"})
         assert status == 200 and body["answer"] == "error" and body["error"]
         assert get(bare, "/api/answer", {"batch": 8})[1]["answer"] == "exact"

@@ -77,7 +77,7 @@ def test_a_page_from_another_origin_cannot_drive_the_explorer(browser, tmp_path,
 
     from jaxmem.explore.points import Explorer
 
-    shutil.copy(MODELS / "mlp.py", tmp_path / "mlp.py")
+    (tmp_path / "mlp.py").write_text((MODELS / "mlp.py").read_text() + "\n# tests/test_explore_browser_origin.py\n")
     pool = InstantPool(None, hold=True)   # nothing compiles: what the hostile page could start is counted
     ex = Explorer(str(tmp_path / "mlp.py"), START, jobs=1, make_pool=lambda n, e, a: pool)
     seen: list[tuple[str, int]] = []

@@ -38,20 +38,27 @@ def analyze_model(model, opts: AnalyzeOptions, *, prestart: bool = True) -> repo
     return analyze_workload(wl, opts, source=source, t_start=t0, prestart=prestart)
 
 
-def admit(model, opts: AnalyzeOptions) -> None:
+def admit(model, opts: AnalyzeOptions, workloads: dict | None = None) -> None:
     """Every refusal analyze makes before it traces, made without tracing: the model's arguments (its
     workload()'s signature, its config's limits), the plan's (the layout against the mesh, the batch against
     the data axes, --accum against the batch, the fine-tuning options, a --rules file) and the target's (fp8,
     offloading on the CPU). The same functions, in the same order, as analyze's stages (stages.prepare): the
     explorer's API and jaxmem.explore() ask it of a point before any prediction or compile, so a value analyze
-    refuses is refused there with analyze's words."""
-    with as_on_target(opts):
-        if isinstance(model, (str, os.PathLike)):
-            source = os.fspath(model)
-            wl = load_workload(source, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
-        else:
-            wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args),
-                                     remat_at=opts.remat_at)
+    refuses is refused there with analyze's words. `workloads`: a memo of the loaded workloads by the model's
+    arguments (a batch move loads none again: the explorer's)."""
+    key = (str(model), opts.model_args, opts.remat, opts.remat_at, opts.gpu, opts.mesh, opts.hosts)
+    if workloads is not None and key in workloads:
+        wl, source = workloads[key]
+    else:
+        with as_on_target(opts):
+            if isinstance(model, (str, os.PathLike)):
+                source = os.fspath(model)
+                wl = load_workload(source, remat=opts.remat, remat_at=opts.remat_at, **dict(opts.model_args))
+            else:
+                wl, source = workload_of(model, remat=opts.remat, model_args=dict(opts.model_args),
+                                         remat_at=opts.remat_at)
+        if workloads is not None:
+            workloads[key] = (wl, source)
     with running_user_code(source):
         mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
         sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
