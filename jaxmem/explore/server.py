@@ -77,6 +77,7 @@ BACKGROUND = 4          # advise and fit searches running at once: 429 beyond
 TIMEOUT_S = 20.0        # a client silent this long is dropped (the socket's timeout)
 HEADERS_S = 30.0        # a request's line and headers take at most this long to arrive
 ADMITTED = 4096         # points admitted remembered (their checks are not run again)
+WORKLOADS = 64          # workloads admission keeps loaded (one per set of model arguments)
 ALLOW = "GET"
 
 
@@ -91,10 +92,11 @@ class _Reply(Exception):
 class App:
     """The routes over one Explorer."""
 
-    def __init__(self, explorer: Explorer, admit: Callable[[Any, AnalyzeOptions], None] = run_mod.admit):
+    def __init__(self, explorer: Explorer, admit: Callable[..., None] = run_mod.admit):
         self.explorer = explorer
         self._admit = admit
         self._admitted: collections.OrderedDict[str, str | None] = collections.OrderedDict()   # key -> refusal
+        self._workloads: dict = {}   # the model's workloads loaded by admission, by their arguments
         self._admit_lock = threading.Lock()    # the model's workload() runs one at a time
         self._waiters = threading.BoundedSemaphore(WAITERS)
         self._jobs: dict[tuple[str, str], dict] = {}   # (kind, key) -> {"thread", "result" | "error"}
@@ -110,8 +112,10 @@ class App:
         k = query.key(str(self.explorer.model), opts)
         with self._admit_lock:
             if k not in self._admitted:
+                if len(self._workloads) > WORKLOADS:
+                    self._workloads.clear()
                 try:
-                    self._admit(self.explorer.model, opts)
+                    self._admit(self.explorer.model, opts, self._workloads)
                     self._admitted[k] = None
                 except UserError as e:
                     self._admitted[k] = str(e)
@@ -472,7 +476,7 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def make_server(explorer: Explorer, port: int = 0, *, token: str | None = None, embed: bool | None = None,
-                admit: Callable[[Any, AnalyzeOptions], None] = run_mod.admit) -> Server:
+                admit: Callable[..., None] = run_mod.admit) -> Server:
     """The server on 127.0.0.1:`port` (0: a free one); a port in use is a UserError. `token`: the API's
     (None: a fresh random one); `embed`: the page may be framed by a notebook (None: JAXMEM_EXPLORE_EMBED)."""
     app = App(explorer, admit)
