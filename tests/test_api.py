@@ -196,7 +196,7 @@ def test_advise_returns_its_ranked_plans(mlp):
     (plan,) = advice.candidates
     assert plan.changes == (("precision", "bf16"),) and plan.fits and plan.report.options["precision"] == "bf16"
     d = advice.to_json()
-    assert d["schema"] == "jaxmem.advise/1" and d["candidates"][0]["per_device_peak_bytes"] == plan.peak
+    assert d["schema"] == "jaxmem.advise/2" and d["candidates"][0]["per_device_peak_bytes"] == plan.peak
     assert d["candidates"][0]["command"].startswith("jaxmem analyze 'workload()' ")
     assert "FITS" in advice._repr_html_()
 

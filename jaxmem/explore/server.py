@@ -101,6 +101,7 @@ class App:
         self._waiters = threading.BoundedSemaphore(WAITERS)
         self._jobs: dict[tuple[str, str], dict] = {}   # (kind, key) -> {"thread", "result" | "error"}
         self._jobs_lock = threading.Lock()
+        self._partial: dict[tuple[str, str], dict] = {}   # (kind, key) -> the latest snapshot of a search running
 
     # ------------------------------------------------------------ helpers
     def _opts(self, params: dict[str, list[str]]):
@@ -207,7 +208,8 @@ class App:
             return {**out, "status": "error", "error": job["error"]}
         if "result" in job:
             return {**out, "status": "done", kind: job["result"]}
-        return {**out, "status": "running"}
+        part = self._partial.get((kind, p.key))   # advise's snapshot: ranked rows, predicted or exact, and progress
+        return {**out, "status": "running", **({kind: part} if part is not None else {})}
 
     def advise(self, params: dict[str, list[str]]) -> dict:
         p = self.explorer.point(self._opts(params))
@@ -218,8 +220,9 @@ class App:
         ex.ask(p.opts)   # a full queue (QueueFull) is this search's error
         ex.wait(p)
         base = dataclasses.replace(p.opts, explain=False)
-        result = advise_mod.advise(str(ex.model), base, always=True, progress=False, runner=ex.advise_runner,
-                               original_report=p.report)
+        result = advise_mod.advise(str(ex.model), base, always=True, progress=False, runner=ex.runner(),
+                                   original_report=p.report,
+                                   on_update=lambda a: self._partial.__setitem__(("advice", p.key), a.to_json()))
         return result.to_json()
 
     def fit(self, params: dict[str, list[str]]) -> dict:

@@ -928,6 +928,10 @@
   }
   function queryOf(command) {
     var w = shellWords(command), q = {};
+    while (w.length && /^[A-Z_]+=/.test(w[0])) {   // a memory fraction set in front of the command
+      var env = w.shift().split('=');
+      if (/MEM_FRACTION$/.test(env[0])) q['mem-fraction'] = env[1];
+    }
     Object.keys(S.query).forEach(function (k) { q[k] = S.query[k]; });
     for (var i = 3; i < w.length; i++) {
       if (w[i].indexOf('--') !== 0) continue;
@@ -950,7 +954,10 @@
           box.innerHTML = '<div class="errline">' + esc(d.error || 'failed') + '</div>';
           return;
         }
-        if (d.status === 'running' || d.answer === 'compiling') { S[pollName] = setTimeout(poll, 1500); return; }
+        if (d.status === 'running' || d.answer === 'compiling') {
+          if (d.status === 'running' && d.advice) draw(d);   // advise's snapshot: predicted rows, then exact ones
+          S[pollName] = setTimeout(poll, 1500); return;
+        }
         draw(d);
       }).catch(function () { S[pollName] = setTimeout(poll, 3000); });
     })();
@@ -960,22 +967,34 @@
     $('advise').innerHTML = '<p class="progress">running jaxmem advise: it compiles each candidate change…</p>';
     background('advise', Object.assign({}, S.query), $('advise'), function (d) { drawAdvise(d.advice || d); }, 'advisePoll');
   }
+  // advise's rows: the plans that fit on the GPUs as given, those that need more GPUs, those that do not fit;
+  // each predicted until its compile lands (status), with "N of M compiled, about S s left" while it runs
   function drawAdvise(d) {
-    var cs = (d.candidates || []).filter(function (c) { return c.status === 'ok' || c.per_device_peak_bytes; });
-    if (!cs.length) { $('advise').innerHTML = '<p class="note">No change advise tries fits.</p>'; return; }
-    var rows = cs.slice(0, 15).map(function (c, i) {
-      var v = c.verdict || (c.fits ? 'fits' : 'does_not_fit');
-      return '<tr><td class="num">' + (i + 1) + '</td><td>' + esc(c.label) + '</td><td class="num"><span class="dot ' + esc(v) + '"></span>' +
-        esc(fmtBytes(c.per_device_peak_bytes)) + '</td><td class="num">' +
-        (c.relative_step_time ? '×' + pyFixed(c.relative_step_time, 2) : '-') + '</td>' +
-        '<td class="mono path note">' + esc(c.command.replace(/^jaxmem analyze \S+ /, '')) + '</td>' +
-        '<td><button class="btn go" data-i="' + i + '" title="' + esc(c.command) + '">try</button></td></tr>';
-    }).join('');
-    var orig = d.original || {};
-    $('advise').innerHTML = '<p class="note">' + (d.fits_as_given ? 'It fits as given; these are faster or roomier.' :
-      'As given it does not fit; these do, fastest first.') + ' Step time relative to the point as given (' +
-      esc(fmtSeconds(orig.step_time_estimate_s)) + ').</p><table><thead><tr><th class="num">#</th><th>change</th>' +
-      '<th class="num">peak</th><th class="num">step</th><th>as a command</th><th></th></tr></thead><tbody>' + rows + '</tbody></table>';
+    var cs = d.candidates || [], prog = d.progress || {}, orig = d.original || {};
+    var head = '<p class="note">' + (d.done === false ? '<span class="progress">' + esc(prog.text || 'compiling') +
+      '</span> · predicted rows are replaced by their compile as it lands. ' : esc(prog.text || '') + '. ') +
+      'Step time relative to the point as given (' + esc(fmtSeconds(orig.step_time_estimate_s)) + ').</p>';
+    var lists = [['given_gpus', 'Plans that fit on the GPUs you have, highest throughput per device first'],
+                 ['more_gpus', 'Plans that fit only with more GPUs (each says how many it needs)'],
+                 ['does_not_fit', 'Compiled plans that do not fit']];
+    var html = head, any = false;
+    lists.forEach(function (l) {
+      var rows = cs.filter(function (c) { return c.section === l[0]; });
+      if (!rows.length) return;
+      any = true;
+      html += '<h3>' + esc(l[1]) + '</h3><table><thead><tr><th class="num">#</th><th>plan</th><th class="num">peak</th>' +
+        '<th class="num">step</th><th>as a command</th><th></th></tr></thead><tbody>' + rows.map(function (c) {
+          var v = c.verdict || (c.fits ? 'fits' : 'does_not_fit'), i = cs.indexOf(c);
+          var badge = c.status === 'predicted' ? ' <span class="badge predicted">predicted</span>' : '';
+          return '<tr><td class="num">' + (c.rank || '-') + '</td><td>' + esc(c.label) + badge + '</td><td class="num">' +
+            '<span class="dot ' + esc(v) + '"></span>' + esc(fmtBytes(c.per_device_peak_bytes)) + '</td><td class="num">' +
+            (c.relative_step_time ? '×' + pyFixed(c.relative_step_time, 2) : '-') + '</td>' +
+            '<td class="mono path note">' + esc(c.command.replace(/^(\S+=\S+ )*jaxmem analyze \S+ /, '')) + '</td>' +
+            '<td><button class="btn go" data-i="' + i + '" title="' + esc(c.command) + '">try</button></td></tr>';
+        }).join('') + '</tbody></table>';
+    });
+    if (!any) html += '<p class="note">' + (d.done === false ? 'Nothing ranked yet.' : 'No change advise tries fits.') + '</p>';
+    $('advise').innerHTML = html;
     $('advise').querySelectorAll('button.go').forEach(function (b) {
       b.addEventListener('click', function () { goTo(queryOf(cs[Number(b.dataset.i)].command)); });
     });
