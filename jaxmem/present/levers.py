@@ -153,8 +153,8 @@ def _base_hint(r: Report) -> list[str]:
     fp32 = c.get("precision") == "fp32"   # a bf16 base needs bf16 compute (finetune.check)
     ways = ", ".join(f"--base-dtype {name}{' --precision bf16' if name == 'bf16' and fp32 else ''} about "
                      f"{fmt_bytes(int(frozen * b / now))}" for name, b in smaller)
-    return [f"frozen base {fmt_bytes(frozen)} ({frozen / max(r.per_device_peak_bytes, 1):.0%} of the peak, the "
-            f"largest part, stored {base}): {ways}"]
+    return [(f"frozen base {fmt_bytes(frozen)} ({frozen / max(r.per_device_peak_bytes, 1):.0%} of the peak, the "
+             f"largest part, stored {base}): {ways}")]
 
 
 def _fraction_hint(r: Report) -> list[str]:
