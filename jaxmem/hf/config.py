@@ -18,7 +18,7 @@ from typing import Any
 
 from jaxmem import files
 from jaxmem.errors import UserError
-from jaxmem.program import workload
+from jaxmem.program.options import CHECKPOINT_DTYPES
 from jaxmem.program.sizes import INT32_MAX, INT64_MAX
 
 MAX_CONFIG_BYTES = 4 << 20   # published config.json files are a few KiB
@@ -137,11 +137,6 @@ def read(path: Path) -> dict[str, Any]:
         raise UserError(f"config file {path}: has no \"model_type\"; not a Hugging Face config.json. {fix}, or a "
                         "model file (.py defining workload(), docs/model-files.md)")
     return doc
-
-
-# the weights' dtypes a checkpoint may name (transformers' torch_dtype): the frozen base of a LoRA step defaults
-# to it (jaxmem.program.finetune.resolve_base)
-CHECKPOINT_DTYPES = workload.CHECKPOINT_DTYPES
 
 
 def checkpoint_dtype(doc: dict[str, Any]) -> str | None:

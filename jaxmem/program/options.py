@@ -27,6 +27,9 @@ REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_save
 # and offload:NAME,NAME (save_and_offload_only_these_names over the model's checkpoint_name()s)
 OFFLOAD_PREFIX = "offload:"
 BASE_DTYPES = ("bf16", "int8", "int4", "nf4")
+# the dtypes a checkpoint stores its weights in (Workload.checkpoint_dtype; a config.json's torch_dtype): a LoRA
+# step's frozen base defaults to it (jaxmem.program.finetune.resolve_base)
+CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
 OFFLOADS = ("optimizer",)
 # --moment-dtype: the storage of the built-in optimizers' moments (jaxmem/program/state.py). int8 is not offered:
 # no maintained JAX library keeps 8-bit optimizer states (optax 0.2.8, qwix 0.1.8 have none; praxis's int8

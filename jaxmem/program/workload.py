@@ -27,11 +27,14 @@ from typing import Any
 
 from jaxmem.errors import UserError, clip, describe
 from jaxmem.program import patterns, sizes
-from jaxmem.program.options import REMAT_POLICIES, StepChoice, offloaded_names, remat_problem  # noqa: F401  (public here too)
+from jaxmem.program.options import (  # noqa: F401  (public here too)
+    CHECKPOINT_DTYPES,
+    REMAT_POLICIES,
+    StepChoice,
+    offloaded_names,
+    remat_problem,
+)
 from jaxmem.report import ReportWarning
-
-# Workload.checkpoint_dtype's values (jaxmem.hf.config reads a config.json's torch_dtype as one of them)
-CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def remat_policy(name: str, save: tuple[str, ...] | list[str] = ()):
