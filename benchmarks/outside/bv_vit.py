@@ -28,8 +28,8 @@ class MlpBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x, deterministic=True):
-        inits = dict(kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(stddev=1e-6))
-        n, l, d = x.shape  # noqa: E741
+        inits = {"kernel_init": nn.initializers.xavier_uniform(), "bias_init": nn.initializers.normal(stddev=1e-6)}
+        d = x.shape[-1]
         x = nn.Dense(self.mlp_dim or 4 * d, **inits)(x)
         x = nn.gelu(x)
         return nn.Dense(d, **inits)(x)
