@@ -73,6 +73,17 @@ LOOPS = tuple(dataclasses.replace(r, name=f"{r.name}, layers as a loop", args=(*
               for r in ROWS if r.name in ("LoRA", "QLoRA"))
 
 
+READING = (
+    "Reading it: QLoRA's step is slower than LoRA's here, as torchtune measured: the decoding the table's last "
+    "column names (every matmul decodes the NF4 weight it uses, in the forward, the remat's forward and the "
+    "backward) and QLoRA's adapters on every projection (torchtune's LoRA config adapts q and v only). jaxmem's "
+    "LoRA is further below torchtune's than its QLoRA: under a scan, XLA copies each layer's bf16 weights out of "
+    "the stacked parameters before its GEMMs (memory-bound copies), where NF4's decoding reads the codes in the same "
+    "pass; as a loop (rows 4-5) the copies are gone. torchtune's own NF4 kernels (torchao) are not XLA's fusions: "
+    "its LoRA/QLoRA gap (1.28x) is wider than jaxmem's (1.08x scanned, 1.12x as a loop). The full fine-tune's peak "
+    "is not comparable (row 1's note); its step time is.")
+
+
 def analyze(args: tuple[str, ...]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "jaxmem.cli", "analyze", *args, "--json"]
@@ -91,8 +102,8 @@ def _dequant(st: dict) -> str:
 
 
 def table() -> list[str]:
-    lines = ["| torchtune row | torchtune peak | jaxmem peak/device | ratio | torchtune tokens/s | jaxmem tokens/s "
-             "(band) | ratio | jaxmem's dequantization |",
+    lines = [("| torchtune row | torchtune peak | jaxmem peak/device | ratio | torchtune tokens/s | jaxmem tokens/s "
+              "(band) | ratio | jaxmem's dequantization |"),
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     notes = []
     for i, row in enumerate(ROWS + LOOPS, 1):
@@ -116,19 +127,13 @@ def main() -> None:
     text = "\n".join([
         "# jaxmem against torchtune's Llama 3.1 8B rows on one RTX 4090",
         "",
-        f"Written by `python benchmarks/torchtune_4090.py` (jax {jax.__version__}, Python {platform.python_version()}). "
-        f"Source: {SOURCE}. Batch 2 x 2048 packed tokens ({TOKENS:,} tokens a step); jaxmem's tokens/s is "
-        f"{TOKENS:,} / its estimated step time (the band from its rates' spread).",
+        (f"Written by `python benchmarks/torchtune_4090.py` (jax {jax.__version__}, Python "
+         f"{platform.python_version()}). Source: {SOURCE}. Batch 2 x 2048 packed tokens ({TOKENS:,} tokens a step); "
+         f"jaxmem's tokens/s is {TOKENS:,} / its estimated step time (the band from its rates' spread)."),
         "",
         *body,
         "",
-        "Reading it: QLoRA's step is slower than LoRA's here, as torchtune measured: the decoding the table's last "
-        "column names (every matmul decodes the NF4 weight it uses, in the forward, the remat's forward and the "
-        "backward) and QLoRA's adapters on every projection (torchtune's LoRA config adapts q and v only). jaxmem's LoRA is further below torchtune's than its QLoRA: under a scan, XLA copies each layer's "
-        "bf16 weights out of the stacked parameters before its GEMMs (memory-bound copies), where NF4's decoding "
-        "reads the codes in the same pass; as a loop (rows 4-5) the copies are gone. torchtune's own NF4 kernels "
-        "(torchao) are not XLA's fusions: its LoRA/QLoRA gap (1.28x) is wider than jaxmem's (1.08x scanned, 1.12x "
-        "as a loop). The full fine-tune's peak is not comparable (row 1's note); its step time is.",
+        READING,
         "",
     ])
     RESULT.write_text(text)
