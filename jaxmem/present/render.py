@@ -248,12 +248,12 @@ def _print_header(r: Report, console: Console) -> None:
                   f"batch {opts['batch']}  accum {opts['accum']}  remat {opts['remat']}  "
                   f"params {r.param_count / 1e6:,.1f} M")
     if r.choices:   # every choice that decides the answer with its source, and why where it is not just the flag
-        line = Text("choices: ")
+        chosen = Text("choices: ")
         for i, (text, source, loud) in enumerate(levers.choice_parts(r)):
-            line.append((", " if i else "") + text + (" " if source else ""))
+            chosen.append((", " if i else "") + text + (" " if source else ""))
             if source:   # a default that changes the answer stands out: the user did not choose it
-                line.append(f"({source})", "bold yellow" if loud else "dim")
-        console.print(line)
+                chosen.append(f"({source})", "bold yellow" if loud else "dim")
+        console.print(chosen)
         for note in levers.choice_notes(r):
             console.print(f"[dim]  {escape(note)}[/dim]")
     if r.hf_config:   # a config.json analyzed (jaxmem/hf): what it names
