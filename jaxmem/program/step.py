@@ -395,11 +395,13 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
     assert own is not None   # the escape hatch: the workload gives its step
     # --remat-at / Workload(remat_at=): the linen modules the step calls, and the Equinox modules of
     # jaxmem.equinox_workload, checkpointed where the pattern finds them (calls.custom_calls); none found: exit 2
-    log = calls_mod.CallLog(wl.remat_at, custom=True) if wl.remat_at is not None else None
+    remat_at = wl.remat_at
+    log = calls_mod.CallLog(remat_at, custom=True) if remat_at is not None else None
     policy = workload_mod.remat_policy(opts.remat) if log is not None else None
 
     def step(state, batch):
-        with contextlib.nullcontext() if log is None else calls_mod.custom_calls(wl.remat_at, policy, log):
+        with contextlib.nullcontext() if log is None or remat_at is None else \
+                calls_mod.custom_calls(remat_at, policy, log):
             out = own(state, batch)
         differs = tree.state_difference(state, out[0])
         if differs is not None:   # seen while the step is traced: before any compile
