@@ -199,3 +199,19 @@ def test_the_frozen_base_is_the_checkpoints_dtype_the_models_or_the_users():
     small = dataclasses.replace(big, breakdown={**big.breakdown, "activations_and_temporaries": 9 << 30},
                                 per_device_peak_bytes=(17 << 30) + (1 << 20))
     assert not any(h.startswith("frozen base") for h in levers.hints(small))
+
+
+def test_a_configs_checkpoint_dtype_is_read_from_torch_dtype_or_dtype():
+    from jaxmem.hf.config import checkpoint_dtype
+
+    assert checkpoint_dtype({"torch_dtype": "bfloat16"}) == "bfloat16"
+    assert checkpoint_dtype({"dtype": "float16"}) == "float16"               # transformers 4.56+
+    assert checkpoint_dtype({"text_config": {"torch_dtype": "bfloat16"}}) == "bfloat16"   # Gemma 3
+    assert checkpoint_dtype({"torch_dtype": "int8"}) is None and checkpoint_dtype({}) is None
+    import jax
+    import jax.numpy as jnp
+
+    wl = jaxmem.Workload(model=None, batch={"x": jax.ShapeDtypeStruct((2,), jnp.float32)}, checkpoint_dtype="fp8",
+                         step=lambda s, b: (s, None), state={"w": jax.ShapeDtypeStruct((2,), jnp.float32)})
+    with pytest.raises(jaxmem.UserError, match=r"checkpoint_dtype='fp8'.*'bfloat16'"):
+        wl.validate("<workload>")
