@@ -173,8 +173,8 @@ def dequantization_lines(st: Mapping[str, Any]) -> list[str]:
                      f"moved, {fmt_seconds(dq['separate_s'])}")
     if dq["in_gemm_launches"]:
         parts.append(f"{dq['in_gemm_launches']:,} GEMMs decoding their operand as they load it (timed as GEMMs)")
-    return [f"  dequantization of the quantized base (in the estimate): {'; '.join(parts)}; "
-            f"{si(dq['code_bytes'], 'B')} of integer codes read per step (forward, remat and backward)"]
+    return [(f"  dequantization of the quantized base (in the estimate): {'; '.join(parts)}; "
+             f"{si(dq['code_bytes'], 'B')} of integer codes read per step (forward, remat and backward)")]
 
 
 def finetune_lines(r: Report) -> list[str]:
