@@ -335,7 +335,12 @@ def advise(path: str, base: AnalyzeOptions, *, always: bool = False, n_jobs: int
     try:
         if runner is None:
             runner_mod.prepare([base])
-        if original_report is None:
+        if original_report is None and runner is None and isinstance(run, runner_mod.PoolRunner):
+            # the step as given in this process (jax is loaded here already) while the workers start for what follows
+            run.warm()
+            out = runner_mod.run_here(path if model is None else model, "as given", base)
+            original = Candidate((), base, out.report, out.error, out.status, 0)
+        elif original_report is None:
             (out,) = runner_mod.run_all(run, [("as given", base)])
             original = Candidate((), base, out.report, out.error, out.status, 0)
         else:

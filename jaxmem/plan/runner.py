@@ -38,7 +38,7 @@ from jaxmem.plan.sweep import Job, Outcome, default_jobs
 from jaxmem.program import layouts
 
 __all__ = ["Job", "Landed", "Outcome", "PoolRunner", "Progress", "Runner", "Strategy", "Ticket", "bar", "default_jobs",
-           "drive", "open_runner", "prepare", "run_all"]
+           "drive", "open_runner", "prepare", "run_all", "run_here"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,6 +127,12 @@ class PoolRunner:
         if self._bar is not None:
             self._bar.update(running=", ".join(t.key for t in self._running.values()))
 
+    def warm(self) -> None:
+        """Start the workers now (a local pool's import jax meanwhile), before the first job is known."""
+        warm = getattr(self._started(), "warm", None)
+        if warm is not None:
+            warm()
+
     def next(self, timeout: float | None = None) -> Landed | None:
         while self._running:
             if timeout is None:   # a planner's blocking wait: a Ctrl-C meanwhile names it
@@ -174,6 +180,11 @@ class PoolRunner:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def run_here(model, key: str, options) -> Outcome:
+    """One analysis in this process, as a worker runs it (no worker to start: what a planner needs first)."""
+    return sweep.run_one(Job(key, model, options))
 
 
 def bar(total: int, enabled: bool = True, what: str = "rows"):

@@ -215,6 +215,11 @@ class LocalPool:
         self._queue.append(job)
         self._dispatch()
 
+    def warm(self) -> None:
+        """Start every worker now, idle (each imports jax meanwhile), so the first jobs find them ready."""
+        while len(self._idle) + len(self._busy) < self._n:
+            self._idle.append(_Worker())
+
     def running(self) -> list[Job]:
         return [job for _, job, _ in self._busy.values()]
 
