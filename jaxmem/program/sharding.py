@@ -359,7 +359,7 @@ def recording_names(used: dict[str, list[str]]):
 
 def _caller() -> str | None:
     """`file:line in function` of the innermost frame of the model's code (outside jax, flax, jaxmem)."""
-    f = sys._getframe(2)
+    f: Any = sys._getframe(2)
     while f is not None:
         name = f.f_code.co_filename
         if name and not name.startswith("<") and not errors.framework_file(name) and not errors.in_package(name):
