@@ -215,3 +215,19 @@ def test_a_configs_checkpoint_dtype_is_read_from_torch_dtype_or_dtype():
                          step=lambda s, b: (s, None), state={"w": jax.ShapeDtypeStruct((2,), jnp.float32)})
     with pytest.raises(jaxmem.UserError, match=r"checkpoint_dtype='fp8'.*'bfloat16'"):
         wl.validate("<workload>")
+
+
+def test_the_sharding_note_states_every_logical_name_with_its_axes_rules_and_source():
+    from jaxmem.present import levers
+
+    c = {"logical_rules": [
+        {"name": "batch", "mesh_axes": ["data"], "source": "default", "convention": "jaxmem"},
+        {"name": "heads", "mesh_axes": [], "source": "default", "convention": "jaxmem"},
+        {"name": "act_batch", "mesh_axes": ["data", "fsdp"], "source": "default", "convention": "big_vision: train.py"},
+        {"name": "act_len", "mesh_axes": [], "source": "user", "convention": "--rules r.json rule 1"}],
+        "fallback_sharding": "its largest dimension data divides, over data"}
+    assert levers.sharding_note(c) == (
+        "sharding: batch over data; heads whole (jaxmem's rules, default); act_batch over data+fsdp (big_vision: "
+        "train.py, default); act_len whole (--rules r.json rule 1, user); parameters no name places: its largest "
+        "dimension data divides, over data")
+    assert levers.sharding_note({}) is None   # a report saved before the rules were stated

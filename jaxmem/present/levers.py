@@ -62,7 +62,30 @@ def choice_notes(r: Report) -> list[str]:
         why = str(c.get(f"{key}_why") or "")
         if ":" in why:   # "--precision bf16" alone restates the value
             out.append(f"{key}: {why}")
-    return out
+    sharding = sharding_note(c)
+    return out + ([sharding] if sharding else [])
+
+
+def sharding_note(c) -> str | None:
+    """`sharding: batch, embed over data; heads, layers whole (jaxmem's rules, default); ...; other parameters:
+    ...`: every logical name the model uses with the mesh axes it is split over, grouped by the rules that placed
+    it and their source, then the fallback for the parameters no name places (choices.logical_rules)."""
+    rules = c.get("logical_rules") or []
+    if not rules and not c.get("fallback_sharding"):
+        return None
+    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for r in rules:
+        where = "+".join(r.get("mesh_axes") or ()) or ""
+        groups.setdefault((str(r.get("convention")), str(r.get("source"))), {}).setdefault(where, []).append(r["name"])
+    parts = []
+    for (convention, source), by_axes in groups.items():
+        split = "; ".join(f"{', '.join(names)} " + (f"over {axes}" if axes else "whole")
+                          for axes, names in sorted(by_axes.items(), key=lambda kv: kv[0] == ""))
+        whose = "jaxmem's rules" if convention == "jaxmem" else convention
+        parts.append(f"{split} ({whose}, {source})")
+    if c.get("fallback_sharding"):
+        parts.append(f"parameters no name places: {c['fallback_sharding']}")
+    return "sharding: " + "; ".join(parts)
 
 
 def _dims(shape: str) -> tuple[int, ...]:
