@@ -22,7 +22,7 @@ EVERYTHING = options.AnalyzeOptions(
     base_dtype="nf4", offload="optimizer", gpu="rtx-a6000", hosts=2, mem_fraction=0.9, explain=False, top=5,
     module_depth=2, cache=False, rules="my rules.json", axis_types="explicit", remat_at="^Block$", pipeline="circular",
     microbatches=8, repeats=2, stage_remat=True, axis_roles="data=data", train_all=True,
-    moment_dtype="bf16")
+    moment_dtype="bf16", unmapped="replicate", allocator="cuda_async")
 
 
 def test_every_field_has_a_flag_and_the_round_trip_sets_every_field():
