@@ -34,7 +34,7 @@ FIRST_S, EXACT_S = 10.0, 90.0
 def child(argv: list[str]) -> None:
     """One case in this process: the CLI's options, advise with an on_update hook; JSON on stdout."""
     t0 = float(os.environ["ADVISE_T0"])
-    from jaxmem import cli, session  # noqa: PLC0415 -- after the environment is set, as the CLI imports them
+    from jaxmem import cli, session  # after the environment is set, as the CLI
 
     cmd = cli.main.commands["advise"]
     kw = dict(cmd.make_context("advise", list(argv)).params)
@@ -42,7 +42,7 @@ def child(argv: list[str]) -> None:
         kw.pop(k, None)
     cli._prepare(kw)
     session.prepare(cpu_devices=2 * cli.mesh_size(kw["mesh"]))
-    from jaxmem.plan import advise  # noqa: PLC0415 -- jax starts here
+    from jaxmem.plan import advise  # jax starts here
 
     seen: list[tuple[float, dict]] = []
     result = advise.advise(kw["model_file"], cli._options(kw, explain=False), progress=False,
@@ -76,17 +76,18 @@ def gib(b) -> str:
 
 def table(d: dict) -> list[str]:
     ok_first, ok_exact = d["first_s"] is not None and d["first_s"] <= FIRST_S, d["exact_s"] <= EXACT_S
+    first = (f"| first ranked list (predicted) | {d['first_s']:.1f} | {FIRST_S:.0f} | {'yes' if ok_first else 'no'} "
+             f"| {d['load'][0]:.1f} / {d['load'][1]:.1f} |")
+    summary = (f"{d['compiles']} compiles ({d['cached']} answered by the cache); {d['progress']}; "
+               f"{d['snapshots']} snapshots. The first list said \"{d['first_progress']}\"; its top rows:")
     lines = [f"## {d['name']}", "", f"`jaxmem advise {' '.join(d['argv'])}`", "",
              f"As given: peak {gib(d['original']['per_device_peak_bytes'])}, fits: {d['original']['fits']}.", "",
-             "| | seconds | target | met | 1-min load (start / end) |", "|---|---:|---:|---|---|",
-             f"| first ranked list (predicted) | {d['first_s']:.1f} | {FIRST_S:.0f} | {'yes' if ok_first else 'no'} "
-             f"| {d['load'][0]:.1f} / {d['load'][1]:.1f} |",
+             "| | seconds | target | met | 1-min load (start / end) |", "|---|---:|---:|---|---|", first,
              f"| exact list (search done) | {d['exact_s']:.1f} | {EXACT_S:.0f} | {'yes' if ok_exact else 'no'} | |",
-             "", f"{d['compiles']} compiles ({d['cached']} answered by the cache); {d['progress']}; "
-             f"{d['snapshots']} snapshots. The first list said \"{d['first_progress']}\"; its top rows:", ""]
+             "", summary, ""]
     lines += [f"- {s}: {label} (fits: {fits})" for s, label, fits in d["first_rows"]]
     lines += ["", "| # | section | plan | peak | tokens/s/device |", "|---:|---|---|---:|---:|"]
-    for i, r in enumerate(d["rows"], 1):
+    for r in d["rows"]:
         tp = r["tokens_per_s"] or r["samples_per_s"]
         lines.append(f"| {r['rank'] or '-'} | {r['section']} | {r['label']} | {gib(r['per_device_peak_bytes'])} | "
                      f"{'-' if tp is None else f'{tp:,.0f}'} |")
@@ -98,9 +99,9 @@ def main() -> None:
         child(sys.argv[2:])
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    lines = ["# advise with progress: the first ranked list and the exact list", "",
-             f"`python benchmarks/advise_progress.py` on {cores} cores shared with other work (the load average "
-             "beside each timing), a cold compile cache per case; the clock starts before Python does.", ""]
+    intro = (f"`python benchmarks/advise_progress.py` on {cores} cores shared with other work (the load average "
+             "beside each timing), a cold compile cache per case; the clock starts before Python does.")
+    lines = ["# advise with progress: the first ranked list and the exact list", "", intro, ""]
     for name, argv in CASES.items():
         d = run(name, argv)
         print(f"{name}: first list {d['first_s']:.1f} s, exact {d['exact_s']:.1f} s, {d['compiles']} compiles, "

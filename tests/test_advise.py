@@ -88,7 +88,8 @@ class FakeRunner:
 
 def _fake(peak, acts, step_s=1.0, usable=60, batch=8, devices=1, timings=None, memory=None, params=0):
     return types.SimpleNamespace(
-        per_device_peak_bytes=peak, breakdown={"activations_and_temporaries": acts, "params": params}, fits=peak <= usable,
+        per_device_peak_bytes=peak, breakdown={"activations_and_temporaries": acts, "params": params},
+        fits=peak <= usable,
         headroom_bytes=usable - peak, step_time={"available": True, "estimate_s": step_s}, options={"batch": batch},
         target=types.SimpleNamespace(usable_bytes=usable, devices=devices, memory_bytes=memory, gpu="a100-80g",
                                      description="a fake card", usable_note="a fake pool"), model="fake",
@@ -494,3 +495,41 @@ def test_a_lora_step_no_single_change_fits_is_fitted_by_a_combination_with_a_sma
     assert all(r["rank"] is not None for r in rows)
     assert {c.status for c in adv.candidates} <= {"ok", "not_applicable", "failed"}
     assert {r["status"] for r in adv.to_json()["candidates"]} <= {"exact", "not_applicable", "failed"}
+
+
+def test_the_explorers_advise_answers_while_it_runs_with_ranked_rows_and_progress():
+    """The page's advise panel polls /api/advise: while the search runs its answer carries the latest snapshot
+    (rows predicted or exact, "N of M compiled"), then the final advice with every row exact."""
+    import threading
+    import time
+
+    from jaxmem.explore import server
+
+    gate = threading.Event()
+
+    def fn(o: AnalyzeOptions):
+        acts = {"none": 40, "dots_saveable": 10, "full": 5}.get(o.remat, 40)
+        return _fake(40 + acts, acts, {"none": 1.0, "dots_saveable": 1.01}.get(o.remat, 1.1)), None, "ok"
+
+    class Held(FakeRunner):   # compiles land only once the test has seen the running answer
+        def next(self, timeout=None):
+            gate.wait(30)
+            return super().next(timeout)
+
+    base = AnalyzeOptions(gpu="a100-80g", mesh="data=1", layout="dp", precision="fp32", remat="none")
+    p = types.SimpleNamespace(key="k", command="jaxmem analyze m.py", opts=base, report=fn(base)[0])
+    run = Held(fn)
+    ex = types.SimpleNamespace(model="models/llama.py", ask=lambda o: p, wait=lambda q: q, runner=lambda: run)
+    app = server.App(ex)
+    for _ in range(200):
+        d = app._background("advice", p, app._advise, False)
+        if "advice" in d:
+            break
+        time.sleep(0.05)
+    assert d["status"] == "running" and d["advice"]["done"] is False
+    assert {r["status"] for r in d["advice"]["candidates"]} == {"predicted"}
+    assert d["advice"]["progress"]["text"].startswith("0 of ")
+    gate.set()
+    d = app._background("advice", p, app._advise, True)
+    assert d["status"] == "done" and d["advice"]["done"] is True
+    assert {r["status"] for r in d["advice"]["candidates"]} == {"exact"}

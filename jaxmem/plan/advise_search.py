@@ -47,7 +47,7 @@ class Search:
     """The state of one advise search (runner.drive calls propose and record)."""
 
     def __init__(self, original, plans: dict[tuple, AnalyzeOptions], forecast: fc.Forecast, fractions: list[float],
-                 workers: int, max_compiles: int, make: Callable[[tuple, AnalyzeOptions, Outcome], Any]):
+                 workers: int, max_compiles: int, make: Callable[[tuple, AnalyzeOptions, Outcome | None], Any]):
         self.original, self.plans, self.forecast, self.fractions = original, plans, forecast, fractions
         self.workers, self.max_compiles, self.make = max(1, workers), max_compiles, make
         self.devices0 = getattr(original.report.target, "devices", 1) or 1
@@ -113,9 +113,9 @@ class Search:
                 not any(c.fits for c in self.exact.values()):
             # nothing can fit: the plan predicted to come closest is compiled, so that the closest is a compile
             self._closest_tried = True
-            ch = self._closest()
-            if ch is not None and self.compiles < self.max_compiles:
-                out.append((self.make(ch, self.plans[ch], None).label, self.plans[ch], ch))
+            closest = self._closest()
+            if closest is not None and self.compiles < self.max_compiles:
+                out.append((self.make(closest, self.plans[closest], None).label, self.plans[closest], closest))
         self.inflight.update(o[2] for o in out)
         return out
 

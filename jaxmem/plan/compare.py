@@ -424,9 +424,9 @@ class RowSearches:
         for s in fresh:
             nxt = [] if s.error is not None else s.search.propose()
             if not nxt:
-                self.cells[s.i] = s.cell()
+                cell = self.cells[s.i] = s.cell()
                 if self._on_done is not None:
-                    self._on_done(s.i, self.cells[s.i])
+                    self._on_done(s.i, cell)
                 continue
             for k in nxt:
                 s.inflight.add(k)
