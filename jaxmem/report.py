@@ -187,6 +187,7 @@ class StepTime(TypedDict, total=False):
     kernel_classes: list[dict[str, Any]]
     dequantization: dict[str, Any] | None   # steptime.dequantization: a quantized base decoded, kernel by kernel
     scan_residuals: dict[str, Any] | None   # jaxmem.compiler.residuals: a scan's stacks' traffic vs recompute
+    xla_remat: dict[str, Any]               # steptime.xla_remat: XLA's rematerialized kernels (launches, seconds, ...)
     loops: list[dict[str, Any]]
     loops_counted_once: list[str]
     peak_flops: float
@@ -248,9 +249,16 @@ class TargetInfo:
     memory_bytes: int | None          # the card's memory (None on CPU)
     usable_bytes: int | None          # what JAX's allocator may use of it
     usable_note: str                  # the allocator settings that decided usable_bytes
-    # What XLA compiled against: its scheduler and rematerialization budget a share of this card's
-    # memory, so the same step may compile to a smaller peak for a smaller card ("" on CPU).
+    # What XLA compiled against: its scheduler and rematerialization budget the run's pool (what the allocator
+    # gives XLA), so the same step may compile to a smaller peak for a smaller pool ("" on CPU).
     xla_budget_note: str = ""
+    # The limit XLA held the step's temporaries to (GetSchedulerMemoryLimit): (base - the step's inputs and
+    # outputs) x slop / 100, its base (the run's pool: total x fraction under BFC and cuda_async, 80% of the card
+    # under the platform allocator; an attached GPU's bytes_limit) and the slop factor (XLA_FLAGS'
+    # --xla_gpu_memory_limit_slop_factor, default 95). None on CPU and in reports written before them.
+    xla_memory_limit_bytes: int | None = None
+    xla_memory_base_bytes: int | None = None
+    xla_slop_factor: int | None = None
 
 
 # Every warning kind a report can carry, with its meaning, in the order the analysis emits them
@@ -424,6 +432,11 @@ class Report:
     # None on CPU, for an attached GPU's fixed limit, and in reports written before the band.
     fraction_floor: float | None = None
     fraction_ceiling: float | None = None
+    # XLA rematerialized to bring the step under its memory limit (jaxmem.analysis.stages): `instructions` it
+    # recomputed, and the step compiled again at a limit where it recomputes nothing (its peak and step time:
+    # what a larger limit would buy; None where not compiled: far over the line, or an attached GPU). Empty where
+    # XLA recomputed nothing, on CPU, and in reports written before it.
+    xla_remat: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         total = sum(self.breakdown.values())

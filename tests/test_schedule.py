@@ -26,19 +26,17 @@ def _exposed_step(alone: float, step: float = 1.0) -> dict:
 
 def test_the_memory_limited_schedule_warning_needs_temporaries_over_the_limit_and_collectives_alone():
     gib = 2**30
-    limit = schedule.scheduler_memory_limit(80 * gib, 10 * gib)
+    base = 60 * gib   # what XLA budgets from: the run's pool (0.75 of an 80 GiB card)
+    limit = schedule.limit_from_base(base, 10 * gib)
+    assert limit == int((60 - 10) * gib * 95 / 100)
     check = schedule.check_memory_limited_schedule
-    assert [w.kind for w in check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib, "")] == \
-        ["schedule_memory_limited"]
-    assert check(_exposed_step(0.3), limit, 10 * gib, 80 * gib, "") == []          # at the limit: scheduled freely
-    assert check(_exposed_step(0.05), limit + 1, 10 * gib, 80 * gib, "") == []     # little to hide: no claim
-    assert check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib,                # a slop factor that admits it
+    (w,) = check(_exposed_step(0.3), limit + 1, 10 * gib, base, "")
+    assert w.kind == "schedule_memory_limited" and "the 60.00 GiB XLA budgets from in the run" in w.message
+    assert check(_exposed_step(0.3), limit, 10 * gib, base, "") == []          # at the limit: scheduled freely
+    assert check(_exposed_step(0.05), limit + 1, 10 * gib, base, "") == []     # little to hide: no claim
+    assert check(_exposed_step(0.3), limit + 1, 10 * gib, base,                # a slop factor that admits it
                  "--xla_gpu_memory_limit_slop_factor=200") == []
-    assert check(_exposed_step(0.3), limit + 1, 10 * gib, None, "") == []         # cpu: no card
-    # a run compiles against JAX's pool: at 0.94 of the card its limit holds what the deviceless 80% did not
-    big, small = (check(_exposed_step(0.3), limit + 1, 10 * gib, 80 * gib, "", int(f * 80 * gib))[0].message
-                  for f in (0.94, 0.75))
-    assert "holds these temporaries" in big and "which they exceed too" in small
+    assert check(_exposed_step(0.3), limit + 1, 10 * gib, None, "") == []      # cpu: no card
 
 
 def _analyze_cli(xla_flags: str) -> dict:
@@ -128,12 +126,12 @@ def test_an_a100_step_compiled_without_the_latency_hiding_scheduler_is_named_and
 
 def test_over_the_memory_limit_a_target_without_the_scheduler_by_default_is_told_to_ask_for_it():
     gib = 2**30
-    limit = schedule.scheduler_memory_limit(80 * gib, 10 * gib)
-    over = (_sync_step(0.4, 0.5), limit + 1, 10 * gib, 80 * gib)
+    limit = schedule.limit_from_base(60 * gib, 10 * gib)
+    over = (_sync_step(0.4, 0.5), limit + 1, 10 * gib, 60 * gib)
 
     def kinds(flags: str, gpu: str) -> list[str]:
         ran = schedule.scheduler_ran(gpu, flags)
-        return [w.kind for w in schedule.check_memory_limited_schedule(*over, flags, None, ran)
+        return [w.kind for w in schedule.check_memory_limited_schedule(*over, flags, ran)
                 + schedule.check_collectives_not_overlapped(over[0], ran)]
 
     assert kinds("", "a100-80g") == ["collectives_not_overlapped"]      # the scheduler never ran: the flag first

@@ -74,13 +74,13 @@ CHECKS: tuple[Check, ...] = (
     Check(("xla_remat_failed", "compile_fallback"), lambda m: compiled.check_compile(m.stats)),
     Check(("untested_jax",), lambda m: versions.check_range()),
     Check(("cpu_fusions_off",), lambda m: targets.check_cpu_fusions(m.target)),
-    Check(("xla_rematerialized",), lambda m: compiled.check_rematerialized(m.remat_n, m.target.gpu, m.peak,
-                                                                           m.written)),
+    Check(("xla_rematerialized",), lambda m: compiled.check_rematerialized(
+        m.remat_n, m.peak, m.unconstrained.peak if m.unconstrained else None, targets.compile_base(m.target))),
     Check(("precision_no_effect",), lambda m: steptime.check_precision(m.opts.precision, m.step_time)),
     Check(("scan_residuals_traffic",), lambda m: steptime.check_scan_residuals(m.opts.remat, m.step_time)),
     Check(("gradient_reduced_per_iteration",), lambda m: steptime.check_pipeline_reductions(m.step_time, m.roles)),
     Check(("schedule_memory_limited",), lambda m: schedule.check_memory_limited_schedule(
-        m.step_time, m.stats.temp, _io(m), m.target.memory_bytes, _xla_flags(), m.budget.usable_bytes,
+        m.step_time, m.stats.temp, _io(m), targets.compile_base(m.target), _xla_flags(),
         schedule.scheduler_ran(m.target.gpu, _xla_flags()))),
     Check(("collectives_not_overlapped",), lambda m: schedule.check_collectives_not_overlapped(
         m.step_time, schedule.scheduler_ran(m.target.gpu, _xla_flags()))),

@@ -3,11 +3,12 @@ options as the report names them, a pipelined step's schedule and stages."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, cast
 
 from jaxmem import report
-from jaxmem.compiler import runtime, targets
+from jaxmem.compiler import runtime, schedule, targets
 from jaxmem.errors import UserError
 from jaxmem.program import step
 from jaxmem.program.options import AnalyzeOptions
@@ -15,11 +16,16 @@ from jaxmem.program.workload import Workload
 from jaxmem.units import fmt_bytes
 
 
-def target_info(target: targets.Target, devices: int, bud: runtime.Budget) -> report.TargetInfo:
+def target_info(target: targets.Target, devices: int, bud: runtime.Budget, io_bytes: int) -> report.TargetInfo:
+    """`io_bytes`: the step's inputs and outputs (an aliased output once), which XLA's limit leaves out."""
+    base = targets.compile_base(target)
+    slop = schedule.slop_factor(os.environ.get("XLA_FLAGS", "")) if base is not None else None
+    limit = None if base is None or slop is None else schedule.limit_from_base(base, io_bytes, slop)
     return report.TargetInfo(gpu=target.gpu, description=target.description, platform=target.platform,
                              devices=devices, hosts=target.hosts, deviceless=target.deviceless,
                              memory_bytes=target.memory_bytes, usable_bytes=bud.usable_bytes, usable_note=bud.note,
-                             xla_budget_note=_budget_note(target, bud))
+                             xla_budget_note=_budget_note(target, bud, base, limit, slop),
+                             xla_memory_limit_bytes=limit, xla_memory_base_bytes=base, xla_slop_factor=slop)
 
 
 def options(opts: AnalyzeOptions, wl: Workload, built: step.BuiltStep, planned: step.StepPlan) -> report.Options:
@@ -85,21 +91,25 @@ def _rules_options(opts: AnalyzeOptions, planned: step.StepPlan) -> dict:
     return {"rules": opts.rules, "rules_sha256": planned.rules_digest} if opts.rules else {}
 
 
-def _budget_note(target, bud=None) -> str:
-    """Which memory limit XLA's scheduler and rematerialization compiled this step against, and the one a run
-    uses (benchmarks/results/xla-budget.md: GetSchedulerMemoryLimit's base is the module's device_memory_size,
-    which jaxlib sets to the allocator's bytes_limit, total x fraction; without one, 80% of the card)."""
-    if target.memory_bytes is None:
+def _budget_note(target, bud, base: int | None, limit: int | None, slop: int | None) -> str:
+    """Which memory limit XLA's scheduler and rematerialization compiled this step against: the run's
+    (benchmarks/results/xla-budget.md: GetSchedulerMemoryLimit's base is the module's device_memory_size, which
+    jaxlib sets to the allocator's bytes_limit, total x fraction; without one, 80% of the card)."""
+    if base is None or limit is None:
         return ""
-    note = (f"XLA compiled this step for the {target.gpu}'s {fmt_bytes(target.memory_bytes)}: its scheduler and "
-            "rematerialization budget about 80% of the card, so the same step can compile to a smaller peak "
-            "for a smaller card")
     a = getattr(bud, "allocator", None)
-    if target.deviceless and a is not None and a.kind != "platform":
-        note += (f"; a run compiles against its pool instead ({a.fraction:g} of the card, "
-                 f"{fmt_bytes(int(target.memory_bytes * a.fraction))}, less the step's inputs and outputs, x "
-                 "--xla_gpu_memory_limit_slop_factor), so near that limit its temporaries differ from these")
-    return note
+    if not target.deviceless:
+        whose = "this GPU's allocator limit, as a run here"
+    elif a is None or a.kind == "platform":
+        whose = (f"80% of the {target.gpu}'s {fmt_bytes(target.memory_bytes)}: under the platform allocator a run's "
+                 "compile has no pool limit and budgets 80% of the card, as this one")
+    else:
+        whose = (f"the run's pool, {a.fraction:g} of the {target.gpu}'s {fmt_bytes(target.memory_bytes)} "
+                 f"({'cuda_async release threshold' if a.kind == 'cuda_async' else 'BFC'}: a run's compile is given "
+                 "the allocator's limit)")
+    return (f"XLA held this step's temporaries to {fmt_bytes(max(limit, 0))}: {fmt_bytes(base)} ({whose}) less the "
+            f"step's inputs and outputs, x {slop}% (--xla_gpu_memory_limit_slop_factor); a larger pool or slop "
+            "factor lets XLA keep more and recompute less, a smaller one can compile to a smaller peak")
 
 
 def _natural(path: str) -> tuple:

@@ -63,7 +63,7 @@ def admit(model, opts: AnalyzeOptions, workloads: dict | None = None) -> None:
         mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
         sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
         step.plan(wl.checked(source), opts.step_options(), mesh_spec)
-        stages._check_target(opts, targets.make_target(opts.gpu, mesh_spec.size, opts.hosts))
+        stages._check_target(opts, stages.make_target(opts, mesh_spec.size))
 
 
 def as_on_target(opts: AnalyzeOptions):
@@ -74,8 +74,7 @@ def as_on_target(opts: AnalyzeOptions):
     def devices() -> list:
         if targets.resolve_gpu_name(opts.gpu) in ("cpu", "local"):   # jax's own devices are the target's
             return []
-        return list(targets.make_target(opts.gpu, layouts.parse_mesh(opts.mesh, opts.axis_roles).size,
-                                        opts.hosts).devices)
+        return list(stages.make_target(opts, layouts.parse_mesh(opts.mesh, opts.axis_roles).size).devices)
 
     return sharding.device_queries(devices)
 
@@ -116,7 +115,7 @@ def remat_block(model, opts: AnalyzeOptions) -> str | None:
     mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     with running_user_code(path):
         planned = step.plan(wl.checked(path), opts.step_options(), mesh_spec)
-        target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+        target = stages.make_target(opts, mesh_spec.size)
         built = step.build(planned, layouts.build_mesh(target.devices, mesh_spec, planned.axis_types))
         compiled_mod.lower(built)
     block = built.calls.repeated_block() if built.calls is not None else None

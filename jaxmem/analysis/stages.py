@@ -5,8 +5,8 @@ Traced -> Lowered -> Compiled):
     trace(prepared)     -> Traced     the mesh built and the step traced (the compile's child started first)
     compile_(traced)    -> Compiled   one compile, or its cached Artifacts; the buffer assignment decoded
     measure(compiled)   -> Measured   the train state, runtime, breakdown, peak, budget, step time, host bytes
-    as_written(...)     -> int|None   the step compiled again with XLA's rematerialization off (only when
-                                      that pass changed a step near the line)
+    without_remat(...)  -> Unconstrained|None  the step compiled again at a memory limit where XLA
+                                      rematerializes nothing (only when it rematerialized a step near the line)
     report(measured, w) -> Report     the Report's fields, with the checks' warnings (jaxmem.analysis.checks)
 
 Nothing here appends to another stage's values or changes a verdict after it was decided: each
@@ -15,6 +15,7 @@ stage reads the one before and returns a new value."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from jaxmem import report as report_mod
 from jaxmem import scratch
 from jaxmem.analysis import choices as choices_mod
 from jaxmem.analysis import fields
+from jaxmem.compiler import allocator as alloc_mod
 from jaxmem.compiler import compiled as compiled_mod
 from jaxmem.compiler import early_stop, runtime, steptime, targets, versions
 from jaxmem.compiler.artifacts import Artifacts
@@ -69,6 +71,16 @@ class Compiled:
 
 
 @dataclasses.dataclass(frozen=True)
+class Unconstrained:
+    """The step compiled again for a device so large that XLA rematerializes nothing (without_remat)."""
+
+    peak: int                          # its peak, with the runtime's in-pool bytes (as Measured.peak)
+    step_s: float | None               # its step-time estimate (None: no estimate)
+    base_bytes: int                    # what XLA budgeted from in that compile
+    instructions: int                  # what XLA still rematerialized there (0 expected)
+
+
+@dataclasses.dataclass(frozen=True)
 class Measured:
     """Everything the checks and the Report read. Shortcuts to the earlier stages' values below."""
 
@@ -86,7 +98,7 @@ class Measured:
     verdict: runtime.Verdict           # fits / tight / does_not_fit, with the runtime's ranges
     roles: dict[str, report_mod.MeshRole]
     remat_n: int                       # instructions XLA's rematerialization recomputed
-    written: int | None                # the step as written (as_written), when compiled
+    unconstrained: Unconstrained | None   # the step without XLA's rematerialization (without_remat), when compiled
 
     # the earlier stages' values, by name
     prepared = property(lambda self: self.compiled.traced.prepared)
@@ -106,9 +118,19 @@ def prepare(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float) -> 
     sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
     planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
     with scratch.phase("starting jax's backend for the target"):
-        target = targets.make_target(opts.gpu, mesh_spec.size, opts.hosts)
+        target = make_target(opts, mesh_spec.size)
     _check_target(opts, target)
     return Prepared(wl, opts, source, t_start, mesh_spec, planned, target)
+
+
+def make_target(opts: AnalyzeOptions, n_devices: int) -> targets.Target:
+    """The target of `opts`, its topology telling XLA the memory the run's allocator gives it (a catalogue GPU:
+    targets.xla_device_memory), so that XLA's scheduler and rematerialization budget the step as the run's
+    compile does. Every place that makes the step's devices makes them here: a mesh the model's own code built
+    while its workload() ran must hold the step's devices."""
+    named = targets.resolve_gpu_name(opts.gpu)
+    run = None if named in ("cpu", "local") else alloc_mod.read(os.environ, opts.allocator, opts.mem_fraction)
+    return targets.make_target(opts.gpu, n_devices, opts.hosts, run=run)
 
 
 def _check_target(opts: AnalyzeOptions, target: targets.Target) -> None:
@@ -239,23 +261,50 @@ def measure(c: Compiled) -> Measured:
     if verdict.fits and not targets.host_fits(host, target.gpu):
         verdict = verdict.does_not_fit()   # pinned host memory over the system's RAM
     remat_n = compiled_mod.xla_rematerialized(c.art.hlo_text) if target.platform == "cuda" else 0
-    written = as_written(c.traced, peak, bud.usable_bytes, rt.in_pool_bytes) if remat_n else None
+    free = without_remat(c.traced, peak, bud.usable_bytes, rt.in_pool_bytes) if remat_n else None
     step_time = _step_time(program, c.art.cost, p, built)
     return Measured(c, state, program, rt, ex, t_decoded, breakdown, peak, step_time, bud, host, verdict,
-                    splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, written)
+                    splits.mesh_roles(p.mesh_spec, built.leaves), remat_n, free)
 
 
-def as_written(t: Traced, peak: int, usable: int | None, in_pool: int) -> int | None:
-    """The step as written: XLA's peak of the step compiled again with its rematerialization pass off,
-    plus the runtime's in-pool bytes. Only where the answer is near the line (not for a step far over
-    it); None otherwise."""
-    if usable is None or peak > 1.25 * usable:
-        return None
+# The device memory the compile without XLA's rematerialization is told: this many times the larger of the card
+# and the step's peak, so that XLA's limit (80% of it, less the inputs and outputs) is far above what the step
+# needs unchanged.
+UNCONSTRAINED_SCALE = 4
+
+
+def without_remat(t: Traced, peak: int, usable: int | None, in_pool: int) -> Unconstrained | None:
+    """The step compiled again for a device where XLA's limit is far above the step (UNCONSTRAINED_SCALE): its
+    peak (with the runtime's in-pool bytes) and step time without XLA's rematerialization, and without the
+    scheduler holding back for memory -- what a larger limit would buy. One more compile, only where XLA
+    rematerialized and the answer is near the line (not for a step far over it); None otherwise, and where the
+    memory XLA compiles for cannot be set (an attached GPU's compile takes its allocator's limit; a jax whose
+    compile cannot run in jaxmem's child)."""
     target = t.prepared.target
-    child = early_stop.Child.start(target) if early_stop.applies(target) else None
-    art = compiled_mod.compile_step(t.built, explain=False, cache=t.prepared.opts.cache, child=child,
-                                    extra_options={"xla_disable_hlo_passes": "rematerialization"})
-    return art.stats.lower_bound + in_pool
+    if usable is None or peak > 1.25 * usable or not early_stop.applies(target) or target.memory_bytes is None:
+        return None
+    memory = UNCONSTRAINED_SCALE * max(target.memory_bytes, peak)
+    child = early_stop.Child.start(target, device_memory=memory)
+    try:
+        art = compiled_mod.compile_step(t.built, explain=False, cache=t.prepared.opts.cache, child=child,
+                                        whole=False)
+    except early_stop.Unsupported:
+        return None
+    st = _step_time(_parsed_program(art.hlo_text), art.cost, t.prepared, t.built)
+    return Unconstrained(art.stats.lower_bound + in_pool, st.get("estimate_s") if st.get("available") else None,
+                         targets.xla_base(memory), compiled_mod.xla_rematerialized(art.hlo_text))
+
+
+def _xla_remat(m: Measured) -> dict[str, Any]:
+    """The report's xla_remat: what XLA recomputed and the step without it ({} where it recomputed nothing)."""
+    if not m.remat_n:
+        return {}
+    free = m.unconstrained
+    return {"instructions": m.remat_n, **dict(m.step_time.get("xla_remat") or {}),
+            "unconstrained_peak_bytes": free.peak if free else None,
+            "unconstrained_step_s": free.step_s if free else None,
+            "unconstrained_xla_memory_base_bytes": free.base_bytes if free else None,
+            "unconstrained_instructions": free.instructions if free else None}
 
 
 def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> report_mod.Report:
@@ -267,7 +316,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
     return report_mod.Report(
         model=p.wl.name or "workload",
         source=p.source,
-        target=fields.target_info(p.target, p.mesh_spec.size, m.budget),
+        target=fields.target_info(p.target, p.mesh_spec.size, m.budget, stats.argument + stats.output - stats.alias),
         mesh=p.mesh_spec.axes,
         layout="user" if p.planned.state_specs is not None else p.opts.layout,
         options=fields.options(p.opts, p.wl, built, p.planned),
@@ -301,6 +350,7 @@ def report(m: Measured, warnings: tuple[report_mod.ReportWarning, ...]) -> repor
         headroom_bytes=None if usable is None else usable - m.peak,
         fraction_floor=band[0],
         fraction_ceiling=band[1],
+        xla_remat=_xla_remat(m),
         warnings=warnings,
         top_buffers=tuple(ex.top) if ex is not None else (),
         modules=tuple(ex.modules) if ex is not None else (),

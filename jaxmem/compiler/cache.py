@@ -115,12 +115,15 @@ def _debug_options() -> str:
     return hashlib.sha256(options.SerializeAsString()).hexdigest()
 
 
-def _target(built) -> dict:
+def _target(built, target_config: str | None = None) -> dict:
     devices = list(built.mesh.devices.flat) if built.mesh is not None else []
     kind = devices[0].device_kind if devices else ""
     platform = devices[0].platform if devices else ""
-    # A catalogue GPU's full target config (its memory size changes XLA's scheduling).
-    config = next((spec.target_config() for spec in targets.CATALOGUE.values() if spec.description == kind), None)
+    # A catalogue GPU's full target config: its memory size is the limit XLA budgets the step against (the
+    # run's pool, jaxmem.compiler.targets.xla_device_memory), so an answer compiled at another limit misses.
+    # `target_config`: the one the compile runs with (an early-stopped compile's child), else the devices'.
+    config = target_config or (targets.deviceless_config(devices[0]) if devices else None) or next(
+        (spec.target_config() for spec in targets.CATALOGUE.values() if spec.description == kind), None)
     return {"platform": platform, "device_kind": kind, "target_config": config,
             "mesh": None if built.mesh is None else [list(built.mesh.axis_names), list(built.mesh.devices.shape)],
             "devices": [[d.id, getattr(d, "process_index", 0)] for d in devices]}
@@ -177,15 +180,18 @@ def _large_constant_digests(module) -> list[str]:
     return digests
 
 
-def keys(lowered, built, options: dict, *, explain: bool, until: str = "executable") -> list[str]:
+def keys(lowered, built, options: dict, *, explain: bool, until: str = "executable",
+         target_config: str | None = None) -> list[str]:
     """The cache keys that answer compiling `lowered` (of `built`) with `options`, in the order to try:
     an entry compiled with the explanation serves a request without it (same compile, the dump is
     dropped), so without `explain` both keys, the last one being where a fresh compile is stored.
     The lowered program is serialized and hashed once for both. `until`: how far XLA ran
     ("executable", or "buffer_assignment" for jaxmem.compiler.early_stop, whose HLO text lacks the
-    module-config attributes of the header line): a cached answer equals a fresh one of its kind."""
+    module-config attributes of the header line): a cached answer equals a fresh one of its kind.
+    `target_config`: the target config XLA compiles for when it is not the mesh's devices' (a child's)."""
 
-    material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(), "target": _target(built),
+    material = {"program": hashlib.sha256(program_text(lowered).encode()).hexdigest(),
+                "target": _target(built, target_config),
                 "options": {k: str(v) for k, v in sorted(options.items())},
                 "xla_flags": _xla_flags(), "debug_options": _debug_options(), "versions": _versions(), "until": until,
                 # what an entry holds: a field added to CompiledStats must not be read back as its default

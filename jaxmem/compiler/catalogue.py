@@ -25,11 +25,12 @@ class GpuSpec:
     # core_count, memory_bandwidth, ... (jaxmem gpus --json); the rates' are Performance.sources
     sources: tuple[tuple[str, str], ...] = ()
 
-    def target_config(self) -> str:
+    def target_config(self, device_memory: int | None = None) -> str:
         """Text-format GpuTargetConfigProto, naming the CUDA runtime and cuDNN the installed CUDA
         plugin was built against (as a real device of that stack would report them; XLA gates some
         rewrites on them, e.g. cuDNN fusions and FP8 cuBLASLt). Only fields every supported jaxlib's
-        proto knows."""
+        proto knows. `device_memory`: the device_memory_size XLA is told (default: the card's; jaxmem gives
+        the run's pool / 0.8 so that XLA's budget is the run's: jaxmem.compiler.targets.xla_device_memory)."""
         # versions imports jax; the catalogue is jax-free at import: used before jax starts (jaxmem.session)
         from jaxmem.compiler import versions  # noqa: PLC0415
 
@@ -49,7 +50,7 @@ class GpuSpec:
   memory_bandwidth: {self.memory_bandwidth}
   l2_cache_size: {self.l2_cache_size}
   clock_rate_ghz: {self.clock_rate_ghz}
-  device_memory_size: {self.memory_bytes}
+  device_memory_size: {device_memory or self.memory_bytes}
   shared_memory_per_block_optin: {self.shared_memory_per_block_optin}
   cuda_compute_capability {{ major: {cc_major} minor: {cc_minor} }}
   registers_per_core_limit: 65536

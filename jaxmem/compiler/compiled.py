@@ -254,7 +254,7 @@ def compile_options(built: BuiltStep, *, fast: bool = True) -> dict:
 
 
 def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: bool = True,
-                 child=None, extra_options: dict | None = None) -> Artifacts:
+                 child=None, extra_options: dict | None = None, whole: bool = True) -> Artifacts:
     """Lower and compile `built` for its target: the Artifacts an analysis needs.
 
     explain: also capture XLA's buffer assignment (a dump of the optimized module).
@@ -266,7 +266,9 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
     extra_options: XLA options on top of those (a compile of the step with a pass off).
     child: a started :class:`jaxmem.compiler.early_stop.Child` for this target: the compile runs
     there and stops after buffer assignment (every number is read from XLA's dump). The child is
-    closed on return, used or not.
+    closed on return, used or not. The child's target config is the compile's (its memory size is XLA's
+    budget): with `whole` False, a jax that cannot stop early raises early_stop.Unsupported rather than
+    compile whole for the mesh's devices (a compile for another memory size than theirs).
     """
     fallback: list[str] = []   # what this jax lacked, and what was done instead (notes of the report)
     try:
@@ -274,7 +276,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
             lowered, lower_s = lower(built)
         options = {**compile_options(built, fast=fast), **(extra_options or {})}
         until = "buffer_assignment" if child is not None else "executable"
-        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until)
+        keys = cache_mod.keys(lowered, built, options, explain=explain, until=until,
+                              target_config=child.args[0] if child is not None else None)
         art = _from_cache(keys, explain, lower_s) if cache else None
         if art is not None:
             return art
@@ -283,6 +286,8 @@ def compile_step(built: BuiltStep, *, explain: bool, cache: bool = True, fast: b
                 with scratch.phase("compiling the step (XLA, in a child process)"):
                     art = _compile_early(child, lowered, options, lower_s)
             except early_stop.Unsupported as e:   # this jax lacks what the early stop needs: compile whole
+                if not whole:
+                    raise
                 fallback.append(f"{e}; the step was compiled whole instead (slower; the same numbers)")
             else:
                 # the dump is always there: stored so that it answers with and without explain
@@ -455,16 +460,20 @@ def check_compile(stats: CompiledStats) -> list[ReportWarning]:
             + [ReportWarning("compile_fallback", n) for n in stats.notes])
 
 
-def check_rematerialized(remat_n: int, gpu: str, peak: int, written: int | None) -> list[ReportWarning]:
-    """xla_rematerialized: XLA recomputed `remat_n` instructions; `written` is the peak of the step
-    as written (compiled again with the pass off: jaxmem.analysis.stages.as_written), None when not
-    compiled (far over the line, where the answer does not hinge on it)."""
+def check_rematerialized(remat_n: int, peak: int, unconstrained: int | None,
+                         base: int | None) -> list[ReportWarning]:
+    """xla_rematerialized: XLA recomputed `remat_n` instructions to stay under its limit (`base`: what it
+    budgeted from, the run's pool); `unconstrained` is the peak of the step compiled again at a limit where
+    XLA recomputes nothing (jaxmem.analysis.stages.without_remat), None when not compiled (far over the line,
+    where the answer does not hinge on it)."""
     if not remat_n:
         return []
-    how = ("" if written is None else
-           f" The step as written, compiled again with that pass off (XLA_FLAGS=--xla_disable_hlo_passes="
-           f"rematerialization): {written / 2**30:,.2f} GiB per device, {(written - peak) / 2**30:+,.2f} GiB.")
+    limit = "" if base is None else f" (it budgets from {base / 2**30:,.2f} GiB, the run's pool)"
+    how = ("" if unconstrained is None else
+           f" The step without it, compiled again for a device where XLA's limit is far above the step: "
+           f"{unconstrained / 2**30:,.2f} GiB per device, {(unconstrained - peak) / 2**30:+,.2f} GiB (report's "
+           "xla_remat: its step time, what a larger memory fraction or --xla_gpu_memory_limit_slop_factor buys).")
     return [ReportWarning(
         "xla_rematerialized", f"XLA recomputed {remat_n} instructions of this step to bring it under its memory "
-        f"budget (its rematerialization pass runs when a program exceeds about 80% of the {gpu}'s memory): "
-        f"the peak is of the program as XLA changed it.{how}", 0 if written is None else max(written - peak, 0))]
+        f"limit{limit}: the peak is of the program as XLA changed it.{how}",
+        0 if unconstrained is None else max(unconstrained - peak, 0))]

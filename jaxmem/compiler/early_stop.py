@@ -159,13 +159,14 @@ class Child:
         return self._proc
 
     @classmethod
-    def start(cls, target, *, now: bool = True) -> Child:
+    def start(cls, target, *, now: bool = True, device_memory: int | None = None) -> Child:
         """A child for `target`. now: start it at once (its jax import then overlaps the caller's
         tracing, which pays when a core is idle); else when the compile is sent, so that a cache
-        hit costs nothing (sweep workers: every core is busy anyway)."""
+        hit costs nothing (sweep workers: every core is busy anyway). `device_memory`: the device memory
+        XLA compiles for, when not the target's (targets.target_config)."""
 
         topo, _ = targets.topology_string(len(target.devices), target.hosts)
-        return cls(targets.CATALOGUE[target.gpu].target_config(), topo, now=now)
+        return cls(targets.target_config(target, device_memory), topo, now=now)
 
     def compile(self, request: dict, dump_dir: str) -> tuple[bytes, str]:
         """Send the request (emptied once sent); return (the after-optimizations HloProto, XLA's log) as soon as XLA

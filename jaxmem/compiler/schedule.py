@@ -17,11 +17,13 @@ from jaxmem.xla import hlo_text
 from jaxmem.xla.collectives import KINDS, Collective
 
 # XLA:GPU's latency-hiding scheduler holds each step to a memory limit (openxla xla/service/gpu/
-# gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): 80% of the device's memory less the step's inputs and
-# outputs (an aliased output counted once), times --xla_gpu_memory_limit_slop_factor / 100 (default 95,
+# gpu_hlo_schedule.cc, GetSchedulerMemoryLimit): a base -- the module's device_memory_size, which a JAX run
+# sets to its allocator's pool, else 80% of the device's memory -- less the step's inputs and outputs (an
+# aliased output counted once), times --xla_gpu_memory_limit_slop_factor / 100 (default 95,
 # xla/debug_options_flags.cc). A step whose temporaries exceed it gets no collective started early where
-# that would hold more memory: its communication runs beside no compute.
-SCHEDULER_MEMORY_SHARE = 0.80
+# that would hold more memory: its communication runs beside no compute. jaxmem compiles with the run's
+# base (targets.xla_device_memory).
+SCHEDULER_MEMORY_SHARE = targets.XLA_BASE_PERCENT / 100
 DEFAULT_SLOP_FACTOR = 95
 
 
@@ -42,8 +44,15 @@ def slop_factor(xla_flags: str) -> int:
 
 
 def scheduler_memory_limit(memory_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
-    """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes`."""
+    """The bytes XLA's GPU scheduler allows a step's temporaries on a card of `memory_bytes` (no module
+    device_memory_size set: a deviceless compile told the card's size)."""
     return int((SCHEDULER_MEMORY_SHARE * memory_bytes - io_bytes) * slop / 100)
+
+
+def limit_from_base(base_bytes: int, io_bytes: int, slop: int = DEFAULT_SLOP_FACTOR) -> int:
+    """The bytes XLA allows a step's temporaries once its base is known (targets.xla_base of the compile's
+    device memory: the run's pool, or 80% of the card)."""
+    return int((base_bytes - io_bytes) * slop / 100)
 
 
 LHS_FLAG = "--xla_gpu_enable_latency_hiding_scheduler=true"
@@ -91,35 +100,27 @@ def check_collectives_not_overlapped(step_time: Mapping[str, Any], ran: bool) ->
 
 
 def check_memory_limited_schedule(step_time: Mapping[str, Any], temp: int, io_bytes: int,
-                                  memory_bytes: int | None, xla_flags: str,
-                                  pool_bytes: int | None = None, ran: bool = True) -> list[ReportWarning]:
+                                  base_bytes: int | None, xla_flags: str, ran: bool = True) -> list[ReportWarning]:
     """schedule_memory_limited: the step's temporaries exceed XLA's scheduler memory limit and at least
     10% of the estimate is collectives with no kernel beside them: the step time is of that schedule,
-    slower than the same collectives hidden once the step is under the limit. `pool_bytes`: JAX's pool on
-    the card, which a run compiles against instead of the deviceless 80% (jaxlib py_client.cc,
-    set_device_memory_size). Not where the scheduler did not run at all (`ran`: scheduler_ran;
-    collectives_not_overlapped's case)."""
-    if not ran or not memory_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
+    slower than the same collectives hidden once the step is under the limit. `base_bytes`: what XLA budgeted
+    from in this compile, the run's (the allocator's pool a run's compile is given: jaxlib's
+    set_device_memory_size; 80% of the card under the platform allocator). Not where the scheduler did not run
+    at all (`ran`: scheduler_ran; collectives_not_overlapped's case)."""
+    if not ran or not base_bytes or not step_time.get("available") or "unoverlapped_collective_s" not in step_time:
         return []
     slop = slop_factor(xla_flags)
-    limit = scheduler_memory_limit(memory_bytes, io_bytes, slop)
+    limit = limit_from_base(base_bytes, io_bytes, slop)
     exposed, step = step_time["exposed_communication_s"], step_time["estimate_s"]
     if temp <= limit or step_time["unoverlapped_collective_s"] < 0.1 * step:
         return []
-    run = ""
-    if pool_bytes:
-        run_limit = int((pool_bytes - io_bytes) * slop / 100)
-        run = (f" A JAX run on the card compiles against its memory pool ({pool_bytes / 2**30:,.2f} GiB) instead: "
-               f"a limit of {max(run_limit, 0) / 2**30:,.2f} GiB, "
-               + ("which holds these temporaries, so there XLA can overlap more and the step can be faster than "
-                  "this estimate." if run_limit >= temp else "which they exceed too."))
     return [ReportWarning(
         "schedule_memory_limited",
         f"the step's temporaries ({temp / 2**30:,.2f} GiB per device) exceed the memory XLA's scheduler allowed "
-        f"them in this compile ({max(limit, 0) / 2**30:,.2f} GiB: {SCHEDULER_MEMORY_SHARE:.0%} of the card's "
-        f"{memory_bytes / 2**30:,.2f} GiB less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
+        f"them ({max(limit, 0) / 2**30:,.2f} GiB: the {base_bytes / 2**30:,.2f} GiB XLA budgets from in the run "
+        f"(its allocator's pool) less the step's inputs and outputs, {io_bytes / 2**30:,.2f} GiB, "
         f"x {slop}% (--xla_gpu_memory_limit_slop_factor)), so it held back collectives that would have needed "
-        f"more memory: {exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute.{run} The "
+        f"more memory: {exposed:.3g} s of the {step:.3g} s estimate is communication beside no compute. The "
         "step time is of this schedule; a change that brings the temporaries under the limit (remat, more "
         "sharding, a smaller batch) lets the same collectives hide behind compute, so compare step times among "
         "layouts under it")]

@@ -372,6 +372,7 @@ def estimate(hlo: str | hlo_text.Module, *, mesh_axes, hosts: int, gpu: str,
         "dequantization": dequantization(ks, perf, central),
         # a scan's saved residuals: their stacks' traffic against the math --remat full would redo (residuals.py)
         "scan_residuals": residuals.scan_residuals(module, ks, perf, central),
+        "xla_remat": xla_remat(ks, perf, central),
         # loops XLA proved no trip count for count once: the estimate is then low, and says so
         "loops": [{"instruction": n, "trip_count": t} for n, t in cost.loops],
         "loops_counted_once": [n for n, t in cost.loops if t is None],
@@ -413,6 +414,20 @@ def _kernel_classes(ks, colls, busy: dict[str, float]) -> list[dict[str, Any]]:
                             "bytes": sum(k.bytes * k.runs for k in mine),
                             "flops": sum(k.flops * k.runs for k in mine)})
     return classes
+
+
+# XLA's rematerialization names its clones <name>.remat, <name>.remat2, ... (compiled.xla_rematerialized)
+_REMAT_NAME = re.compile(r"\.remat\d*\b")
+
+
+def xla_remat(ks, perf, r) -> dict[str, Any]:
+    """What XLA's rematerialization recomputes each step: the kernels whose names carry its clones' suffix,
+    their launches, their seconds in the estimate (each at its own rate, as the simulation times it), FLOPs
+    and bytes. Zeros where XLA recomputed nothing (the step was under its memory limit)."""
+    mine = [k for k in ks if k.klass != "collective" and _REMAT_NAME.search(k.name)]
+    return {"launches": sum(k.runs for k in mine),
+            "seconds": sum((kernel_time(k, perf, r) * k.runs for k in mine), 0.0),
+            "flops": sum((k.flops * k.runs for k in mine), 0.0), "bytes": sum((k.bytes * k.runs for k in mine), 0.0)}
 
 
 def dequantization(ks, perf, r) -> dict[str, Any] | None:

@@ -3,7 +3,8 @@
 The catalogue values are XLA's published target specs (docs/how-it-works.md §3). Each one is
 rendered to a text-format ``GpuTargetConfigProto`` and compiled against by
 ``jax.experimental.topologies`` -- no GPU needed. ``device_memory_size`` matters:
-XLA:GPU's scheduler and rematerialization budget about 80% of it.
+XLA:GPU's scheduler and rematerialization budget 80% of it, where a run budgets its allocator's
+pool; so the topology is told the run's pool / 0.8 (:func:`xla_device_memory`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Target:
     deviceless: bool
     devices: tuple             # jax devices (compile-only ones when deviceless)
     hosts: int = 1
+    # the device_memory_size the deviceless topology was given (xla_device_memory: the run's pool / 0.8, so
+    # that XLA budgets the step as the run does); None off the catalogue (cpu, an attached GPU's own)
+    xla_memory_bytes: int | None = None
 
 
 def resolve_gpu_name(name: str | None) -> str:
@@ -104,7 +108,54 @@ def topology_string(n_devices: int, hosts: int | None, gpu: str | None = None) -
     return f"1x{hosts}x{n_devices // hosts}", hosts
 
 
-def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Target:
+# XLA:GPU budgets a step's temporaries (its scheduler and rematerialization: gpu_hlo_schedule.cc,
+# GetSchedulerMemoryLimit) from the module's device_memory_size when one is set, else from this percentage of
+# the device description's (in XLA's integers: size * 80 / 100). benchmarks/results/xla-budget.md settles it.
+XLA_BASE_PERCENT = 80
+
+
+def xla_device_memory(total: int, run: allocator.Allocator | None) -> int:
+    """The device_memory_size a deviceless topology is given so that XLA budgets the step as a run under the
+    allocator `run` does. A run's compile sets the module's device_memory_size to its allocator's bytes_limit
+    (jaxlib's PjRt client, set_device_memory_size, when the device has allocator stats with a limit):
+    BFC, preallocated or grown, total x fraction (its cap); cuda_async total x fraction too (its stats' bytes_limit
+    is the release threshold, though it caps nothing: the compile still budgets that much); the platform
+    allocator has no stats (cudaMalloc through the backend's allocator, not XLA's MultiDeviceAdapter; its
+    memory_stats() show bytes_limit 0), so XLA takes 80% of the card there, as a deviceless compile of the card
+    does. A deviceless compile has no module value to set: the topology is told pool / 0.8, rounded up, whose
+    80% in XLA's integer arithmetic is the pool exactly. None (no allocator known): the card's own."""
+    if run is None or run.kind == "platform":
+        return total
+    pool = max(int(total * run.fraction), 1)   # BFC and cuda_async: size_t(total * fraction)
+    return -(-pool * 100 // XLA_BASE_PERCENT)
+
+
+def xla_base(device_memory: int) -> int:
+    """What XLA budgets from on a device of `device_memory` (GetSchedulerMemoryLimit's base, before it takes
+    the step's inputs and outputs off and applies the slop factor)."""
+    return device_memory * XLA_BASE_PERCENT // 100
+
+
+def compile_base(target: Target) -> int | None:
+    """What XLA budgets from when it compiles for `target`: 80% of what the deviceless topology was told (the
+    run's pool: xla_device_memory), an attached GPU's bytes_limit (its compile sets the module's); None on CPU."""
+    if target.platform != "cuda" or target.memory_bytes is None:
+        return None
+    if not target.deviceless:
+        return target.memory_bytes
+    return xla_base(target.xla_memory_bytes or target.memory_bytes)
+
+
+def target_config(target: Target, device_memory: int | None = None) -> str:
+    """The text-format target config of a catalogue target's topology (`device_memory`: another size than the
+    one the target was made with, e.g. a compile where XLA rematerializes nothing)."""
+    return CATALOGUE[target.gpu].target_config(device_memory or target.xla_memory_bytes)
+
+
+def make_target(gpu: str | None, n_devices: int, hosts: int | None = None, *,
+                run: allocator.Allocator | None = None) -> Target:
+    """The devices a mesh is built from. `run`: the allocator the run will use (allocator.read), which decides
+    the memory XLA budgets the step against (xla_device_memory); None: the card's whole memory."""
     key = resolve_gpu_name(gpu)
     import jax  # noqa: PLC0415 - jax-free at import: used before jax starts (jaxmem.session)
 
@@ -125,8 +176,9 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
                       stats.get("bytes_limit"), False, tuple(devs[:n_devices]))
     spec = CATALOGUE[key]
     topo_str, hosts = topology_string(n_devices, hosts, spec.key)
+    memory = xla_device_memory(spec.memory_bytes, run)
     try:
-        devices = _deviceless_devices(spec.target_config(), topo_str)
+        devices = _deviceless_devices(spec.target_config(memory), topo_str)
     except Exception as e:  # noqa: BLE001 -- the plugin missing is an install problem, not a bug
         if env.jax_started_without_switch():  # installed, but refused when jax started: say so, not "install"
             raise env.started_too_early(f"cannot build a deviceless {spec.key} topology") from None
@@ -135,7 +187,16 @@ def make_target(gpu: str | None, n_devices: int, hosts: int | None = None) -> Ta
             "Deviceless GPU compilation needs the CUDA plugin of your jax: "
             "pip install 'jax[cuda12]==<your jax version>' (or jax[cuda13]; Linux)."
         ) from None
-    return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, devices, hosts)
+    return Target(spec.key, "cuda", spec.description, spec.memory_bytes, True, devices, hosts, memory)
+
+
+_CONFIGS: dict[int, str] = {}   # id of a compile-only device -> the target config of its topology
+
+
+def deviceless_config(device) -> str | None:
+    """The target config the compile-only `device` was made with (its memory size is XLA's budget: the
+    compile cache keys by it); None for any other device."""
+    return _CONFIGS.get(id(device))
 
 
 @functools.cache
@@ -146,7 +207,10 @@ def _deviceless_devices(target_config: str, topology: str) -> tuple:
     # jax-free at import: used before jax starts (jaxmem.session)
     from jax.experimental import topologies  # noqa: PLC0415
 
-    return tuple(topologies.get_topology_desc(platform="cuda", target_config=target_config, topology=topology).devices)
+    devices = tuple(topologies.get_topology_desc(platform="cuda", target_config=target_config,
+                                                 topology=topology).devices)
+    _CONFIGS.update((id(d), target_config) for d in devices)   # kept alive by this cache: ids stay theirs
+    return devices
 
 
 def ensure_host_devices(n: int) -> None:

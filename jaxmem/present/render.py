@@ -162,6 +162,18 @@ def step_time_lines(st: Mapping[str, Any]) -> list[str]:
              f"(peaks: {_peaks(st)}); leaves out {st['leaves_out']}")] + dequantization_lines(st)
 
 
+def xla_remat_line(x: Mapping[str, Any]) -> str:
+    """What XLA's rematerialization recomputes each step, and the step without it (Report.xla_remat)."""
+    line = (f"XLA rematerialized {x['instructions']:,} instructions to stay under its limit: "
+            f"{x.get('launches', 0):,} launches, {fmt_seconds(x.get('seconds', 0.0))} of the step estimate")
+    peak, step = x.get("unconstrained_peak_bytes"), x.get("unconstrained_step_s")
+    if peak is not None:
+        line += (f"; without it (compiled at a limit where XLA recomputes nothing) {fmt_bytes(peak)} per device"
+                 + (f", {fmt_seconds(step)} a step" if step is not None else "")
+                 + ": what a larger pool or --xla_gpu_memory_limit_slop_factor would buy")
+    return line
+
+
 def dequantization_lines(st: Mapping[str, Any]) -> list[str]:
     """The quantized base's decoding, kernel by kernel (steptime.dequantization): in the estimate already."""
     dq = st.get("dequantization")
@@ -303,8 +315,8 @@ def _print_verdict(r: Report, console: Console) -> None:
             verdict.append(f" (hangs on {tight_text(r)}; margin at the estimate {fmt_bytes(r.margin_bytes)})")
         squeezed = next((w for w in r.warnings if w.kind == "xla_rematerialized"), None)
         if squeezed is not None:
-            as_written = f"; as written {fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)}" if squeezed.bytes else ""
-            verdict.append(f" (as XLA rematerialized it{as_written})")
+            free = f"; without it {fmt_bytes(r.per_device_peak_bytes + squeezed.bytes)}" if squeezed.bytes else ""
+            verdict.append(f" (as XLA rematerialized it{free})")
         console.print(Text.assemble(verdict, f"  usable {fmt_bytes(t.usable_bytes)} of {fmt_bytes(t.memory_bytes)} "
                                     f"({t.usable_note}); headroom {fmt_bytes(r.headroom_bytes)}"))
         fb = fraction_band_line(r)
@@ -315,6 +327,8 @@ def _print_verdict(r: Report, console: Console) -> None:
                 console.print(f"  hint: {h}")
         if t.xla_budget_note:
             console.print(f"[dim]{escape(t.xla_budget_note)}[/dim]")
+        if r.xla_remat:
+            console.print(escape(xla_remat_line(r.xla_remat)))
     else:
         console.print(f"CPU target: {t.usable_note}")
     for i, line in enumerate(step_time_lines(r.step_time)):
