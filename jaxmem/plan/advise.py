@@ -404,7 +404,7 @@ def _advice(path: str, original: Candidate, search: advise_search.Search, t0: fl
     if not done:
         predicted = [search.make(ch, search.plans[ch], None) for ch, _ in search.predicted()]
         rows = _rank(exact + predicted, fc.devices_of(original.options))
-    text = search.progress_text() if not done else f"{search.compiles} compiled" + (
+    text = search.progress_text() if not done else f"{search.compiles} plans compiled" + (
         f", stopped at the limit of {search.max_compiles} with plans that could still win" if search.capped else
         ", every plan left predicted not to fit or not to beat the best compiled one")
     return Advice(path, original, tuple(rows), search.compiles + compiled0, search.cached,
