@@ -126,11 +126,16 @@ def _file_args(path: Path) -> dict[str, Any]:
     comments = _comments(source)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "workload"), None)
     presets: list[str] = []
+    by_preset: dict[str, dict[str, Any]] = {}   # preset -> the Config fields it sets (Config(d_model=64, ...))
     config: ast.ClassDef | None = None
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PRESETS" for t in node.targets) \
                 and isinstance(node.value, ast.Dict):
-            presets = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            for k, v in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    presets.append(k.value)
+                    kws = v.keywords if isinstance(v, ast.Call) else []
+                    by_preset[k.value] = {kw.arg: _literal(kw.value) for kw in kws if kw.arg}
         if isinstance(node, ast.ClassDef) and node.name == "Config":
             config = node
     args: list[dict[str, Any]] = []
@@ -146,8 +151,13 @@ def _file_args(path: Path) -> dict[str, Any]:
         named = {x["name"] for x in args}
         for st in config.body:
             if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id not in named:
-                args.append(_file_arg(st.target.id, ast.unparse(st.annotation), _literal(st.value),
-                                      comments.get(st.lineno, ""), presets))
+                name = st.target.id
+                arg = _file_arg(name, ast.unparse(st.annotation), _literal(st.value), comments.get(st.lineno, ""),
+                                presets)
+                # a Config field's value is the preset's: its default is Config's only where a preset leaves it
+                arg["config_field"] = True
+                arg["by_preset"] = {p: kw[name] for p, kw in by_preset.items() if name in kw}
+                args.append(arg)
     return {"source": "model file", "args": args, "open": a.kwarg is not None and config is None,
             "context": None, "context_field": None}
 

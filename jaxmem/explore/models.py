@@ -82,8 +82,14 @@ def found(root: str) -> list[dict[str, str]]:
 def listing(ex) -> dict[str, Any]:
     """/api/models: the current model, the shipped configs, the models under the starting folder."""
     return {"current": str(ex.model), "root": ex.root,
-            "shipped": [{"path": str(p), "label": p.stem, "kind": "config.json"} for p in shipped()],
+            "shipped": [{"path": _named(p, ex.root), "label": p.stem, "kind": "config.json"} for p in shipped()],
             "found": found(ex.root)}
+
+
+def _named(path: Path, root: str) -> str:
+    """A path as the explorer names it: relative to the starting folder where it lies under it."""
+    real = os.path.realpath(path)
+    return os.path.relpath(real, root) if os.path.commonpath([real, root]) == root else real
 
 
 def resolve(text: str, root: str) -> str:
@@ -105,7 +111,7 @@ def resolve(text: str, root: str) -> str:
     if cfg is None and not (path.suffix == ".py" and _is_model(path)):
         raise UserError(f"model={text!r} is neither a model file (a .py defining workload()) nor a Hugging Face "
                         "config.json (or the folder holding one)")
-    return os.path.relpath(real, root) if inside else real
+    return _named(path, root)
 
 
 def start_for(ex, model: str):

@@ -49,19 +49,32 @@
   }
   function $(id) { return document.getElementById(id); }
 
-  // One colour per breakdown part: jaxmem/present/html.py COLORS, so the bar reads as the report's does.
-  var COLORS = {
-    params: '#4c78a8', optimizer_state: '#72b7b2', gradients: '#54a24b', batch: '#eeca3b', other_state: '#b279a2',
-    activations_and_temporaries: '#f58518', outputs_not_aliased: '#e45756', generated_code: '#9d755d',
-    runtime_overhead: '#bab0ac', activations: '#f58518', param_copies: '#9ecae9', temporaries: '#ffbf79',
-    collectives: '#ff9da6', outputs: '#e45756', other: '#79706e'
-  };
-  // The bar's parts (the issue's five); everything else in the breakdown is "other" so the parts sum to the peak.
-  var PARTS = [['params', 'params'], ['gradients', 'gradients'], ['optimizer_state', 'optimizer state'],
-    ['activations_and_temporaries', 'activations and temporaries'], ['runtime_overhead', 'runtime overhead']];
-  var BREAKDOWN_ORDER = ['params', 'optimizer_state', 'gradients', 'batch', 'other_state', 'fp8_state',
-    'activations_and_temporaries', 'outputs_not_aliased', 'generated_code', 'runtime_overhead'];
-  var VERDICT = {fits: ['FITS', 'ok'], tight: ['TIGHT', 'warn'], does_not_fit: ['DOES NOT FIT', 'bad']};
+  // The report's vocabulary -- the breakdown's keys in order, their help and colours, the verdicts' words -- is
+  // /api/controls' `schema` (jaxmem.report and the HTML report's colours, served by Python): no copy lives here.
+  // Only the verdict's badge style is the page's own.
+  var BADGE = {fits: 'ok', tight: 'warn', does_not_fit: 'bad'};
+  function schema() { return (S.info && S.info.raw && S.info.raw.schema) || {breakdown: [], colors: {}, verdicts: {}}; }
+  function colorOf(key, i) {
+    var sc = schema(), fb = sc.fallback_colors || ['#8c959f'];
+    var known = (sc.breakdown || []).find(function (b) { return b.key === key; });
+    return (known && known.color) || (sc.colors || {})[key] || fb[(i || 0) % fb.length];
+  }
+  function verdictWords(v) {
+    var w = (schema().verdicts || {})[v];
+    return w ? [w.toUpperCase(), BADGE[v] || 'na'] : null;
+  }
+  // The breakdown's parts in the schema's order, any key it does not know after them (report.breakdown_in_order)
+  function partsOf(r) {
+    var bd = r.breakdown || {}, out = [], seen = {};
+    (schema().breakdown || []).forEach(function (b) {
+      seen[b.key] = true;
+      if (b.key in bd) out.push({key: b.key, label: b.label, help: b.help, bytes: bd[b.key] || 0});
+    });
+    Object.keys(bd).forEach(function (k) {
+      if (!seen[k]) out.push({key: k, label: k.replace(/_/g, ' '), help: '', bytes: bd[k] || 0});
+    });
+    return out;
+  }
 
   // ------------------------------------------------------------------------------------------ state
   var S = {
@@ -77,13 +90,19 @@
     changed: null,       // the control last moved (a 400 names it)
     timer: null, poll: null, polls: 0, pollSeq: 0, advisePoll: null, fitPoll: null
   };
-  window.jaxmemExplore = {state: S, fmtBytes: fmtBytes, fmtSeconds: fmtSeconds};
+  window.jaxmemExplore = {state: S, fmtBytes: fmtBytes, fmtSeconds: fmtSeconds,
+    stripLabels: function (pts) { return stripLabels(pts); }};
 
   function qs(q, extra) {
     var p = new URLSearchParams();
     Object.keys(q).sort().forEach(function (k) { p.append(k, q[k]); });
     Object.keys(extra || {}).forEach(function (k) { p.append(k, extra[k]); });
     return p.toString();
+  }
+  // Every API address is built here and every call goes through getJSON (which carries the token)
+  function api(route, q, extra) {
+    var query = qs(q || {}, extra);
+    return '/api/' + route + (query ? '?' + query : '');
   }
   // the server's token (docs/explore.md, "Security"): written into the page it serves; every API call carries it
   var TOKEN = (document.querySelector('meta[name="jaxmem-token"]') || {}).content || '';
@@ -115,19 +134,30 @@
     ['Memory', ['remat', 'remat-at', 'precision', 'optimizer', 'moment-dtype', 'offload', 'no-donate']],
     ['Fine-tuning', ['lora', 'lora-targets', 'lora-alpha', 'base-dtype', 'freeze', 'train-all']],
     ['Pipeline', ['stages', 'pipeline', 'microbatches', 'repeats', 'stage-remat']],
+    ['The model\'s arguments', []],
     ['More', []]
   ];
+  var MODEL_GROUP = GROUPS.length - 2;
+  function seqArg() { return S.info && S.info.raw && S.info.raw.seq_arg; }
   function groupOf(name) {
-    if (name.indexOf('arg.') === 0) return 1;
-    for (var i = 0; i < GROUPS.length - 1; i++) if (GROUPS[i][1].indexOf(name) >= 0) return i;
+    if (name === 'arg.' + seqArg()) return 1;
+    if (name.indexOf('arg.') === 0) return MODEL_GROUP;
+    for (var i = 0; i < GROUPS.length - 2; i++) if (GROUPS[i][1].indexOf(name) >= 0) return i;
     return GROUPS.length - 1;
   }
   function value(name) {
     if (name === 'stages') return String(stagesOf(value('mesh')));
     var c = controlNamed(name);
     var v = S.query[name];
+    if (v === undefined && c && c.arg && c.arg.config_field) return c.kind === 'flag' ? presetValue(c) : '';
     if (v === undefined) v = c && c.default !== undefined && c.default !== null && c.default !== false ? String(c.default) : '';
     return String(v);
+  }
+  // A model file's Config field left to the model: the value its preset sets (PRESETS), else Config's default
+  function presetValue(c) {
+    var a = c.arg, preset = value('arg.preset'), by = a.by_preset || {};
+    var v = preset in by ? by[preset] : a.default;
+    return v === null || v === undefined ? '' : String(v);
   }
   function controlNamed(name) {
     var cs = (S.info && S.info.controls) || [];
@@ -174,24 +204,20 @@
     var b = raw.batch || {}, g = Number(b.granule) || 1, bv = Number(b.value) || 0;
     add('batch', {kind: 'int', min: g, values: pow2(g, Math.max(g * 1024, bv * 16), [bv]),
       help: 'global batch; a multiple of ' + g + ' (the data-parallel devices × accumulation)'});
-    if (raw.seq && raw.seq.arg) {
-      var sv = Number(raw.seq.value) || 0;
-      add('arg.' + raw.seq.arg, {kind: 'int', min: 1, label: 'sequence length', values: pow2(128, 131072, [sv]),
-        help: 'the model\'s ' + raw.seq.arg + ' (--arg ' + raw.seq.arg + '=N)'});
-    }
+    modelArgControls(raw).forEach(function (c) { done[c.name] = true; out.push(c); });
     add('accum', {kind: 'int', min: 1, values: raw.accum || [1, 2, 4, 8]});
     add('remat', {kind: 'select', choices: list(raw.remat)});
     add('remat-at', {kind: 'text', placeholder: 'the model\'s own hook'});
     var fp8 = (raw.fp8_gpus || []).indexOf(gpu) >= 0 || !gpu && (raw.fp8_gpus || []).indexOf('h100') >= 0;
     add('precision', {kind: 'select', choices: list((raw.precisions || []).filter(function (x) { return x !== 'fp8' || fp8; }))});
     add('optimizer', {kind: 'select', none_label: 'the workload\'s own', choices: list(raw.optimizers)});
-    if (opts['moment-dtype']) add('moment-dtype', {kind: 'select', none_label: 'as the optimizer keeps them', choices: list(opts['moment-dtype'].choices)});
+    if (opts['moment-dtype']) add('moment-dtype', {kind: 'select', none_label: 'the optimizer\'s', choices: list(opts['moment-dtype'].choices)});
     add('offload', {kind: 'select', none_label: 'nothing', choices: list(raw.offloads)});
     add('no-donate', {kind: 'flag'});
     add('lora', {kind: 'int', min: 0, values: raw.lora_ranks || [0, 8, 16, 32, 64]});
     add('lora-targets', {kind: 'text', placeholder: 'every dense layer'});
     add('lora-alpha', {kind: 'text', placeholder: 'the rank'});
-    add('base-dtype', {kind: 'select', none_label: 'as trained (no quantization)', choices: list(raw.base_dtypes)});
+    add('base-dtype', {kind: 'select', none_label: 'as trained', choices: list(raw.base_dtypes)});
     add('freeze', {kind: 'text', placeholder: 'nothing frozen'});
     add('train-all', {kind: 'flag'});
     out.push({name: 'stages', label: 'stages', kind: 'int', min: 1, values: raw.stages || [1, 2, 4, 8], default: '1',
@@ -206,6 +232,40 @@
       var kind = o.kind === 'choice' ? 'select' : o.kind === 'switch' ? 'flag' :
         (o.kind === 'whole' || o.kind === 'count') ? 'int' : 'text';
       add(o.name, {kind: kind, choices: list(o.choices)});
+    });
+    return out;
+  }
+  // The model's own arguments (/api/controls' model_args: its workload()'s or its config.json's), each as a
+  // control of its kind, with the range the model states; those another control sets (batch, remat) are skipped.
+  function modelArgControls(raw) {
+    var ma = raw.model_args || {}, ctx = raw.context, out = [];
+    (ma.args || []).forEach(function (a) {
+      if (a.via) return;
+      var name = 'arg.' + a.name, isSeq = a.name === raw.seq_arg;
+      var c = {name: name, label: isSeq ? 'sequence length' : a.name.replace(/_/g, ' '), arg: a,
+        default: a.config_field || a.default === null || a.default === undefined ? '' : String(a.default),
+        help: (a.help || '') + ' (--arg ' + a.name + '=…)'};
+      if (a.kind === 'int') {
+        var d = Number(a.default) || 0, top = a.max || 0;
+        c.kind = 'int'; c.min = a.min; c.max = a.max;
+        c.values = isSeq ? pow2(128, Math.max(131072, (ctx && ctx.tokens) || 0), [d, ctx && ctx.tokens])
+          : pow2(1, Math.max(64, 4 * d), [d]).filter(function (v) { return !top || v <= top; });
+        c.placeholder = a.default === null || a.default === undefined ? 'the model\'s' : String(a.default);
+        var range = (a.min !== undefined ? a.min : '') + (a.max ? '–' + Number(a.max).toLocaleString('en-US') : '+');
+        c.hint = (isSeq && ctx ? 'context ' + Number(ctx.tokens).toLocaleString('en-US') + ' (' + ctx.field + ')' :
+          (a.min !== undefined || a.max ? 'range ' + range : '')) + (a.divides ? (c.hint ? '; ' : '') + 'divides ' + a.divides : '');
+      } else if (a.kind === 'choice') {
+        c.kind = 'select'; c.choices = (a.choices || []).map(function (x) { return {value: String(x), label: String(x)}; });
+      } else if (a.kind === 'bool') {
+        c.kind = 'flag'; c.onValue = 'true'; c.offValue = 'false';
+      } else if (a.kind === 'text') {
+        c.kind = 'text'; c.fixed = true;
+        c.help = 'fixed for this explorer (a text argument may name a file): restart with --arg ' + a.name + '=…';
+      } else {
+        c.kind = 'text'; c.placeholder = a.kind === 'names' ? 'e.g. ' + (a.choices || []).slice(0, 2).join(',') : String(c.default || '');
+        if (a.kind === 'names') c.help = a.help + ': ' + (a.choices || []).join(', ');
+      }
+      out.push(c);
     });
     return out;
   }
@@ -252,6 +312,14 @@
     else if (kind === 'flag') row.appendChild(flagInput(c, id));
     else if (kind === 'mesh') meshInput(c, id, row);
     else row.appendChild(textInput(c, id));
+    if (c.hint) {
+      var hint = document.createElement('div');
+      hint.className = 'hint'; hint.textContent = c.hint;
+      row.appendChild(hint);
+    }
+    var warn = document.createElement('div');   // a value the model takes but warns about (past its context)
+    warn.className = 'warnline'; warn.hidden = true;
+    row.appendChild(warn);
     var err = document.createElement('div');
     err.className = 'err'; err.hidden = true;
     row.appendChild(err);
@@ -313,7 +381,8 @@
     var inp = wrap.querySelector('input');
     function stepTo(dir) {
       // an empty field stands for the model's own value, which the placeholder shows once it is known
-      var cur = inp.value !== '' ? inp.value : (isFinite(parseInt(inp.placeholder, 10)) ? String(parseInt(inp.placeholder, 10)) : '');
+      var shown = (inp.placeholder.match(/-?\d+/) || [''])[0];
+      var cur = inp.value !== '' ? inp.value : shown;
       var v = String(stepOf(c, cur, dir));
       inp.value = v;
       move(c.name, v, 120);
@@ -334,13 +403,16 @@
     l.className = 'check';
     l.innerHTML = '<input type="checkbox" id="' + id + '"><span class="note">' + esc(c.help ? '' : '') + '</span>';
     var box = l.querySelector('input');
-    box.addEventListener('change', function () { move(c.name, box.checked ? '1' : '0', 0); });
+    box.addEventListener('change', function () {
+      move(c.name, box.checked ? (c.onValue || '1') : (c.offValue || '0'), 0);
+    });
     return l;
   }
   function textInput(c, id) {
     var inp = document.createElement('input');
     inp.type = 'text'; inp.id = id; inp.autocomplete = 'off'; inp.spellcheck = false;
     inp.placeholder = c.placeholder || (c.default ? String(c.default) : 'none');
+    if (c.fixed) { inp.readOnly = true; inp.title = c.help || ''; inp.classList.add('fixed'); return inp; }
     inp.addEventListener('change', function () { move(c.name, inp.value.trim(), 0); });
     inp.addEventListener('keydown', function (ev) {
       if (ev.key === 'Enter') { ev.preventDefault(); move(c.name, inp.value.trim(), 0); }
@@ -486,15 +558,43 @@
       var name = row.dataset.name, c = controlNamed(name), v = value(name);
       if (!c) return;
       if (c.kind === 'mesh') return syncMesh(row);
+      if (c.arg && c.arg.config_field) {   // the preset decides what an empty field stands for
+        var pv = presetValue(c), label = pv === '' ? 'the preset\'s' : 'preset: ' + pv;
+        if (c.kind === 'select') c.none_label = label;
+        else if (c.kind !== 'flag') row.querySelector('input').placeholder = label;
+      }
       if (c.kind === 'select') return fillSelect(row.querySelector('select'), c, v);
       if (c.kind === 'flag') { row.querySelector('input').checked = v === '1' || v === 'true'; return; }
       var inp = row.querySelector('input');
       if (document.activeElement !== inp || c.kind === 'int') inp.value = v;
     });
+    contextWarning();
     // options that only matter beside another are shown muted while that one is off
     var lora = Number(value('lora')) > 0, stage = /(^|,)\s*(stage|pp)\s*=\s*([2-9]|\d\d+)/.test(value('mesh'));
     dim(['lora-targets', 'lora-alpha', 'base-dtype'], !lora);
     dim(['pipeline', 'microbatches', 'repeats', 'stage-remat'], !stage);
+  }
+  // A sequence past the model's context (a config.json's max_position_embeddings): the model takes it (RoPE) and
+  // the memory is that length's, but it was not trained that far -- said beside the control and in the answer
+  // (the report's past_context warning says it again once compiled).
+  function pastContext(seq) {
+    var ctx = S.info && S.info.raw && S.info.raw.context;
+    if (!ctx || !ctx.tokens || !(seq > ctx.tokens)) return '';
+    return 'sequence length ' + Number(seq).toLocaleString('en-US') + ' is past the model\'s context: its ' + ctx.field +
+      ' is ' + Number(ctx.tokens).toLocaleString('en-US') + ' (the memory is that length\'s; the model was not trained that far)';
+  }
+  function seqOfQuery() {
+    var a = seqArg();
+    if (!a) return NaN;
+    var v = value('arg.' + a);
+    return v === '' ? NaN : Number(v);
+  }
+  function contextWarning() {
+    var a = seqArg(), row = a && document.querySelector('#controls .ctl[data-name="arg.' + a + '"]');
+    if (!row) return;
+    var w = row.querySelector('.warnline'), msg = pastContext(seqOfQuery());
+    w.hidden = !msg; w.textContent = msg;
+    w.id = 'seq-context-warning';
   }
   function dim(names, off) {
     names.forEach(function (n) {
@@ -542,11 +642,28 @@
     clearTimeout(S.timer);
     ask();
   }
+  // The address's fragment is the point on screen (what differs from the start) and, once the page has switched
+  // models, the model: kept on every move (replaceState: no hashchange), read on load and on every hashchange.
   function saveHash() {
     var diff = {};
-    Object.keys(S.query).forEach(function (k) { if (String(S.query[k]) !== String(S.start[k])) diff[k] = S.query[k]; });
+    Object.keys(S.query).forEach(function (k) {
+      if (String(S.query[k]) !== String(S.start[k] === undefined ? '' : S.start[k])) diff[k] = S.query[k];
+    });
     var h = qs(diff);
-    history.replaceState(null, '', h ? '#' + h : location.pathname);
+    if (S.info && S.firstModel !== undefined && S.info.model !== S.firstModel) h = qs({model: S.info.model}) + (h ? '&' + h : '');
+    history.replaceState(null, '', location.pathname + location.search + (h ? '#' + h : ''));
+  }
+  function readHash() {
+    var params = new URLSearchParams(location.hash.replace(/^#/, '')), point = {}, model = null;
+    params.forEach(function (v, k) { if (k === 'model') model = v; else point[k] = v; });
+    return {model: model, point: point};
+  }
+  function onHashChange() {
+    var h = readHash();
+    if (h.model && S.info && h.model !== S.info.model) { switchModel(h.model, h.point); return; }
+    var q = Object.assign({}, S.start, h.point);
+    if (qs(q) === qs(S.query)) return;
+    goTo(q);
   }
 
   function ask() {
@@ -555,7 +672,7 @@
     fetchAnswer(S.seq, Object.assign({}, S.query));
   }
   function fetchAnswer(seq, q) {
-    getJSON('/api/answer?' + qs(q)).then(function (res) {
+    getJSON(api('answer', q)).then(function (res) {
       if (seq !== S.seq) return;
       if (!res.ok) return refused(res.data.error || ('the server answered ' + res.status));
       showControlError(null);
@@ -567,6 +684,7 @@
   function onAnswer(d, seq, q) {
     S.history.push({key: d.key, answer: d.answer, at: Date.now()});
     if (S.history.length > 2000) S.history.splice(0, 1000);
+    updateCard(d);
     if (d.answer === 'exact') {
       draw(d);
       loadPoints();
@@ -615,7 +733,7 @@
   function draw(d) {
     var r = d.report, pred = d.answer === 'predicted';
     var ans = $('answer');
-    ans.classList.remove('stale');
+    ans.classList.remove('stale', 'refused');
     ans.dataset.answer = d.answer;
     ans.dataset.key = d.key || '';
     var peak = r.per_device_peak_bytes, t = r.target || {};
@@ -623,7 +741,7 @@
     $('peak').dataset.bytes = String(peak);
     $('peak-sub').textContent = pred ? 'per-device peak, predicted' :
       'per-device peak (' + Number(peak).toLocaleString('en-US') + ' bytes)';
-    var v = verdictOf(r), vb = $('verdict'), vt = VERDICT[v] || ['NO FIXED LIMIT', 'na'];
+    var v = verdictOf(r), vb = $('verdict'), vt = verdictWords(v) || ['NO FIXED LIMIT', 'na'];
     vb.textContent = vt[0]; vb.className = 'badge ' + vt[1]; vb.dataset.verdict = v || '';
     var st = $('state');
     st.textContent = pred ? 'prediction' : 'exact';
@@ -634,6 +752,7 @@
     $('bar').innerHTML = bar(r);
     $('legend').innerHTML = legend(r);
     $('steptime').innerHTML = stepTime(r, d.tokens_per_s);
+    $('details').innerHTML = details(r, pred);
     $('command').textContent = d.command || '';
     var lines = '';
     if (pred) {
@@ -658,7 +777,7 @@
     var exact = !pred;
     ['json', 'html', 'png'].forEach(function (f) {
       var a = $('save-' + f);
-      a.href = '/api/save?' + qs(S.query, {format: f, token: TOKEN});
+      a.href = api('save', S.query, {format: f, token: TOKEN});
       a.classList.toggle('disabled', !exact);
     });
     if (exact) buffers(r);
@@ -670,6 +789,53 @@
     var seqArg = S.info.raw && S.info.raw.seq && S.info.raw.seq.arg;
     var seqInput = seqArg && document.querySelector('#controls .ctl[data-name="arg.' + seqArg + '"] input');
     if (seqInput && r.sequence_length) seqInput.placeholder = r.sequence_length + ' (model)';
+  }
+
+  // What the report says beyond the bar, drawn from whatever keys it has: the parameter counts, the memory
+  // fractions it fits at (fraction_floor / fraction_ceiling), its warnings, and its choices with their sources.
+  function count(n) {
+    if (n === null || n === undefined) return '-';
+    var a = Math.abs(n);
+    return a >= 1e9 ? pyFixed(n / 1e9, 2) + ' B' : a >= 1e6 ? pyFixed(n / 1e6, 2) + ' M' :
+      a >= 1e3 ? pyFixed(n / 1e3, 1) + ' K' : String(n);
+  }
+  function details(r, pred) {
+    var out = [];
+    if (r.param_count !== undefined && r.param_count !== null) {
+      var parts = '<span>parameters <b id="params-total">' + esc(count(r.param_count)) + '</b></span>';
+      if (r.trainable_param_count !== null && r.trainable_param_count !== undefined) {
+        parts += '<span>trainable <b id="params-trainable">' + esc(count(r.trainable_param_count)) + '</b></span>' +
+          '<span>frozen <b id="params-frozen">' + esc(count(r.frozen_param_count || 0)) + '</b></span>';
+      }
+      out.push('<p class="facts" id="params" title="' + esc(Number(r.param_count).toLocaleString('en-US')) + ' parameters">' + parts + '</p>');
+    }
+    var lo = r.fraction_floor, hi = r.fraction_ceiling;
+    if (lo !== undefined && lo !== null && hi !== undefined && hi !== null) {
+      out.push('<p class="band" id="fraction-band">' + (lo > hi ? 'no memory fraction fits (the pool needs ' + esc(lo) +
+        ' of the card, the card leaves ' + esc(hi) + ')' : 'fits with XLA_PYTHON_CLIENT_MEM_FRACTION between <b>' +
+        esc(lo) + '</b> and <b>' + esc(hi) + '</b>') + '</p>');
+    }
+    var warns = (r.warnings || []).map(function (w) { return {kind: w.kind, message: w.message}; });
+    var ctx = pastContext(r.sequence_length);
+    if (ctx && !warns.some(function (w) { return w.kind === 'past_context'; })) warns.unshift({kind: 'past_context', message: ctx});
+    if (warns.length) {
+      out.push('<ul class="warnings" id="warnings">' + warns.map(function (w) {
+        return '<li data-kind="' + esc(w.kind) + '" title="' + esc(((schema().warning_kinds || {})[w.kind]) || '') + '"><b>' +
+          esc(w.kind) + '</b> ' + esc(w.message) + '</li>';
+      }).join('') + '</ul>');
+    }
+    var ch = r.choices || {}, src = ch.sources || {}, names = Object.keys(ch).filter(function (k) {
+      return k !== 'sources' && !/_why$/.test(k) && ch[k] !== null && ch[k] !== undefined && typeof ch[k] !== 'object';
+    });
+    if (names.length) {
+      out.push('<details class="choices" id="choices"' + (S.choicesOpen ? ' open' : '') + '><summary>choices' + (pred ? ' (the compiled neighbour\'s)' : '') +
+        ': ' + esc(names.length) + '</summary><dl>' + names.map(function (k) {
+          return '<div data-choice="' + esc(k) + '" title="' + esc(ch[k + '_why'] || '') + '"><dt>' + esc(k.replace(/_/g, ' ')) +
+            '</dt><dd>' + esc(ch[k]) + (src[k] ? ' <span class="src src-' + esc(src[k]) + '">' + esc(src[k]) + '</span>' : '') +
+            '</dd></div>';
+        }).join('') + '</dl></details>');
+    }
+    return out.join('');
   }
 
   function facts(r, v) {
@@ -695,15 +861,9 @@
       (t.usable_note ? ' · ' + esc(t.usable_note) : '') + '</span>' : '');
   }
 
-  function groups(r) {
-    var bd = r.breakdown || {}, named = {}, other = 0, otherParts = [];
-    PARTS.forEach(function (p) { named[p[0]] = bd[p[0]] || 0; });
-    Object.keys(bd).forEach(function (k) {
-      if (!(k in named) && bd[k]) { other += bd[k]; otherParts.push(k + ' ' + fmtBytes(bd[k])); }
-    });
-    var out = PARTS.map(function (p) { return {key: p[0], label: p[1], bytes: named[p[0]]}; });
-    out.push({key: 'other', label: 'other', bytes: other, title: otherParts.join(', ')});
-    return out;
+  function groups(r) {   // the parts drawn: every part of the breakdown that holds bytes, in the schema's order
+    return partsOf(r).map(function (g, i) { g.color = colorOf(g.key, i); return g; })
+      .filter(function (g) { return g.bytes > 0; });
   }
   function stack(r, scale, minLabel) {
     var html = '<div class="stack">';
@@ -711,8 +871,8 @@
       if (g.bytes <= 0) return;
       var w = 100 * g.bytes / scale, lab = w >= minLabel ? esc(g.label) : '';
       html += '<div' + (lab ? '' : ' class="thin"') + ' data-part="' + g.key + '" style="width:' + w.toFixed(4) +
-        '%;background:' + COLORS[g.key] + '" title="' + esc(g.label + ': ' + fmtBytes(g.bytes)) +
-        (g.title ? ' (' + esc(g.title) + ')' : '') + '">' + lab + '</div>';
+        '%;background:' + g.color + '" title="' + esc(g.label + ': ' + fmtBytes(g.bytes)) +
+        (g.help ? ' (' + esc(g.help) + ')' : '') + '">' + lab + '</div>';
     });
     return html + '</div>';
   }
@@ -740,9 +900,8 @@
   function legend(r) {
     var peak = r.per_device_peak_bytes;
     return groups(r).map(function (g) {
-      if (g.key === 'other' && g.bytes === 0) return '';
-      return '<span data-part="' + g.key + '"' + (g.title ? ' title="' + esc(g.title) + '"' : '') + '>' +
-        '<span class="sw" style="background:' + COLORS[g.key] + '"></span>' + esc(g.label) + ' <b class="bytes">' +
+      return '<span data-part="' + esc(g.key) + '"' + (g.help ? ' title="' + esc(g.help) + '"' : '') + '>' +
+        '<span class="sw" style="background:' + g.color + '"></span>' + esc(g.label) + ' <b class="bytes">' +
         esc(fmtBytes(g.bytes)) + '</b> <span class="share">' + share(g.bytes, peak) + '</span></span>';
     }).join('');
   }
@@ -770,7 +929,7 @@
     Object.keys(r.peak_categories || {}).forEach(function (k) { live += r.peak_categories[k]; });
     var biggest = Math.max.apply(null, bs.map(function (b) { return b.size; })) || 1;
     var rows = bs.slice(0, 12).map(function (b) {
-      var c = COLORS[b.category] || '#8c959f';
+      var c = colorOf(b.category);
       return '<tr title="' + esc(b.op_name || b.instruction) + '"><td class="num">' + esc(fmtBytes(b.size)) + '</td>' +
         '<td class="barcell"><div class="minibar" style="width:max(2px,' + (100 * b.size / biggest).toFixed(2) + '%);background:' + c + '"></div></td>' +
         '<td class="mono">' + esc(b.dtype) + esc(b.shape) + '</td>' +
@@ -783,6 +942,7 @@
   }
 
   function compiling(d) {
+    $('answer').classList.remove('refused');
     $('answer').classList.add('stale');
     $('answer').dataset.answer = 'compiling';
     var st = $('state');
@@ -804,6 +964,7 @@
     ['json', 'html', 'png'].forEach(function (f) { $('save-' + f).classList.add('disabled'); });
   }
   function failed(d) {
+    $('answer').classList.remove('refused');
     $('answer').classList.add('stale');
     $('answer').dataset.answer = 'error';
     var st = $('state');
@@ -814,7 +975,7 @@
   }
   function refused(msg) {
     S.history.push({key: null, answer: 'refused', at: Date.now()});
-    $('answer').classList.add('stale');
+    $('answer').classList.add('stale', 'refused');
     $('answer').dataset.answer = 'refused';
     var st = $('state');
     st.textContent = 'not a valid point'; st.className = 'state error';
@@ -825,7 +986,10 @@
 
   // ----------------------------------------------------------------------------------------- points
   function loadPoints() {
-    getJSON('/api/points').then(function (res) {
+    var mine = S.pointsSeq = (S.pointsSeq || 0) + 1, gen = S.generation;
+    getJSON(api('points')).then(function (res) {
+      // an older request's list (or the model before a switch) never replaces a newer one
+      if (mine !== S.pointsSeq || gen !== S.generation) return;
       if (res.ok && Array.isArray(res.data)) { S.points = res.data; drawPoints(); }
     }).catch(function () {});
   }
@@ -834,8 +998,9 @@
     var pts = S.points;
     if (!pts.length) { strip.innerHTML = '<span class="empty">none yet</span>'; return; }
     var top = Math.max.apply(null, pts.map(function (p) { return p.peak || 0; })) || 1;
-    strip.innerHTML = pts.map(function (p) {
-      var words = describe(p.query || {}, S.start), label = words.length ? words.join(', ') : 'the starting point';
+    var labels = stripLabels(pts);
+    strip.innerHTML = pts.map(function (p, i) {
+      var label = labels[i];
       var pinned = S.pins.indexOf(p.key) >= 0;
       var v = p.answer === 'error' ? 'error' : p.verdict || 'none';
       var meta = p.answer === 'compiling' ? 'compiling…' : p.answer === 'error' ? 'error: ' + (p.error || '') :
@@ -858,6 +1023,31 @@
       });
     });
     markCurrent();
+  }
+  // Each card's label: what differs from the starting point, the words no other card shares first (two cards
+  // "seq_len 3072, base-dtype nf4, batch 4" and "... batch 8" lead with "batch 4" and "batch 8").
+  function stripLabels(pts) {
+    var words = pts.map(function (p) { return describe(p.query || {}, S.start); });
+    var seen = {};
+    words.forEach(function (ws) { ws.forEach(function (w) { seen[w] = (seen[w] || 0) + 1; }); });
+    return words.map(function (ws) {
+      if (!ws.length) return 'the starting point';
+      var own = ws.filter(function (w) { return seen[w] < pts.length; });
+      var shared = ws.filter(function (w) { return seen[w] >= pts.length; });
+      return own.concat(shared).join(', ');
+    });
+  }
+  // The card of the point an answer is for, updated from that answer at once (not at the next poll of the list)
+  function updateCard(d) {
+    if (!d.key || d.answer === 'compiling') return;
+    var r = d.report || {}, st = r.step_time || {};
+    var row = {key: d.key, query: d.query || S.query, answer: d.answer, command: d.command,
+      peak: d.report ? r.per_device_peak_bytes : null, verdict: d.report ? verdictOf(r) : null,
+      step_time: st.available ? st.estimate_s : null, tokens_per_s: d.tokens_per_s || null, error: d.error || null};
+    var i = S.points.findIndex(function (p) { return p.key === d.key; });
+    if (i >= 0) S.points[i] = Object.assign({}, S.points[i], row);
+    else S.points.push(row);
+    drawPoints();
   }
   function markCurrent() {
     var key = S.shown && S.shown.key;
@@ -886,25 +1076,25 @@
     }
     var ps = S.pins.map(function (k) { return S.points.find(function (p) { return p.key === k; }); });
     if (!ps[0] || !ps[1]) { box.innerHTML = ''; return; }
-    Promise.all(ps.map(function (p) { return getJSON('/api/answer?' + qs(p.query)); })).then(function (res) {
+    Promise.all(ps.map(function (p) { return getJSON(api('answer', p.query)); })).then(function (res) {
       var a = res[0].data.report, b = res[1].data.report;
       if (!a || !b) { box.innerHTML = '<p class="note">Both points need their exact answer to compare.</p>'; return; }
       var la = describe(ps[0].query, S.start).join(', ') || 'the starting point';
       var lb = describe(ps[1].query, S.start).join(', ') || 'the starting point';
       var rows = [];
-      function row(name, x, y, fmt, delta) {
+      function row(name, x, y, fmt, delta, part) {
         var dv = delta === false ? '' : (y - x === 0 ? '=' : (y > x ? '+' : '−') + fmt(Math.abs(y - x)));
-        rows.push('<tr><td>' + esc(name) + '</td><td class="num">' + esc(fmt(x)) + '</td><td class="num">' + esc(fmt(y)) +
+        rows.push('<tr' + (part ? ' data-part="' + esc(part) + '"' : '') + '><td>' + esc(name) + '</td><td class="num">' + esc(fmt(x)) + '</td><td class="num">' + esc(fmt(y)) +
           '</td><td class="num delta">' + esc(dv) + '</td></tr>');
       }
       describe(ps[1].query, ps[0].query).forEach(function (w) { rows.push('<tr><td colspan="4" class="note">B: ' + esc(w) + '</td></tr>'); });
       row('per-device peak', a.per_device_peak_bytes, b.per_device_peak_bytes, fmtBytes);
-      BREAKDOWN_ORDER.forEach(function (k) {
+      (schema().breakdown || []).map(function (x) { return x.key; }).forEach(function (k) {
         var x = (a.breakdown || {})[k], y = (b.breakdown || {})[k];
-        if (x || y) row('  ' + k, x || 0, y || 0, fmtBytes);
+        if (x || y) row('  ' + k, x || 0, y || 0, fmtBytes, undefined, k);
       });
-      rows.push('<tr><td>verdict</td><td class="num">' + esc((VERDICT[verdictOf(a)] || ['-'])[0]) + '</td><td class="num">' +
-        esc((VERDICT[verdictOf(b)] || ['-'])[0]) + '</td><td></td></tr>');
+      rows.push('<tr><td>verdict</td><td class="num">' + esc((verdictWords(verdictOf(a)) || ['-'])[0]) + '</td><td class="num">' +
+        esc((verdictWords(verdictOf(b)) || ['-'])[0]) + '</td><td></td></tr>');
       var sa = (a.step_time || {}).estimate_s, sb = (b.step_time || {}).estimate_s;
       if (sa && sb) row('step time (estimate)', sa, sb, fmtSeconds);
       box.innerHTML = '<table><thead><tr><th></th><th class="num">A: ' + esc(la) + '</th><th class="num">B: ' + esc(lb) +
@@ -948,7 +1138,7 @@
   function background(route, q, box, draw, pollName) {
     clearTimeout(S[pollName]);
     (function poll() {
-      getJSON('/api/' + route + '?' + qs(q)).then(function (res) {
+      getJSON(api(route, q)).then(function (res) {
         var d = res.data;
         if (!res.ok || d.status === 'error' || d.answer === 'error') {
           box.innerHTML = '<div class="errline">' + esc(d.error || 'failed') + '</div>';
@@ -1017,6 +1207,85 @@
     }, 'fitPoll');
   }
 
+  function runFitSeq() {
+    $('fit-seq-card').hidden = false;
+    $('fit-seq').innerHTML = '<p class="progress">searching: a few compiles fit memory\'s curve in the sequence, then the ' +
+      'boundary is proved…</p>';
+    background('fit_seq', Object.assign({}, S.query), $('fit-seq'), function (d) {
+      var f = d.fit_seq || d, t = f.max_seq, arg = f.arg || seqArg();
+      if (t === null || t === undefined || t === 0) {
+        $('fit-seq').innerHTML = '<p>' + esc(f.error || 'No sequence length fits at this batch on this card and mesh.') + '</p>';
+        return;
+      }
+      var warn = pastContext(t);
+      $('fit-seq').innerHTML = '<p>The longest ' + esc(arg) + ' that fits at this batch: <b id="fit-seq-answer" style="font-size:20px">' +
+        esc(Number(t).toLocaleString('en-US')) + '</b>' + (f.capped ? ' <span class="note">(the search\'s cap: longer may fit too)</span>' : '') +
+        '<br><span class="note">proved: it fits, and the next step up does not (steps of ' +
+        esc((f.search || {}).granule || '') + ' tokens).</span></p>' + (warn ? '<p class="warnline">' + esc(warn) + '</p>' : '') +
+        '<button class="btn primary" id="fit-seq-go">go to ' + esc(arg) + ' ' + esc(t) + '</button>';
+      $('fit-seq-go').addEventListener('click', function () { move('arg.' + arg, String(t), 0); });
+    }, 'fitSeqPoll');
+  }
+
+  // ----------------------------------------------------------------------------------- the model picker
+  function loadModels() {
+    getJSON(api('models')).then(function (res) { if (res.ok) { S.models = res.data; drawPicker(); } }).catch(function () {});
+  }
+  function drawPicker() {
+    var d = S.models || {}, cur = S.info ? S.info.model : '', listed = {};
+    function opt(path, label) {
+      listed[path] = true;
+      return '<option value="' + esc(path) + '"' + (path === cur ? ' selected' : '') + '>' + esc(label) + '</option>';
+    }
+    var found = (d.found || []).map(function (m) { return opt(m.path, m.path); }).join('');
+    var shipped = (d.shipped || []).map(function (m) { return opt(m.path, m.label + ' (shipped)'); }).join('');
+    $('model-pick').innerHTML = (listed[cur] ? '' : opt(cur, cur)) +
+      (found ? '<optgroup label="under the starting folder">' + found + '</optgroup>' : '') +
+      (shipped ? '<optgroup label="config.json files jaxmem ships">' + shipped + '</optgroup>' : '');
+    $('model-pick').value = cur;
+  }
+  // Another model, on the same server and workers: its controls replace these, its start is the new point.
+  function switchModel(path, point) {
+    if (!path || (S.info && path === S.info.model && !point)) return;
+    $('picker').classList.remove('bad');
+    $('picker').title = '';
+    $('answer').classList.add('stale');
+    $('status-lines').innerHTML = '<div class="progress" id="switching">opening ' + esc(path) + '…</div>';
+    getJSON(api('model', {path: path})).then(function (res) {
+      if (!res.ok) {
+        $('picker').classList.add('bad');
+        $('status-lines').innerHTML = '<div class="errline" id="model-error">' + esc(res.data.error || 'refused') + '</div>';
+        if (!S.info || !S.info.controls || !Object.keys(S.start || {}).length) {   // a link's model refused at load
+          getJSON(api('controls')).then(function (r) { if (r.ok) applyControls(r.data, {}); });
+        }
+        drawPicker();
+        return;
+      }
+      applyControls(res.data, point || {});
+    }).catch(function () { toast('the explorer is not answering'); });
+  }
+  function applyControls(data, point) {
+    S.generation = data.generation;
+    S.start = Object.assign({}, data.start || {});
+    S.query = Object.assign({}, S.start, point || {});
+    S.info = normalize(data);
+    if (S.firstModel === undefined) S.firstModel = data.model;
+    S.points = []; S.pins = []; S.predictions = {}; S.shown = null;
+    var name = data.model || '';
+    $('model').textContent = name.split('/').pop() || name;
+    $('source').textContent = name + ' — per-device memory of one training step, compiled for each point';
+    document.title = 'jaxmem · explore · ' + (name.split('/').pop() || name);
+    $('fit-seq-btn').hidden = !data.seq_arg;
+    ['fit-card', 'fit-seq-card', 'advise-card'].forEach(function (id) { $(id).hidden = true; });
+    renderControls();
+    drawPicker();
+    drawPoints();
+    drawCompare();
+    saveHash();
+    ask();
+    loadPoints();
+  }
+
   // ------------------------------------------------------------------------------------------ start
   function copyCommand() {
     var text = $('command').textContent;
@@ -1032,24 +1301,29 @@
     }
   }
   function boot() {
-    var fromHash = Object.fromEntries(new URLSearchParams(location.hash.replace(/^#/, '')));
-    getJSON('/api/controls').then(function (res) {
+    var h = readHash();
+    getJSON(api('controls')).then(function (res) {
       if (!res.ok) { $('controls').innerHTML = '<div class="errline">' + esc(res.data.error) + '</div>'; return; }
-      S.start = Object.assign({}, res.data.start || {});
-      S.query = Object.assign({}, S.start, fromHash);
-      S.info = normalize(res.data);
-      var name = res.data.model || '';
-      $('model').textContent = name.split('/').pop() || name;
-      $('source').textContent = name + ' — per-device memory of one training step, compiled for each point';
-      document.title = 'jaxmem · explore · ' + (name.split('/').pop() || name);
-      renderControls();
-      ask();
-      loadPoints();
+      if (h.model && h.model !== res.data.model) {   // a link to another model than the one the server shows
+        S.firstModel = res.data.model;
+        S.info = normalize(res.data);
+        switchModel(h.model, h.point);
+      } else applyControls(res.data, h.point);
+      loadModels();
       setInterval(loadPoints, 2500);
     }).catch(function () { setTimeout(boot, 1500); });
   }
   $('copy').addEventListener('click', copyCommand);
   $('advise-btn').addEventListener('click', runAdvise);
   $('fit-btn').addEventListener('click', runFit);
+  $('fit-seq-btn').addEventListener('click', runFitSeq);
+  $('picker').addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    var typed = $('model-path').value.trim();
+    switchModel(typed || $('model-pick').value);
+  });
+  $('model-pick').addEventListener('change', function () { $('model-path').value = ''; switchModel($('model-pick').value); });
+  $('details').addEventListener('toggle', function (ev) { if (ev.target.id === 'choices') S.choicesOpen = ev.target.open; }, true);
+  window.addEventListener('hashchange', onHashChange);
   boot();
 })();
