@@ -48,6 +48,12 @@ def test_a_cached_answer_equals_a_fresh_one_and_changes_miss(cache_dir, tmp_path
     # another option: a miss
     other = analyze_file(MLP, AnalyzeOptions(**{**opts.__dict__, "layout": "dp"}))
     assert other.timings["cache_hit"] == 0.0
+    # another memory limit for XLA (the run's pool: a memory fraction, or the platform allocator's 80% of the
+    # card): a miss, though the lowered program is the same; the same limit again: a hit
+    for seen, given in ((0.0, {"mem_fraction": 0.5}), (0.0, {"allocator": "platform"}), (1.0, {"mem_fraction": 0.5})):
+        r = analyze_file(MLP, AnalyzeOptions(**{**opts.__dict__, **given}))
+        assert r.timings["cache_hit"] == seen, given
+        assert r.target.xla_memory_base_bytes != fresh.target.xla_memory_base_bytes
     # a changed model file: a miss; a comment alone does not change the program
     changed = tmp_path / "mlp_small.py"
     shutil.copy(MLP, changed)
