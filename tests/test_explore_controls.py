@@ -59,7 +59,7 @@ def app(monkeypatch):
 
 
 def get(app, target: str):
-    status, body, ctype, _ = server.respond(app, target)
+    status, body, _, _ = server.respond(app, target)
     return status, json.loads(body)
 
 
