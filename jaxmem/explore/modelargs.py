@@ -152,12 +152,12 @@ def _file_args(path: Path) -> dict[str, Any]:
         for st in config.body:
             if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id not in named:
                 name = st.target.id
-                arg = _file_arg(name, ast.unparse(st.annotation), _literal(st.value), comments.get(st.lineno, ""),
-                                presets)
+                field = _file_arg(name, ast.unparse(st.annotation), _literal(st.value), comments.get(st.lineno, ""),
+                                  presets)
                 # a Config field's value is the preset's: its default is Config's only where a preset leaves it
-                arg["config_field"] = True
-                arg["by_preset"] = {p: kw[name] for p, kw in by_preset.items() if name in kw}
-                args.append(arg)
+                field["config_field"] = True
+                field["by_preset"] = {p: kw[name] for p, kw in by_preset.items() if name in kw}
+                args.append(field)
     return {"source": "model file", "args": args, "open": a.kwarg is not None and config is None,
             "context": None, "context_field": None}
 
@@ -175,7 +175,7 @@ def of(model: Any) -> dict[str, Any]:
     """The model's arguments: {"source", "args": [{name, kind (int, float, bool, text, choice, names), default,
     help, min, max, choices, context, divides, via}], "open" (a **kwargs no Config names), "context",
     "context_field"}; no arguments where the model cannot be read (its answer says why)."""
-    empty = {"source": None, "args": [], "open": False, "context": None, "context_field": None}
+    empty: dict[str, Any] = {"source": None, "args": [], "open": False, "context": None, "context_field": None}
     if not isinstance(model, (str, os.PathLike)):
         return empty
     p = Path(model)
