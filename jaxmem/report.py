@@ -291,7 +291,7 @@ WARNING_KINDS: dict[str, str] = {
     "remat_offloaded_nothing": "an offloading --remat policy moved no activation to host memory",
     "offload_not_placed": "--offload: XLA's host bytes differ from the offloaded state",
     "host_memory_exceeded": "pinned host memory per device exceeds the reference system's RAM per GPU",
-    "gathered_params_live": "all-gathered weights live at the peak",
+    "gathered_params_live": "all-gathered parameters of several layers live at the peak",
     "remat_saves_too_much": "a remat policy that still keeps most activations",
     "past_context": "the sequence is longer than the model's context (a config.json's max_position_embeddings)",
 }

@@ -28,7 +28,7 @@ from jaxmem.analysis.stages import Measured
 from jaxmem.compiler import compiled, runtime, schedule, steptime, targets, versions
 from jaxmem.program import finetune, layouts, sharding, splits, step, train_state, visible, workload
 from jaxmem.report import ReportWarning
-from jaxmem.xla import explain
+from jaxmem.xla import explain, gathered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +53,14 @@ def _batch_replicated(m: Measured) -> list[ReportWarning]:
     return visible.check_batch_replicated(m.built.constraints, [leaf for leaf in m.built.leaves
                                                                 if leaf.category == "batch"],
                                           m.planned.mesh_spec, m.opts.accum, m.built.names_used)
+
+
+def _model_kind(m: Measured) -> str:
+    """How the model is written, for advice that fits it: "step" (a custom step's own JAX code), "decoder" (a
+    config.json decoder jaxmem builds), "nnx" or "linen"."""
+    if m.wl.is_custom_step:
+        return "step"
+    return "decoder" if isinstance(m.wl.model, hf.Decoder) else "nnx" if step.is_nnx(m.wl) else "linen"
 
 
 def _io(m: Measured) -> int:
@@ -97,8 +105,9 @@ CHECKS: tuple[Check, ...] = (
     Check(("remat_offloaded_nothing",), lambda m: train_state.check_remat_offload(m.opts.remat, m.stats.host_temp)),
     Check(("offload_not_placed",), lambda m: train_state.check_offload_placed(m.state, m.stats.host_argument)),
     Check(("host_memory_exceeded",), lambda m: targets.check_host_memory(m.host, m.target.gpu)),
-    Check(("gathered_params_live", "remat_saves_too_much"),
-          lambda m: visible.audits_at_peak(m.ex.warnings, _batch_replicated(m)) if m.ex else []),
+    Check(("gathered_params_live",), lambda m: gathered.check_gathered_params(
+        m.ex.gathered_params, m.ex.peak_bytes, model=_model_kind(m), scanned=m.ex.scanned) if m.ex else []),
+    Check(("remat_saves_too_much",), lambda m: list(m.ex.warnings) if m.ex else []),
     Check(("past_context",), lambda m: hf.check_context(m.wl.model, _seq_len(m))),
 )
 

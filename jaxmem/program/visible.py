@@ -94,12 +94,3 @@ def fallback_text(rules) -> str:
     parts = [f"{'unannotated parameters of rank 2+' if only else 'any leaf not split yet'}: its largest dimension "
              f"{'x'.join(axes)} divides, over {'+'.join(axes)}" for axes, only in rules.fallback]
     return "; ".join(parts) + " (leaves under 64 KiB that nothing divides stay whole)"
-
-
-def audits_at_peak(warnings: Sequence[ReportWarning], batch_replicated: Sequence[ReportWarning]) -> list[ReportWarning]:
-    """explain's audits, gathered_params_live left out where the model's own constraints keep the batch
-    whole (batch_replicated names them): the collective buffers live at the peak are then those gathered
-    activations, not gathered parameters, and scanning the layers would not free them."""
-    if not batch_replicated:
-        return list(warnings)
-    return [w for w in warnings if w.kind != "gathered_params_live"]

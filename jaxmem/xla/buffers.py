@@ -61,6 +61,10 @@ class Buffer:
     computation: str = ""          # the HLO computation that defines it (a loop body, the entry...)
     collective: bool = False       # a collective's output, async forms and wrapped async ops included
     is_thread_local: bool = False
+    # a collective's: the flat argument index of the step's argument whose data it gathers or reduces
+    # (moved, cast, sliced; jaxmem.xla.provenance.Graph.argument), -1 where that data is computed
+    source_argument: int = -1
+    source_scanned: bool = False   # ... one iteration's slice of a stack a loop carries: a scanned layer's
 
     @property
     def argument_index(self) -> int:

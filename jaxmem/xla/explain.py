@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from jaxmem.report import BufferRow, ModuleRow, ReportWarning
 from jaxmem.xla.buffers import BufferAssignment
 from jaxmem.xla.categories import CATEGORIES
+from jaxmem.xla.gathered import GatheredParam, gathered_param
 from jaxmem.xla.opnames import primitive
 from jaxmem.xla.timeline import downsample, downsampled_index
 
@@ -37,6 +38,9 @@ class Explanation:
     # where the backward pass begins and where the optimizer update follows it (the first index after
     # its last allocation), on `timeline`; () when the program shows no backward pass
     phases: tuple[int, ...] = ()
+    # the all-gathered parameters live at the peak (gathered activations and reduced gradients are not)
+    gathered_params: tuple[GatheredParam, ...] = ()
+    scanned: bool = False   # the program gathers a scanned layer's parameters (gathered.GatheredParam.scanned)
 
 
 def leaf_module(path: str) -> str:
@@ -64,8 +68,11 @@ def explain(
     cats = dict.fromkeys(CATEGORIES, 0)
     rows: list[BufferRow] = []
     modules: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    gathered: list[GatheredParam] = []
     for b in live:
         cat = assignment.categorize(b, leaf_categories)
+        if cat == "collectives" and (g := gathered_param(b, leaf_categories, leaf_paths)) is not None:
+            gathered.append(g)
         cats[cat] = cats.get(cat, 0) + b.size
         path = b.module_path
         if cat in STATE and b.is_parameter:
@@ -96,9 +103,11 @@ def explain(
         timeline=downsample(assignment.timeline, TIMELINE_POINTS),
         peak_index=downsampled_index(assignment.peak_index, len(assignment.timeline), TIMELINE_POINTS),
         peak_bytes=int(assignment.peak_bytes),
-        warnings=tuple(audits(cats, rows, remat, int(assignment.peak_bytes))),
+        warnings=tuple(audits(cats, remat, int(assignment.peak_bytes))),
         pipeline={"activations_in_flight": in_flight, "transfers": transfer} if pipeline_iterations else {},
         phases=phases(assignment),
+        gathered_params=tuple(sorted(gathered, key=lambda g: -g.size)),
+        scanned=any(b.source_scanned and gathered_param(b, leaf_categories, leaf_paths) for b in assignment.buffers),
     )
 
 
@@ -112,19 +121,9 @@ def phases(assignment) -> tuple[int, ...]:
     return (downsampled_index(start, n, TIMELINE_POINTS), downsampled_index(min(end + 1, n - 1), n, TIMELINE_POINTS))
 
 
-def audits(cats: dict[str, int], rows: Sequence[BufferRow], remat: str, peak: int) -> list[ReportWarning]:
+def audits(cats: dict[str, int], remat: str, peak: int) -> list[ReportWarning]:
     """Patterns at the peak that have a known fix, each with its byte cost."""
     out = []
-    gathered = [r for r in rows if r.category == "collectives"]
-    gathered_bytes = sum(r.size for r in gathered)
-    # FSDP gathers one layer at a time; a tenth of the peak in gathered buffers means several at once.
-    if gathered and gathered_bytes > 0.10 * peak:
-        out.append(ReportWarning(
-            "gathered_params_live",
-            f"{len(gathered)} collective buffers (all-gathered weights or activations) are live at the peak; "
-            "gathered parameters kept alive across layers defeat FSDP: put the layers under nn.scan / a loop so "
-            "each layer's weights are gathered and freed in turn, or remat the layer",
-            gathered_bytes))
     acts = cats.get("activations", 0)
     if remat != "none" and acts > 0.4 * peak:
         out.append(ReportWarning(

@@ -162,6 +162,9 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
                                   [b.is_parameter or b.is_constant for b in buffers])
         buffers = [b if p == b.module_path else dataclasses.replace(b, module_path=p) for b, p in zip(buffers, paths,
                                                                                                        strict=True)]
+        # a collective's data, followed back to the argument it is (a gathered parameter) or -1 (computed)
+        buffers = [_with_source(b, graph, w) if b.collective and w[0] >= 0 else b
+                   for b, w in zip(buffers, where, strict=True)]
     backward_start, backward_end = timeline_mod.backward_span(buffers, kinds, who)
 
     peak_index = int(np.argmax(timeline))
@@ -176,6 +179,12 @@ def _assignment(buf: bytes, s: int, e: int, module: dict | None) -> BufferAssign
         module_name=module_name, owner=owner, traces=tuple(traces), owner_start=o_start, owner_end=o_end,
         backward_start=backward_start, backward_end=backward_end, param_shapes=param_shapes, xla_peak_bytes=xla_peak,
     )
+
+
+def _with_source(b: Buffer, graph: provenance.Graph, where: tuple[int, tuple[int, ...]]) -> Buffer:
+    """A collective's buffer with the argument its data is (provenance.Graph.argument)."""
+    argument, scanned = graph.argument(*where)
+    return dataclasses.replace(b, source_argument=argument, source_scanned=scanned)
 
 
 def _logical_buffers(buf: bytes, ba: dict) -> tuple[list[int], list[int], list[tuple[int, tuple[int, ...]]]]:

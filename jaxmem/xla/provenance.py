@@ -18,6 +18,11 @@ users, called computations, tuple indices) and gives such a buffer the module of
 
 A path found this way replaces the buffer's own only where it says more: empty, or a scope the found
 path lies under (``Decoder`` -> ``Decoder/layers/attn``); a value the model's code named stays named.
+
+A collective's data is followed back the same way to the step's argument it is (``Graph.argument``):
+an all-gathered parameter is that parameter moved, cast, sliced out of a scan's stack (a loop state its
+body passes on unchanged), or gathered; an all-gathered activation or batch is computed, or another
+argument -- what the gathered_params_live audit (jaxmem/xla/explain.py) tells apart.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ MOVES = frozenset({
     "reduce-scatter", "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
     "async-start", "async-update", "async-done",
 })
+_WITH_INDICES = frozenset({"dynamic-slice", "pad", "concatenate"})   # several operands, the data first
 _USER_DEPTH = 6   # how far users are followed from a value with no named source
 
 
@@ -72,6 +78,7 @@ class Graph:
     roots: dict[int, int]                                  # computation id -> root instruction id
     callers: dict[int, list[int]]                          # computation id -> instructions calling it
     users: dict[int, list[int]]                            # instruction -> its users (program order)
+    entry: int = -1                                        # the entry computation's id
     _memo: dict[tuple[int, tuple[int, ...]], str] = dataclasses.field(default_factory=dict)
 
     def path(self, iid: int, index: tuple[int, ...] = ()) -> str:
@@ -130,6 +137,75 @@ class Graph:
                 if got:
                     return got
         return ""
+
+    def argument(self, iid: int, index: tuple[int, ...] = ()) -> tuple[int, bool]:
+        """(the flat argument index of the entry parameter that the value `index` of instruction `iid` holds
+        -- moved, cast, sliced, gathered, carried unchanged through a loop -- or -1 where it is computed
+        (from an argument or not); whether it is a scanned layer's: one iteration's dynamic slice of a stack
+        a loop carries). A collective's own buffer: what it gathers or reduces."""
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        sliced = scanned = False
+        while (iid, index) not in seen:
+            seen.add((iid, index))
+            n = self.nodes.get(iid)
+            if n is None:
+                return -1, scanned
+            step = self._argument_step(n, index)
+            if isinstance(step, int):
+                return step, scanned
+            sliced = sliced or n.opcode == "dynamic-slice"
+            scanned = scanned or (sliced and n.opcode == "parameter" and any(
+                self.nodes[c].opcode == "while" for c in self.callers.get(n.computation, ())))
+            iid, index = step
+        return -1, scanned
+
+    def _argument_step(self, n: Node, index: tuple[int, ...]) -> int | tuple[int, tuple[int, ...]]:
+        """One step of `argument`: the answer (an int), or the (instruction, index) that holds the same data."""
+        op = n.opcode
+        if op == "parameter":
+            if n.computation == self.entry:   # a tupled entry parameter's element: the flat argument index
+                return index[0] if index else n.parameter_number
+            return self._into_parameter(n, index)
+        if op == "get-tuple-element" and n.operands:
+            return n.operands[0], (n.tuple_index, *index)
+        if op == "tuple":
+            return (n.operands[index[0]], index[1:]) if index and index[0] < len(n.operands) else -1
+        if op == "fusion" and n.called and n.called[0] in self.roots:
+            return self.roots[n.called[0]], index
+        if op == "while" and n.called:
+            body = self._body(n)
+            return (self.roots[body], index) if body in self.roots else -1
+        if not n.operands or not (op in opnames.COLLECTIVES or op in opnames.ASYNC or op in MOVES):
+            return -1
+        if op.endswith("-done") or op == "async-update":   # the value its -start holds, element for element
+            return n.operands[0], index
+        # a combined collective's element i is its operand i's (a -start's output: (operands, results, ...))
+        if len(n.operands) > 1 and index and op not in _WITH_INDICES:
+            return (n.operands[index[-1]], ()) if index[-1] < len(n.operands) else -1
+        return n.operands[0], (index if op in ("copy", "optimization-barrier") else ())
+
+    def _into_parameter(self, n: Node, index: tuple[int, ...]) -> int | tuple[int, tuple[int, ...]]:
+        """A called computation's parameter: the caller's operand (a fusion's, an async wrapper's), or a loop
+        state element its body passes on unchanged (a scan's stacked weights), the loop's input there."""
+        for caller in self.callers.get(n.computation, ()):
+            c = self.nodes[caller]
+            if c.opcode == "while" and index and c.operands and n.computation == self._body(c):
+                root = self.nodes.get(self.roots.get(n.computation, -1))
+                passed = root is not None and root.opcode == "tuple" and index[0] < len(root.operands) and \
+                    self._is_element(root.operands[index[0]], n, index[0])
+                return (c.operands[0], index) if passed else -1
+            if c.opcode != "while" and n.parameter_number < len(c.operands):
+                return c.operands[n.parameter_number], index
+        return -1
+
+    def _is_element(self, iid: int, param: Node, i: int) -> bool:
+        """Instruction `iid` is element `i` of the loop body's parameter `param` (got, perhaps copied)."""
+        node = self.nodes.get(iid)
+        while node is not None and node.opcode in ("copy", "bitcast", "optimization-barrier") and node.operands:
+            node = self.nodes.get(node.operands[0])
+        if node is None or node.opcode != "get-tuple-element" or node.tuple_index != i or not node.operands:
+            return False
+        return self.nodes.get(node.operands[0]) is param
 
     def _body(self, n: Node) -> int:
         """A while loop's body: of its two computations, the one returning the loop's tuple (the
@@ -192,7 +268,7 @@ def read_graph(buf: bytes, module: dict) -> Graph:
                 callers[c].append(iid)
             for o in operands:
                 users[o].append(iid)
-    return Graph(nodes, roots, dict(callers), dict(users))
+    return Graph(nodes, roots, dict(callers), dict(users), wire.integer(module.get(6), -1))
 
 
 def refine(paths: Sequence[str], where: Sequence[tuple[int, tuple[int, ...]]], graph: Graph,
