@@ -29,7 +29,8 @@ CONFIG = "tests/fixtures/hf/llama"   # a tiny config.json: max_position_embeddin
 INSIDE = """
 var W = window.innerWidth, out = [];
 document.querySelectorAll('input, select, button, .stepper, label, #peak, #verdict, #state, #facts span, ' +
-  '#legend span, #steptime b, #details *, .pt, #command, .btn, td, th, .hint, .warnline, .errline').forEach(function (el) {
+  '#legend span, #steptime b, #details *, .pt, #command, .btn, td, th, .hint, .warnline, .errline'
+).forEach(function (el) {
   var r = el.getBoundingClientRect();
   if (r.width === 0 || r.height === 0) return;
   if (r.left < -0.5 || r.right > W + 0.5) out.push((el.id || el.className || el.tagName) + ' at ' + Math.round(r.left) +
@@ -129,6 +130,12 @@ def _answer(d) -> str:
     return d.execute_script("return document.getElementById('answer').dataset.answer || ''")
 
 
+def _exact_with(d, text: str) -> bool:
+    """The answer on screen is exact and its command holds `text` (read in one go: a move updates both at once)."""
+    return d.execute_script("var a = document.getElementById('answer'); return a.dataset.answer === 'exact' && "
+                            "document.getElementById('command').textContent.indexOf(arguments[0]) >= 0", text)
+
+
 def _open(d, url: str, fragment: str = "") -> None:
     d.get(url + fragment)
     _wait(d, lambda d: _answer(d) == "exact", "the first exact answer")
@@ -173,7 +180,6 @@ def test_the_labels_lead_with_what_tells_the_cards_apart(url, browser):
 
 
 def test_a_cards_prediction_turns_exact_when_its_exact_answer_lands(url, browser):
-    from selenium.webdriver.common.by import By
 
     d = browser
     _open(d, url)
@@ -187,16 +193,17 @@ def test_a_cards_prediction_turns_exact_when_its_exact_answer_lands(url, browser
       }).observe(document.getElementById('strip'), {childList: true, subtree: true, attributes: true});""")
     _type(d, "batch", "12")
     card = '#strip .pt[data-key*="--batch 12 "]'
-    _wait(d, lambda d: _answer(d) == "exact" and "--batch 12 " in (d.find_element(By.ID, "answer").get_attribute(
-        "data-key") or "") + " ", "batch 12's exact answer")
+    _wait(d, lambda d: _exact_with(d, "--batch 12 "), "batch 12's exact answer")
     seen = d.execute_script("return window.cardSeen")
     assert any("a-predicted" in c for c in seen), seen          # the card said predicted while it was
-    el = d.find_element(By.CSS_SELECTOR, card)
-    state = d.execute_script("var S = window.jaxmemExplore.state; return [S.points.map(function (p) { return "
-                             "[p.answer, p.key]; }), S.history.slice(-4), S.generation]")
-    assert "a-exact" in el.get_attribute("class"), state        # and exact as soon as the exact landed
-    assert "predicted" not in el.find_element(By.CSS_SELECTOR, ".meta").text
-    assert el.find_element(By.CSS_SELECTOR, ".pk").text.endswith(d.find_element(By.ID, "peak").text)
+    # the card as it stands, read at once (the strip is redrawn as the points list is polled)
+    cls, meta, pk, shown, state = d.execute_script(
+        "var el = document.querySelector(arguments[0]), S = window.jaxmemExplore.state;"
+        "return [el.className, el.querySelector('.meta').textContent, el.querySelector('.pk').textContent,"
+        " document.getElementById('peak').textContent, [S.points.map(function (p) { return [p.answer, p.key]; }),"
+        " S.history.slice(-4)]]", card)
+    assert "a-exact" in cls, state                               # exact as soon as the exact landed
+    assert "predicted" not in meta and pk.endswith(shown)
 
 
 def test_the_fragment_is_live_both_ways(url, browser):
@@ -205,8 +212,7 @@ def test_the_fragment_is_live_both_ways(url, browser):
     d = browser
     _open(d, url)
     d.execute_script("location.hash = '#batch=16'")   # a link's fragment, changed on an open page
-    _wait(d, lambda d: _answer(d) == "exact" and "--batch 16 " in d.find_element(By.ID, "command").text,
-          "the page moved to the fragment's point")
+    _wait(d, lambda d: _exact_with(d, "--batch 16 "), "the page moved to the fragment's point")
     assert d.find_element(By.CSS_SELECTOR, '.ctl[data-name="batch"] input').get_attribute("value") == "16"
     d.find_element(By.CSS_SELECTOR, '.ctl[data-name="remat"] select').send_keys("full")
     _wait(d, lambda d: "remat=full" in d.execute_script("return location.hash"), "the move written to the fragment")
@@ -214,8 +220,7 @@ def test_the_fragment_is_live_both_ways(url, browser):
     kept = d.current_url
     d.get("about:blank")
     d.get(kept)                                                   # the link reopens the same point
-    _wait(d, lambda d: _answer(d) == "exact" and "--remat full" in d.find_element(By.ID, "command").text,
-          "the link's point, exact")
+    _wait(d, lambda d: _exact_with(d, "--remat full"), "the link's point, exact")
     assert "--batch 16 " in d.find_element(By.ID, "command").text
 
 
@@ -248,7 +253,7 @@ def test_the_model_picker_switches_without_a_restart_and_warns_past_the_context(
     path.clear()
     path.send_keys(CONFIG)
     d.find_element(By.ID, "model-go").click()
-    _wait(d, lambda d: _answer(d) == "exact" and CONFIG in d.find_element(By.ID, "command").text, "the config's answer")
+    _wait(d, lambda d: _exact_with(d, f"analyze {CONFIG} "), "the config's answer")
     names = {e.get_attribute("data-name") for e in d.find_elements(By.CSS_SELECTOR, "#controls .ctl")}
     assert {"arg.seq_len", "arg.vocab_tiles", "arg.attention", "arg.scan"} <= names
     assert "arg.preset" not in names
@@ -256,11 +261,9 @@ def test_the_model_picker_switches_without_a_restart_and_warns_past_the_context(
     _type(d, "arg.seq_len", "1024")
     _wait(d, lambda d: d.find_element(By.ID, "seq-context-warning").is_displayed(), "the context warning")
     assert "max_position_embeddings is 512" in d.find_element(By.ID, "seq-context-warning").text
-    _wait(d, lambda d: _answer(d) == "exact" and "seq_len=1024" in d.find_element(By.ID, "command").text,
-          "the exact answer at 1024")
+    _wait(d, lambda d: _exact_with(d, "seq_len=1024"), "the exact answer at 1024")
     assert d.find_elements(By.CSS_SELECTOR, '#warnings li[data-kind="past_context"]')   # the report's own warning
     d.find_element(By.ID, "model-path").clear()
     d.find_element(By.ID, "model-path").send_keys("models/llama.py")
     d.find_element(By.ID, "model-go").click()
-    _wait(d, lambda d: _answer(d) == "exact" and "models/llama.py" in d.find_element(By.ID, "command").text,
-          "back on the starting model")
+    _wait(d, lambda d: _exact_with(d, "analyze models/llama.py "), "back on the starting model")
