@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from conftest import MODELS, ROOT
 
 from jaxmem import hf, report
+from jaxmem.errors import UserError
 from jaxmem.explore import modelargs, models, query, server
 from jaxmem.explore.points import Explorer
 from jaxmem.plan import sweep
@@ -199,3 +200,25 @@ def test_analyze_of_a_config_past_its_context_warns_in_the_report(monkeypatch):
     assert out.exit_code == 0, out.output
     kinds = [w["kind"] for w in json.loads(out.output)["warnings"]]
     assert "past_context" in kinds
+
+
+class _BrokenPool(_Pool):
+    """A pool whose outcomes cannot be read: the scheduler's pool raises."""
+
+    def next(self, timeout=None):
+        raise OSError("the worker's pipe closed")
+
+
+def test_a_scheduler_that_fails_answers_every_waiter_with_why_and_never_hangs(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    ex = Explorer(LLAMA, START, jobs=1, seq_arg="seq_len", make_pool=lambda n, executor, address: _BrokenPool())
+    try:
+        p = ex.wait(ex.ask(START), timeout=60)
+        assert p.status == "error" and "scheduler stopped: OSError: the worker's pipe closed" in p.error
+        assert ex.crashed == p.error
+        side = ex.runner()
+        with pytest.raises((RuntimeError, UserError), match=r"scheduler stopped|moved to another model"):
+            side.submit("x", START)
+            side.next(timeout=60)
+    finally:
+        ex.close()

@@ -96,6 +96,7 @@ class Explorer:
         self._durations: list[float] = []
         self._model_digest = model_digest(model)
         self._stopping = False
+        self.crashed: str | None = None   # why the scheduler stopped on its own (_run), None while it runs
         self._thread = threading.Thread(target=self._run, name="jaxmem-explore-scheduler", daemon=True)
         self._thread.start()
 
@@ -291,6 +292,22 @@ class Explorer:
         return None
 
     def _run(self) -> None:
+        """The scheduler. Should it fail (a pool that raises), every point not yet answered becomes an error
+        naming why, and every waiter wakes: a dead scheduler never leaves a request waiting on it."""
+        try:
+            self._schedule()
+        except Exception as e:  # noqa: BLE001 -- reported on every unanswered point, never a silent hang
+            self._crash(f"the explorer's scheduler stopped: {type(e).__name__}: {e}")
+
+    def _crash(self, why: str) -> None:
+        with self._lock:
+            self.crashed, self._stopping = why, True
+            for p in self.points.values():
+                if p.status not in ("exact", "error"):
+                    p.status, p.error = "error", why
+            self._lock.notify_all()
+
+    def _schedule(self) -> None:
         while True:
             with self._lock:
                 while not self._stopping and len(self._inflight) < self.jobs:
@@ -458,7 +475,7 @@ class _SideRunner:
                 if not self._boxes:
                     return None
                 if self.ex._stopping:
-                    raise RuntimeError("the explorer stopped")
+                    raise RuntimeError(self.ex.crashed or "the explorer stopped")
                 left = 1.0 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     return None
