@@ -77,3 +77,19 @@ def test_vocab_tiles_that_do_not_divide_the_sequence_is_a_user_error_naming_a_di
         hf.build_workload(arch, LLAMA, seq_len=128, vocab_tiles=0)
     with pytest.raises(UserError, match=r"--arg attention='flash'; expected one of 'auto', 'xla', 'cudnn'"):
         hf.build_workload(arch, LLAMA, seq_len=128, attention="flash")
+
+
+@pytest.mark.parametrize(("family", "change", "culprit"), [
+    ("llama", {}, "an odd sequence length (31)"),
+    ("llama", {"head_dim": 12}, "head_dim 12"),
+    ("gemma2", {}, "attention logit softcapping"),
+    ("llama", {"attn_dropout": 0.1}, "attention dropout 0.1"),
+])
+def test_an_explicit_cudnn_attention_it_cannot_run_is_refused_before_any_trace(family, change, culprit):
+    arch = dataclasses.replace(hf.load_arch(pathlib.Path(__file__).parent / "fixtures" / "hf" / family / "config.json"),
+                               **change)
+    seq = 31 if "odd" in culprit else 32
+    with pytest.raises(UserError, match=re.escape(f"--arg attention=cudnn with {culprit}")) as e:
+        hf.build_workload(arch, batch_size=2, seq_len=seq, attention="cudnn")
+    assert "--arg attention=auto" in str(e.value) and "--arg attention=xla" in str(e.value)
+    hf.build_workload(arch, batch_size=2, seq_len=seq, attention="auto")   # auto picks what can run, as before

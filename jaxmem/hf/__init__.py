@@ -27,7 +27,7 @@ import optax
 import jaxmem
 from jaxmem.errors import UserError
 from jaxmem.hf.config import SUPPORTED, Arch, checkpoint_dtype, config_file, parse, read
-from jaxmem.hf.model import CHECKPOINT_NAMES, NUMERICS, Decoder, Opts
+from jaxmem.hf.model import CHECKPOINT_NAMES, CUDNN_HEAD_DIM, NUMERICS, Decoder, Opts
 from jaxmem.program import sizes
 from jaxmem.report import ReportWarning
 
@@ -122,6 +122,8 @@ def build_workload(arch: Arch, path: Path | str = "<config>", *, batch_size: int
         raise UserError(f"{where}: --arg scan=false with {arch.n_layers:,} layers: the Python loop traces and "
                         f"compiles each layer on its own, and jaxmem unrolls at most {MAX_UNROLLED_LAYERS:,}; "
                         "drop --arg scan=false (the layers under nn.scan compile once)")
+    if opts.attention == "cudnn":   # what jax's cuDNN attention refuses, said before any trace
+        _check_cudnn(arch, t, where)
     if arch.positions == "learned" and arch.max_positions < t:
         raise UserError(f"{where}: --arg seq_len={t} is longer than the model's {arch.max_positions} learned "
                         "positions (n_positions)")
@@ -214,3 +216,22 @@ def with_config(report, config: dict[str, Any] | None):
     """`report` with its `hf_config` set from :func:`info_if_config` (as it is for a model file)."""
 
     return report if config is None else dataclasses.replace(report, hf_config=config)
+
+
+def _check_cudnn(arch, seq_len: int, where: str) -> None:
+    """--arg attention=cudnn where jax's cuDNN attention cannot run this model: one message naming the limit and
+    the fix (auto's rule, jaxmem.hf.model.attention_choice, picks xla for these on its own)."""
+    why = None
+    if seq_len % 2:
+        why = f"an odd sequence length ({seq_len}): jax's cuDNN attention refuses it in training"
+    elif arch.head_dim % 8 or arch.head_dim > CUDNN_HEAD_DIM:
+        why = f"head_dim {arch.head_dim}: jax's cuDNN attention takes a multiple of 8 up to {CUDNN_HEAD_DIM}"
+    elif arch.attn_softcap:
+        why = "attention logit softcapping, which jax's cuDNN attention does not have"
+    elif arch.attn_dropout:
+        why = f"attention dropout {arch.attn_dropout}, which jax's cuDNN attention does not take"
+    if why:
+        raise UserError(f"{where}: --arg attention=cudnn with {why}; use --arg attention=auto (cuDNN where it "
+                        "can run, else xla) or --arg attention=xla" + (", or an even --arg seq_len" if seq_len % 2
+                                                                      else ""))
+
