@@ -198,7 +198,11 @@ def test_advise_returns_its_ranked_plans(mlp):
     d = advice.to_json()
     assert d["schema"] == "jaxmem.advise/2" and d["candidates"][0]["per_device_peak_bytes"] == plan.peak
     assert d["candidates"][0]["command"].startswith("jaxmem analyze 'workload()' ")
-    assert "FITS" in advice._repr_html_()
+    html = advice._repr_html_()
+    assert "FITS" in html
+    # the lists `jaxmem advise` prints, titled alike: the step as given, then the plans that fit on its GPU
+    assert "<h3>the step as given</h3>" in html and "<h3>plans that fit on the 1 GPU as given" in html
+    assert "more GPUs" not in html and "do not fit" not in html   # no such plans: no such list
 
 
 def _loop_workload():

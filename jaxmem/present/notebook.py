@@ -130,31 +130,41 @@ def rows_html(cells) -> str:
 
 
 def advice_html(a) -> str:
-    """advise's plans: the step as given, then every compiled change (fitting ones first, highest throughput
-    per device first, tied rows sharing a rank)."""
+    """advise's plans as `jaxmem advise` lists them: the step as given, then the plans that fit on the GPUs as
+    given, those that fit only with more GPUs, and the compiled plans that do not fit -- each list titled, each
+    fitting plan's command as it runs (a memory fraction set in front of it, as the training's environment does)."""
     uid = _uid(a.to_json())
     ranks = a.ranks()
-    rows = []
-    for c in (a.original, *a.candidates):
+    head = ('<tr><th class="num">rank</th><th>plan</th><th>verdict</th><th class="num">peak</th>'
+            '<th class="num">headroom</th><th class="num">per device</th><th class="num">step (est.)</th>'
+            '<th class="num">vs as given</th><th>command</th></tr>')
+
+    def row(c) -> str:
         rel, tp, rank = a.relative(c), c.throughput, ranks.get(id(c))
-        env = "".join(f"<br>export {e(k)}={e(v)}" for k, v in c.environment.items())
-        rows.append(f'<tr><td class="num">{"-" if rank is None else rank}</td><td>{e(c.label)}</td>'
-                    f'<td>{_verdict_cell(c.report) if c.report else e(c.status)}</td>'
-                    f'<td class="num">{e(fmt_bytes(c.peak))}</td><td class="num">{e(fmt_bytes(c.headroom))}</td>'
-                    f'<td class="num">{"-" if tp is None else e(f"{tp[0]:,.0f} {tp[1]}")}</td>'
-                    f'<td class="num">{e(fmt_seconds(c.step_s))}</td>'
-                    f'<td class="num">{"-" if rel is None else f"{rel:.2f}x"}</td>'
-                    f'<td class="mono cmd">{e(c.command(a.path)) + env if c.report else e(c.error)}</td></tr>')
+        return (f'<tr><td class="num">{"-" if rank is None else rank}</td><td>{e(c.label)}</td>'
+                f'<td>{_verdict_cell(c.report) if c.report else e(c.status)}</td>'
+                f'<td class="num">{e(fmt_bytes(c.peak))}</td><td class="num">{e(fmt_bytes(c.headroom))}</td>'
+                f'<td class="num">{"-" if tp is None else e(f"{tp[0]:,.0f} {tp[1]}")}</td>'
+                f'<td class="num">{e(fmt_seconds(c.step_s))}</td>'
+                f'<td class="num">{"-" if rel is None else f"{rel:.2f}x"}</td>'
+                f'<td class="mono cmd">{e(c.command(a.path)) if c.report else e(c.error)}</td></tr>')
+
+    t = a.original.report.target
+    gpus = f"{t.devices} GPU" + ("s" if t.devices != 1 else "")
+    lists = (([a.original], "the step as given"),
+             (a.fitting_here, f"plans that fit on the {gpus} as given, highest throughput per device first"),
+             (a.fitting_more, "plans that fit only with more GPUs (each names the GPUs it needs), highest "
+                              "throughput per device first"),
+             (sorted(a.not_fitting, key=lambda c: c.peak or 0), "compiled plans that do not fit (smallest peak "
+                                                                "first)"))
+    tables = "".join(f'<h3>{e(title)}</h3><table><thead>{head}</thead><tbody>{"".join(map(row, rows))}</tbody>'
+                     "</table>" for rows, title in lists if rows)
     verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched and (a.fitting or not a.original.fits) else
                f"fits as given; {len(a.compiled)} change(s) compiled, none fits" if a.searched else
                "fits as given (all=True searches anyway)")
-    body = (f'<section class="card"><h2>{e(a.path)}: {e(verdict)}</h2>'
-            '<table><thead><tr><th class="num">rank</th><th>plan</th><th>verdict</th><th class="num">peak</th>'
-            '<th class="num">headroom</th><th class="num">per device</th><th class="num">step (est.)</th>'
-            '<th class="num">vs as given</th><th>command</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>'
-            f'<p class="note">{a.compiles} compile(s), {a.cached} from the cache; advice.to_json(): what '
-            '<code>jaxmem advise --json</code> prints.</p></section>')
+    body = (f'<section class="card"><h2>{e(a.path)}: {e(verdict)}</h2>{tables}'
+            f'<p class="note">{a.compiles} compile(s), {a.cached} from the cache; {e(a.progress)}. advice.to_json(): '
+            'what <code>jaxmem advise --json</code> prints.</p></section>')
     return _wrap(uid, body)
 
 
