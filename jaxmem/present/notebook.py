@@ -151,12 +151,11 @@ def advice_html(a) -> str:
 
     t = a.original.report.target
     gpus = f"{t.devices} GPU" + ("s" if t.devices != 1 else "")
+    more = "plans that fit only with more GPUs (each names the GPUs it needs), highest throughput per device first"
     lists = (([a.original], "the step as given"),
              (a.fitting_here, f"plans that fit on the {gpus} as given, highest throughput per device first"),
-             (a.fitting_more, "plans that fit only with more GPUs (each names the GPUs it needs), highest "
-                              "throughput per device first"),
-             (sorted(a.not_fitting, key=lambda c: c.peak or 0), "compiled plans that do not fit (smallest peak "
-                                                                "first)"))
+             (a.fitting_more, more),
+             (sorted(a.not_fitting, key=lambda c: c.peak or 0), "compiled plans that do not fit (smallest peak first)"))
     tables = "".join(f'<h3>{e(title)}</h3><table><thead>{head}</thead><tbody>{"".join(map(row, rows))}</tbody>'
                      "</table>" for rows, title in lists if rows)
     verdict = (f"{len(a.fitting)} plan(s) fit" if a.searched and (a.fitting or not a.original.fits) else
