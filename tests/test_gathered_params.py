@@ -46,10 +46,11 @@ def test_an_nnx_loop_is_told_nnx_scan_and_nnx_remat_never_nn_scan():
 
 
 def test_the_scan_a_loop_is_told_to_use_gathers_one_layer_at_a_time_and_lowers_the_peak():
-    # with the same checkpoint on each layer, the loop keeps every layer's gathered weights; the scan one
+    # the same checkpoint on each layer: the scan gathers one layer's weights per iteration and peaks lower than
+    # the loop (which, on jax 0.10.2-0.12, still keeps every layer's gathered weights: 0.9.0's XLA frees them)
     loop = _analyze("linen_loop", args={"batch_size": 64}, remat="full", remat_at="^Layer$")
     scan = _analyze("linen_scan", args={"batch_size": 64}, remat="full", remat_at="^Layer$")
-    assert _gathered(loop) and not _gathered(scan)
+    assert not _gathered(scan)
     assert scan.xla["peak_memory"] < loop.xla["peak_memory"]
 
 

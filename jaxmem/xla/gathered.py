@@ -2,8 +2,8 @@
 
 Under FSDP each layer's weights are all-gathered before it runs and freed after; one layer's gathered
 weights live at a time is FSDP working. Weights of several layers gathered at once -- kept for the
-backward pass, or gathered ahead of use -- are memory a scan of the layers frees (a checkpoint alone does
-not: ``_fix``). Only a
+backward pass, or gathered ahead of use -- are memory a scan of the layers frees (a checkpoint alone, on
+some jax versions only: ``_fix``). Only a
 collective of a parameter's own data counts (its argument found through the program's graph:
 jaxmem.xla.provenance.Graph.argument): a gathered activation, the batch, a reduced gradient never does.
 
@@ -91,9 +91,11 @@ def check_gathered_params(gathered: Sequence[GatheredParam], peak: int, *, model
 
 def _fix(model: str, scanned: bool) -> str:
     """gathered_params_live's advice, in the model's own terms: a scan is never advised where there is one,
-    nor nn.scan to an NNX model or a plain-JAX step. A checkpoint alone does not free the gathered weights of
-    a Python loop's layers (tests/fixtures/gathered_layers.py at batch 64: 8 MiB gathered at the peak with
-    and without --remat full --remat-at Layer; 1 MiB, one layer's, under a scan), so it is not advised alone."""
+    nor nn.scan to an NNX model or a plain-JAX step. A scan with the layer checkpointed inside it is what frees
+    a loop's gathered weights on every jax in the range; a checkpoint alone frees them on some only
+    (tests/fixtures/gathered_layers.py at batch 64 with --remat full --remat-at Layer: 8 MiB still gathered at
+    the peak on jax 0.10.2, peak 14.13 MB, none on 0.9.0, 12.98 MB; under the scan one layer's 1 MiB, 12.09 and
+    9.87 MB), so it is not advised alone."""
     if scanned:
         return (f"the layers already run under {_SCANNED[model]}, one layer's weights gathered per iteration; "
                 "neither a scan nor a checkpoint of the layers frees the weights of modules outside it, gathered "
