@@ -106,7 +106,7 @@ def test_two_mesh_changes_contradict():
 def _cand(devices, step_s):
     rep = SimpleNamespace(fits=True, headroom_bytes=0, per_device_peak_bytes=1, target=SimpleNamespace(devices=devices),
                           step_time={"available": True, "estimate_s": step_s})
-    return advise.Candidate((("x", devices, step_s),), AnalyzeOptions(), rep)
+    return advise.Candidate((("x", devices, step_s),), AnalyzeOptions(), rep, adds_gpus=max(devices - 8, 0))
 
 
 def test_plans_on_the_gpus_as_given_rank_before_faster_plans_on_more():
