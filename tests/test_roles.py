@@ -176,14 +176,17 @@ def workload():
 def test_a_tensor_axis_idle_because_no_rule_knows_the_weights_names_lists_them_and_points_to_rules(tmp_path):
     f = tmp_path / "named.py"
     f.write_text(NAMED_ELSEWISE)
+    # names no rule maps are the user's to map: refused, naming them, unless replication is accepted
+    r = invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp", "--no-explain")
+    assert r.exit_code == 2 and "d_ff" in r.output and "d_model" in r.output and "--unmapped replicate" in r.output
     d = json.loads(invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp",
-                          "--no-explain", "--json").output)
+                          "--unmapped", "replicate", "--no-explain", "--json").output)
     (w,) = [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
     assert "no rule maps the weights' logical names (d_ff, d_model) to it" in w["message"]
     assert "--rules" in w["message"] and "none has a dimension it divides" not in w["message"]
     # with a rule for its names the axis splits the weights, and the warning is gone
     rules = tmp_path / "rules.json"
-    rules.write_text('[["d_ff", "tensor"]]')
+    rules.write_text('[["d_ff", "tensor"], ["d_model", null]]')
     d = json.loads(invoke("analyze", str(f), "--gpu", "h100", "--mesh", "data=4,tensor=2", "--layout", "fsdp_tp",
                           "--rules", str(rules), "--no-explain", "--json").output)
     assert not [w for w in d["warnings"] if w["kind"] == "axis_splits_nothing"]
