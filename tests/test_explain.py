@@ -50,3 +50,10 @@ def test_remat_audit_fires_when_activations_dominate():
     w = explain.audits({"activations": 80}, "dots_saveable", 100)
     assert w and w[0].kind == "remat_saves_too_much" and w[0].bytes == 80
     assert not explain.audits({"activations": 80}, "none", 100)
+    assert "try --remat full" in w[0].message
+
+
+def test_remat_audit_never_advises_the_remat_already_given():
+    (w,) = explain.audits({"activations": 80}, "full", 100)
+    assert w.kind == "remat_saves_too_much" and "try --remat full" not in w.message
+    assert "outside the checkpointed layers" in w.message and "--remat-at" in w.message

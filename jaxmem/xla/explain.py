@@ -126,11 +126,15 @@ def audits(cats: dict[str, int], remat: str, peak: int) -> list[ReportWarning]:
     out = []
     acts = cats.get("activations", 0)
     if remat != "none" and acts > 0.4 * peak:
+        # under --remat full the policy saves nothing it could drop: never advise the flag already given
+        fix = ("what --remat full leaves is outside the checkpointed layers (or in layers it does not reach: "
+               "--remat-at BLOCK names them); gradient accumulation (--accum) or a smaller batch saves less"
+               if remat == "full" else "the policy saves more than it should; try --remat full (saves only layer "
+               "inputs)")
         out.append(ReportWarning(
             "remat_saves_too_much",
             f"with --remat {remat}, {acts / peak:.0%} of the peak is still activations saved for the backward "
-            "pass: the policy saves more than it should; try --remat full (saves only layer inputs)",
-            acts))
+            f"pass: {fix}", acts))
     return out
 
 
