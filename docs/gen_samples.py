@@ -64,7 +64,7 @@ SAMPLES = (
            excerpt=(r"^runtime per device", r"^largest buffers")),
     Sample("runtime-tight", "docs/runtime.md",
            "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
-           "--mem-fraction 0.97", excerpt=(r"^ TIGHT ", r"^XLA compiled this step")),
+           "--mem-fraction 0.97", excerpt=(r"^ TIGHT ", r"^XLA held this step")),
     Sample("runtime-tight-warning", "docs/runtime.md",
            "jaxmem analyze models/llama.py --arg preset=tiny --arg batch_size=16 --mesh data=4,model=2 --layout fsdp_tp "
            "--mem-fraction 0.97", excerpt=(r"^warning \[verdict_tight\]", r"^largest buffers")),
