@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 from jaxmem.report import Report
@@ -17,3 +18,18 @@ MLP_MODEL = str(ROOT / "models" / "mlp.py")   # the shipped MLP model file (pres
 def golden_report(name: str = "mlp-data8-fsdp", version: str = "0.10.2") -> Report:
     """The golden report `name` written under jax `version` (the docs' reference leg by default)."""
     return Report.from_json(json.loads((GOLDEN / f"jax-{version}" / f"{name}.json").read_text()))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (children, their children ...), read from /proc."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out |= {int(d)} | descendants(int(d))
+    return out

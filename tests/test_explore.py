@@ -20,6 +20,7 @@ import urllib.parse
 import pytest
 from click.testing import CliRunner
 from conftest import MODELS, ROOT
+from helpers import descendants
 
 from jaxmem.explore import controls, predict, query
 from jaxmem.program.options import AnalyzeOptions
@@ -401,19 +402,6 @@ def test_advise_and_fit_start_in_the_background_and_say_so(srv):
 
 # ------------------------------------------------------------------------------ the command
 
-def _children(pid: int) -> set[int]:
-    out = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                out |= {int(d)} | _children(int(d))
-    return out
-
 
 def _alive(pid: int) -> bool:
     try:
@@ -437,7 +425,7 @@ def test_explore_serves_on_loopback_and_stops_cleanly_on_ctrl_c(tmp_path):
         conn.request("GET", f"/api/answer?wait=exact&token={token}")
         assert json.loads(conn.getresponse().read())["answer"] == "exact"
         conn.close()
-        kids = _children(p.pid)
+        kids = descendants(p.pid)
         assert kids   # the worker (and its compile child)
         assert [d for d in os.listdir(tmp_path) if d.startswith("jaxmem-run-")]
         p.send_signal(signal.SIGINT)

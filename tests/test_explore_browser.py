@@ -12,21 +12,14 @@ import json
 import os
 import re
 import shlex
-import shutil
-import signal
-import subprocess
-import sys
-import threading
 import urllib.request
 
 import pytest
+from browser import WAIT_S, chromium, explore
 from conftest import ROOT
 
 from jaxmem.units import fmt_bytes, fmt_seconds
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-DRIVER = shutil.which("chromedriver")
-WAIT_S = 180          # an upper bound for a loaded machine, never a timing being tested
 START = ["models/llama.py", "--arg", "preset=tiny", "--batch", "8", "--gpu", "h100"]
 
 
@@ -40,53 +33,14 @@ def env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def url(env):
     """`jaxmem explore --no-browser` on a free port, as a person starts it; stopped with ^C (SIGINT)."""
-    proc = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", "explore", *START, "--no-browser", "--jobs", "2"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found: list[str] = []
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read():   # the URL it prints; the rest is kept for a failure's message
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", line)
-            if m and not found:
-                found.append(m.group(0))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(WAIT_S)
-    try:
-        assert found, f"jaxmem explore printed no URL:\n{''.join(lines)}"
-        yield found[0]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with explore(START, env) as u:
+        yield u
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and DRIVER):
-        pytest.skip("Chromium and chromedriver are not installed (Debian: apt-get install chromium chromium-driver; "
-                    ".ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1440,1200"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
+    with chromium("--window-size=1440,1200") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _get(url: str) -> dict:

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import functools
 import http.server
-import shutil
 import threading
 import time
 
 import pytest
+from browser import chromium
 from conftest import MODELS
 from test_explore_server import START, InstantPool
 
 from jaxmem.explore import server
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-DRIVER = shutil.which("chromedriver")
 WAIT_S = 120   # an upper bound for a loaded machine, never a timing being tested
 
 HOSTILE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>hostile</title></head><body>
@@ -55,21 +53,8 @@ Promise.all(tries).then(r => { window.results = r; setTimeout(() => { document.t
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and DRIVER):
-        pytest.skip("Chromium and chromedriver are not installed (Debian: apt-get install chromium chromium-driver; "
-                    ".ci/run installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_a_page_from_another_origin_cannot_drive_the_explorer(browser, tmp_path, monkeypatch):

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
-import threading
 import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import ROOT
-from test_explore_browser import CHROMIUM, DRIVER, WAIT_S
+from browser import WAIT_S, chromium, explore
 
 START = ["models/llama.py", "--arg", "preset=tiny", "--batch", "8", "--gpu", "h100"]
 CONFIG = "tests/fixtures/hf/llama"   # a tiny config.json: max_position_embeddings 512
@@ -72,52 +66,14 @@ def _get(url: str) -> dict:
 def url(tmp_path_factory):
     """`jaxmem explore --no-browser` in the checkout (the picker's starting folder), a compile cache of its own."""
     env = {**os.environ, "JAXMEM_CACHE": str(tmp_path_factory.mktemp("page-cache")), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "jaxmem.cli", "explore", *START, "--no-browser", "--jobs", "2"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found: list[str] = []
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read():
-        for line in proc.stdout:  # type: ignore[union-attr]
-            lines.append(line)
-            m = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)
-            if m and not found:
-                found.append(m.group(0))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(WAIT_S)
-    try:
-        assert found, f"jaxmem explore printed no URL:\n{''.join(lines)}"
-        yield found[0]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with explore(START, env, url=r"http://127\.0\.0\.1:\d+/\S*") as u:
+        yield u
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (CHROMIUM and DRIVER):
-        pytest.skip("Chromium and chromedriver are not installed (Debian: apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1440,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
+    with chromium("--window-size=1440,1000") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _wait(d, cond, what: str):

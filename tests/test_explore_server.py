@@ -23,6 +23,7 @@ import urllib.parse
 import pytest
 from click.testing import CliRunner
 from conftest import MODELS, ROOT
+from helpers import descendants
 
 from jaxmem.explore import guard, points, server
 from jaxmem.plan import sweep
@@ -368,19 +369,6 @@ def test_jaxmem_explore_args_must_be_a_dict_of_command_line_values(args):
 
 # ------------------------------------------------------------------------------ the command's lifecycle
 
-def _descendants(pid: int) -> set[int]:
-    out = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == pid:
-                out |= {int(d)} | _descendants(int(d))
-    return out
-
 
 def _cmdline(pid: int) -> str:
     try:
@@ -409,9 +397,9 @@ def test_after_sigterm_no_compile_child_outlives_the_server(tmp_path):
         deadline = time.monotonic() + 300
         compiling: set[int] = set()
         while not compiling and time.monotonic() < deadline:   # the starting point's compile child
-            compiling = {k for k in _descendants(p.pid) if "jaxmem.compiler.early_stop" in _cmdline(k)}
+            compiling = {k for k in descendants(p.pid) if "jaxmem.compiler.early_stop" in _cmdline(k)}
             time.sleep(0.05)
-        workers = {k for k in _descendants(p.pid) if "_worker_main" in _cmdline(k)}
+        workers = {k for k in descendants(p.pid) if "_worker_main" in _cmdline(k)}
         assert compiling and workers
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == 128 + signal.SIGTERM
