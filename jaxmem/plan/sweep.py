@@ -41,6 +41,7 @@ from jaxmem.errors import UserError
 from jaxmem.pipeline import analyze_model
 from jaxmem.plan import ray_start
 from jaxmem.program import layouts
+from jaxmem.stop import helper as stop_helper
 
 if TYPE_CHECKING:  # imported lazily at run time: no jax in this module
     from jaxmem.program.options import AnalyzeOptions
@@ -401,6 +402,9 @@ class RayPool:
             self._ray.cancel(ref, force=True)
         self._refs = {}
         if self._owns:
+            # Ray's shutdown of the cluster it started waits on its workers (C++, seconds): the stop helper is told,
+            # so that an interrupt's grace covers it rather than ending jaxmem with SIGKILL halfway through
+            stop_helper.tell(b"cleanup")
             self._ray.shutdown()
             ray_start.remove(self._temp_dir)
 

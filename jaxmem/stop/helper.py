@@ -33,7 +33,9 @@ def remove():
         time.sleep(0.05)
 
 deadline, signum, fds, buf, phase, phase_at, raised, importing = None, 0, [0, wake], b"", "", "", False, False
+cleaning = False
 IMPORT_S = 10.0
+CLEANUP_S = 20.0  # a known slow teardown (a local Ray cluster's shutdown waits on its workers in C++)
 waited = 0.0
 
 def load_factor():
@@ -52,7 +54,7 @@ while True:
             remove()
             sys.exit(0)
         buf += data
-        while b"\n" in buf:  # lines: "phase <what jaxmem is doing>", "raised", "done", "linger"
+        while b"\n" in buf:  # lines: "phase <what jaxmem is doing>", "raised", "done", "linger", "deferred", "cleanup"
             line, buf = buf.split(b"\n", 1)
             if line == b"done":
                 sys.exit(0)
@@ -67,12 +69,17 @@ while True:
                 if deadline is not None:
                     extra = IMPORT_S * load_factor()
                     deadline, waited = deadline + extra, waited + extra
+            if line == b"cleanup" and not cleaning:  # jaxmem is tearing down what it started: seconds, not a hang
+                cleaning = True
+                if deadline is not None:
+                    extra = CLEANUP_S * load_factor()
+                    deadline, waited = deadline + extra, waited + extra
     if wake in ready:
         b = os.read(wake, 1)
         if not b:
             fds.remove(wake)
         elif deadline is None:
-            waited = (grace + (IMPORT_S if importing else 0)) * load_factor()
+            waited = (grace + (IMPORT_S if importing else 0) + (CLEANUP_S if cleaning else 0)) * load_factor()
             signum, deadline, phase_at = b[0], time.monotonic() + waited, phase
     if deadline is not None and time.monotonic() >= deadline:  # stuck in C++: end it, then clean up
         try:
@@ -80,7 +87,8 @@ while True:
         except ValueError:
             name = str(signum)
         remove()
-        why = ("the interrupt was raised, but code on its way caught it or was slow to unwind" if raised else
+        why = ("its cleanup (a local Ray cluster's shutdown) did not end" if cleaning else
+               "the interrupt was raised, but code on its way caught it or was slow to unwind" if raised else
                "it was initializing an extension module, where jaxmem holds an interrupt until that is done"
                if importing
                else "it did not return to Python: C code such as an XLA compile holds it until done")
