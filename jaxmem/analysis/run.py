@@ -60,10 +60,7 @@ def admit(model, opts: AnalyzeOptions, workloads: dict | None = None) -> None:
         if workloads is not None:
             workloads[key] = (wl, source)
     with running_user_code(source):
-        mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
-        sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
-        step.plan(wl.checked(source), opts.step_options(), mesh_spec)
-        stages._check_target(opts, stages.make_target(opts, mesh_spec.size))
+        stages.plan_and_check(wl.checked(source), opts)
 
 
 def as_on_target(opts: AnalyzeOptions):

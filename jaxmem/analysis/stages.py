@@ -114,13 +114,21 @@ class Measured:
 
 def prepare(wl: Workload, opts: AnalyzeOptions, source: str, t_start: float) -> Prepared:
     """Every check that needs no device, the step planned, then the target (jax's backend) made."""
+    with scratch.phase("planning the step and starting jax's backend for the target"):
+        mesh_spec, planned, target = plan_and_check(wl, opts)
+    return Prepared(wl, opts, source, t_start, mesh_spec, planned, target)
+
+
+def plan_and_check(wl: Workload, opts: AnalyzeOptions) -> tuple[layouts.MeshSpec, Any, targets.Target]:
+    """(mesh, plan, target): every refusal analyze makes before it traces, in its order -- the mesh, the plan's
+    checks (before devices exist), the target's. analyze's prepare and the explorer's admission (run.admit) both
+    run it, so a value one refuses the other refuses in the same words."""
     mesh_spec = layouts.parse_mesh(opts.mesh, opts.axis_roles)
     sizes.check_mesh_devices(mesh_spec.size, cpu=opts.on_cpu)
-    planned = step.plan(wl, opts.step_options(), mesh_spec)   # every check, before devices exist
-    with scratch.phase("starting jax's backend for the target"):
-        target = make_target(opts, mesh_spec.size)
+    planned = step.plan(wl, opts.step_options(), mesh_spec)
+    target = make_target(opts, mesh_spec.size)
     _check_target(opts, target)
-    return Prepared(wl, opts, source, t_start, mesh_spec, planned, target)
+    return mesh_spec, planned, target
 
 
 def make_target(opts: AnalyzeOptions, n_devices: int) -> targets.Target:
