@@ -97,6 +97,15 @@ def _open(d, url: str, fragment: str = "") -> None:
     _wait(d, lambda d: _answer(d) == "exact", "the first exact answer")
 
 
+def _settled_cards(d, url: str) -> int:
+    """The strip's card count once it shows every point the server was asked (it loads them after an answer)."""
+    from selenium.webdriver.common.by import By
+
+    n = len(_get(_token_url(url, "api/points")))
+    _wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#strip .pt")) == n, f"the strip's {n} cards")
+    return n
+
+
 def _type(d, name: str, text: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -185,13 +194,14 @@ def test_a_refused_value_shows_the_400_and_no_number_or_card(url, browser):
 
     d = browser
     _open(d, url)
-    cards = len(d.find_elements(By.CSS_SELECTOR, "#strip .pt"))
+    cards = _settled_cards(d, url)   # the strip is drawn after the exact answer, from its own request
     _type(d, "batch", "-1")
     _wait(d, lambda d: _answer(d) == "refused", "the refusal")
     assert "the global batch must be at least 1" in d.find_element(By.ID, "error").text
     assert not d.find_element(By.ID, "peak").is_displayed()      # no number of another point as if it were this one's
     hist = d.execute_script("return window.jaxmemExplore.state.history")
     assert hist[-1]["answer"] == "refused" and not [h for h in hist if h["key"] and "--batch -1" in h["key"]]
+    assert len(_get(_token_url(url, "api/points"))) == cards   # the server asked nothing for the refused value
     assert len(d.find_elements(By.CSS_SELECTOR, "#strip .pt")) == cards
 
 
