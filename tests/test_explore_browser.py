@@ -20,6 +20,8 @@ from conftest import ROOT
 
 from jaxmem.units import fmt_bytes, fmt_seconds
 
+pytestmark = pytest.mark.once   # the page and the server's HTTP, the same under every jax (.ci/run)
+
 START = ["models/llama.py", "--arg", "preset=tiny", "--batch", "8", "--gpu", "h100"]
 
 

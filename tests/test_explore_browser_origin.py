@@ -24,6 +24,8 @@ from test_explore_server import START, InstantPool
 
 from jaxmem.explore import server
 
+pytestmark = pytest.mark.once   # the page and the server's HTTP, the same under every jax (.ci/run)
+
 WAIT_S = 120   # an upper bound for a loaded machine, never a timing being tested
 
 HOSTILE = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>hostile</title></head><body>

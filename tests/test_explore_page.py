@@ -16,6 +16,8 @@ import urllib.request
 import pytest
 from browser import WAIT_S, chromium, explore
 
+pytestmark = pytest.mark.once   # the page and the server's HTTP, the same under every jax (.ci/run)
+
 START = ["models/llama.py", "--arg", "preset=tiny", "--batch", "8", "--gpu", "h100"]
 CONFIG = "tests/fixtures/hf/llama"   # a tiny config.json: max_position_embeddings 512
 

@@ -13,9 +13,13 @@ import probe_cases as pc
 
 
 TESTED = [p for p in pc.PROBES if not p.bench_only]
+# The classes whose handling does not depend on the jax version (a cache file's bytes, an input's size, where a
+# write lands): .ci/run's lowest leg leaves them to the newest and reference legs
+ONCE = {"tampered cache", "forged cache (second uid)", "safe writes", "bounded inputs"}
 
 
-@pytest.mark.parametrize("probe", TESTED, ids=[p.id for p in TESTED])
+@pytest.mark.parametrize("probe", [pytest.param(p, marks=pytest.mark.once) if p.cls in ONCE else p for p in TESTED],
+                         ids=[p.id for p in TESTED])
 def test_probe(probe, tmp_path):
     tmp, scratch = tmp_path / "files", tmp_path / "scratch"
     tmp.mkdir()
