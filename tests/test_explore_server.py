@@ -446,6 +446,7 @@ def test_a_local_rays_folder_is_short_whatever_tmpdir_is_and_a_failed_start_is_t
                 os.path.getmtime(os.path.join("/tmp", d)) > time.time() - 5 and not os.listdir(os.path.join("/tmp", d))]
 
 
+@pytest.mark.once   # Ray's socket paths under TMPDIR: the same under every jax (.ci/run)
 def test_compare_and_explore_run_on_ray_under_a_100_character_tmpdir(tmp_path):
     pytest.importorskip("ray")
     env = {**os.environ, "TMPDIR": _long_tmpdir(tmp_path), "RAY_ADDRESS": ""}
