@@ -119,3 +119,25 @@ def test_a_big_vision_vit_is_split_by_big_visions_rule_without_being_told_and_th
         r.breakdown["optimizer_state"]
     assert len(leaves) > 20 and all(set(x) >= {"path", "category", "shape", "dtype", "spec", "device_bytes"}
                                     for x in leaves)
+
+
+CUSTOM = ROOT / "tests" / "fixtures" / "custom_constraints.py"
+
+
+@pytest.mark.slow
+def test_a_hand_written_steps_constraints_are_traced_under_the_mesh_and_the_rules_as_a_model_files_are():
+    """Workload(step=...) had been traced with no mesh and no rules: a bare PartitionSpec constraint (plain JAX
+    under jax.set_mesh) failed to trace, a logical name was dropped without a word, an unmapped one accepted."""
+    def peak(constraint, **kw):
+        return jaxmem.analyze(CUSTOM, mesh="data=8", gpu="h100", model_args={"constraint": constraint}, **kw)
+
+    bare, whole, logical = peak("bare"), peak("bare_whole"), peak("logical")
+    assert bare.per_device_peak_bytes == logical.per_device_peak_bytes < whole.per_device_peak_bytes
+    assert "batch_replicated" in [w.kind for w in whole.warnings] and not bare.warnings
+    (row,) = logical.choices["logical_rules"]
+    assert (row["name"], row["mesh_axes"], row["source"]) == ("act_batch", ["data"], "default")
+    assert "big_vision/train.py" in row["convention"] and "custom_constraints.py:17" in row["used_at"][0]
+    run = CliRunner().invoke(cli.main, ["analyze", str(CUSTOM), "--arg", "constraint=unmapped", "--mesh", "data=8",
+                                        "--gpu", "h100"])
+    assert run.exit_code == 2 and "my_rows: used at tests/fixtures/custom_constraints.py:18" in run.output
+    assert peak("unmapped", unmapped="replicate").per_device_peak_bytes == whole.per_device_peak_bytes

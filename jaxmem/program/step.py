@@ -414,8 +414,15 @@ def _build_custom(p: StepPlan, mesh) -> BuiltStep:
 
     donated = wl.donate and opts.donate
     notes = [] if donated else ["state not donated (Workload(donate=False) or --no-donate)"]
+    # Traced as a model file's step is, as the user's run traces it: under the mesh (a bare PartitionSpec
+    # constraint resolves to it, jax.devices() answers the target's) and the logical-axis rules, every name
+    # its constraints use recorded, stated in the report and refused where no rule maps it
+    used: dict[str, list[str]] = {}
+    check = functools.partial(rules_mod.check_unmapped, used, rules, mesh_spec, opts.unmapped)
     return BuiltStep(step, (a_state, a_batch), (0,) if donated else (), leaves, issues, mesh, donated, notes,
-                     None, calls=log, changed=changes(wl, opts))
+                     None, trace_context=functools.partial(sharding.step_tracing, mesh,
+                                                           sharding.activation_rules(rules), used, check),
+                     names_used=used, calls=log, changed=changes(wl, opts))
 
 
 def check_donation(built: BuiltStep, copied_bytes: int) -> list[ReportWarning]:
