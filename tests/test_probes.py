@@ -14,7 +14,7 @@ import probe_cases as pc
 
 TESTED = [p for p in pc.PROBES if not p.bench_only]
 # The classes whose handling does not depend on the jax version (a cache file's bytes, an input's size, where a
-# write lands): .ci/run's lowest leg leaves them to the newest and reference legs
+# write lands): .ci/run's lowest leg leaves them to the newest leg
 ONCE = {"tampered cache", "forged cache (second uid)", "safe writes", "bounded inputs"}
 
 
