@@ -191,6 +191,33 @@ def test_the_fragment_is_live_both_ways(url, browser):
     assert "--batch 16 " in d.find_element(By.ID, "command").text
 
 
+CARD = """var k = arguments[0], card = Array.prototype.find.call(document.querySelectorAll('#strip .pt'),
+  function (el) { return el.dataset.key === k; });"""   # the strip's card of the point whose key is the argument
+
+
+def test_a_link_reopens_the_pinned_points_and_their_comparison(url, browser):
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    _open(d, url)
+    keys = [_get(_token_url(url, "api/answer", batch=b, wait="exact"))["key"] for b in (8, 16)]
+    for k in keys:   # pinned by hand, on their cards
+        _wait(d, lambda d: d.execute_script(CARD + "return !!card;", k), f"the card of {k}")
+        d.execute_script(CARD + "card.querySelector('.pin').click();", k)
+    _wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#compare table"), "the comparison")
+    fragment = d.execute_script("return location.hash")
+    assert fragment.count("pin=") == 2 and "pin=batch%3D16" in fragment, fragment   # the start (batch 8) is pin=
+    table = d.find_element(By.CSS_SELECTOR, "#compare table").text
+    kept = d.current_url
+    d.get("about:blank")
+    d.get(kept)                                                   # the link: the same point and the same comparison
+    _wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#compare table"), "the link's comparison")
+    assert d.find_element(By.CSS_SELECTOR, "#compare table").text == table
+    assert d.execute_script("return window.jaxmemExplore.state.pins") == keys
+    assert sorted(e.get_attribute("data-key") for e in d.find_elements(By.CSS_SELECTOR, "#strip .pt.pinned")) == \
+        sorted(keys)
+
+
 def test_a_refused_value_shows_the_400_and_no_number_or_card(url, browser):
     from selenium.webdriver.common.by import By
 

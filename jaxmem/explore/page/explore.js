@@ -86,7 +86,8 @@
     predictions: {},     // key -> the predicted report shown for it (to say how far it was when the exact lands)
     history: [],         // [{key, answer, at}] every answer the page received, oldest first (tests read it)
     points: [],
-    pins: [],
+    pins: [],            // the keys of the (at most two) points pinned to compare
+    pinQueries: {},      // key -> that point's query (the fragment carries them)
     changed: null,       // the control last moved (a 400 names it)
     timer: null, poll: null, polls: 0, pollSeq: 0, advisePoll: null, fitPoll: null
   };
@@ -642,28 +643,72 @@
     clearTimeout(S.timer);
     ask();
   }
-  // The address's fragment is the point on screen (what differs from the start) and, once the page has switched
-  // models, the model: kept on every move (replaceState: no hashchange), read on load and on every hashchange.
-  function saveHash() {
+  // The address's fragment is the point on screen (what differs from the start), the points pinned to compare
+  // (`pin=`, each what differs from the start, in the fragment's own form) and, once the page has switched
+  // models, the model: kept on every move (replaceState: no hashchange), read on load and on every hashchange,
+  // so a link reopens the same points and the same comparison.
+  function fromStart(q) {
     var diff = {};
-    Object.keys(S.query).forEach(function (k) {
-      if (String(S.query[k]) !== String(S.start[k] === undefined ? '' : S.start[k])) diff[k] = S.query[k];
+    Object.keys(q).forEach(function (k) {
+      if (String(q[k]) !== String(S.start[k] === undefined ? '' : S.start[k])) diff[k] = q[k];
     });
-    var h = qs(diff);
+    return diff;
+  }
+  function pinWords() {
+    return S.pins.filter(function (k) { return S.pinQueries[k]; }).map(function (k) { return qs(fromStart(S.pinQueries[k])); });
+  }
+  function saveHash() {
+    var h = qs(fromStart(S.query));
+    var pins = pinWords().map(function (w) { return qs({pin: w}); }).join('&');
+    if (pins) h = h ? h + '&' + pins : pins;
     if (S.info && S.firstModel !== undefined && S.info.model !== S.firstModel) h = qs({model: S.info.model}) + (h ? '&' + h : '');
     history.replaceState(null, '', location.pathname + location.search + (h ? '#' + h : ''));
   }
   function readHash() {
-    var params = new URLSearchParams(location.hash.replace(/^#/, '')), point = {}, model = null;
-    params.forEach(function (v, k) { if (k === 'model') model = v; else point[k] = v; });
-    return {model: model, point: point};
+    var params = new URLSearchParams(location.hash.replace(/^#/, '')), point = {}, model = null, pins = [];
+    params.forEach(function (v, k) {
+      if (k === 'model') model = v;
+      else if (k === 'pin') pins.push(v);
+      else point[k] = v;
+    });
+    return {model: model, point: point, pins: pins.slice(-2)};
   }
   function onHashChange() {
     var h = readHash();
-    if (h.model && S.info && h.model !== S.info.model) { switchModel(h.model, h.point); return; }
+    if (h.model && S.info && h.model !== S.info.model) { switchModel(h.model, h.point, h.pins); return; }
+    if (h.pins.join('\n') !== pinWords().join('\n')) restorePins(h.pins);
     var q = Object.assign({}, S.start, h.point);
     if (qs(q) === qs(S.query)) return;
     goTo(q);
+  }
+  // A link's pinned points: each asked for its exact answer (a compile where the server has none), then pinned
+  // and compared as if pinned by hand. A pin the server refuses is dropped with the refusal in a toast.
+  function restorePins(words) {
+    var gen = S.generation, mine = S.pinSeq = (S.pinSeq || 0) + 1;
+    S.pins = []; S.pinQueries = {};
+    drawCompare();
+    if (!words.length) { saveHash(); return; }
+    $('compare').innerHTML = '<p class="note" id="pins-loading">opening the link\'s ' + words.length + ' pinned point' +
+      (words.length > 1 ? 's' : '') + '…</p>';
+    Promise.all(words.map(function (w) {
+      var point = {};
+      new URLSearchParams(w).forEach(function (v, k) { point[k] = v; });
+      var q = Object.assign({}, S.start, point);
+      return getJSON(api('answer', q, {wait: 'exact'})).then(function (res) {
+        if (!res.ok) { toast('a pinned point was refused: ' + (res.data.error || res.status)); return null; }
+        return {key: res.data.key, query: q};
+      }, function () { return null; });
+    })).then(function (got) {
+      if (mine !== S.pinSeq || gen !== S.generation) return;   // a newer link or another model since
+      got.forEach(function (g) { if (g && S.pins.indexOf(g.key) < 0) { S.pins.push(g.key); S.pinQueries[g.key] = g.query; } });
+      return getJSON(api('points')).then(function (res) {
+        if (mine !== S.pinSeq || gen !== S.generation) return;
+        if (res.ok && Array.isArray(res.data)) S.points = res.data;
+        drawPoints();
+        drawCompare();
+        saveHash();
+      });
+    }).catch(function () {});
   }
 
   function ask() {
@@ -1062,11 +1107,16 @@
     });
   }
   function pin(key) {
-    var i = S.pins.indexOf(key);
-    if (i >= 0) S.pins.splice(i, 1);
-    else { S.pins.push(key); if (S.pins.length > 2) S.pins.shift(); }
+    var i = S.pins.indexOf(key), p = S.points.find(function (x) { return x.key === key; });
+    if (i >= 0) { S.pins.splice(i, 1); delete S.pinQueries[key]; }
+    else {
+      S.pins.push(key);
+      if (p && p.query) S.pinQueries[key] = p.query;
+      if (S.pins.length > 2) delete S.pinQueries[S.pins.shift()];
+    }
     drawPoints();
     drawCompare();
+    saveHash();
   }
   function drawCompare() {
     var box = $('compare');
@@ -1245,7 +1295,7 @@
     $('model-pick').value = cur;
   }
   // Another model, on the same server and workers: its controls replace these, its start is the new point.
-  function switchModel(path, point) {
+  function switchModel(path, point, pins) {
     if (!path || (S.info && path === S.info.model && !point)) return;
     $('picker').classList.remove('bad');
     $('picker').title = '';
@@ -1261,16 +1311,16 @@
         drawPicker();
         return;
       }
-      applyControls(res.data, point || {});
+      applyControls(res.data, point || {}, pins);
     }).catch(function () { toast('the explorer is not answering'); });
   }
-  function applyControls(data, point) {
+  function applyControls(data, point, pins) {
     S.generation = data.generation;
     S.start = Object.assign({}, data.start || {});
     S.query = Object.assign({}, S.start, point || {});
     S.info = normalize(data);
     if (S.firstModel === undefined) S.firstModel = data.model;
-    S.points = []; S.pins = []; S.predictions = {}; S.shown = null;
+    S.points = []; S.pins = []; S.pinQueries = {}; S.predictions = {}; S.shown = null;
     var name = data.model || '';
     $('model').textContent = name.split('/').pop() || name;
     $('source').textContent = name + ' — per-device memory of one training step, compiled for each point';
@@ -1284,6 +1334,7 @@
     saveHash();
     ask();
     loadPoints();
+    if (pins && pins.length) restorePins(pins);
   }
 
   // ------------------------------------------------------------------------------------------ start
@@ -1307,8 +1358,8 @@
       if (h.model && h.model !== res.data.model) {   // a link to another model than the one the server shows
         S.firstModel = res.data.model;
         S.info = normalize(res.data);
-        switchModel(h.model, h.point);
-      } else applyControls(res.data, h.point);
+        switchModel(h.model, h.point, h.pins);
+      } else applyControls(res.data, h.point, h.pins);
       loadModels();
       setInterval(loadPoints, 2500);
     }).catch(function () { setTimeout(boot, 1500); });
