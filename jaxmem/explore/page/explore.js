@@ -86,8 +86,7 @@
     predictions: {},     // key -> the predicted report shown for it (to say how far it was when the exact lands)
     history: [],         // [{key, answer, at}] every answer the page received, oldest first (tests read it)
     points: [],
-    pins: [],            // the keys of the (at most two) points pinned to compare
-    pinQueries: {},      // key -> that point's query (the fragment carries them)
+    pins: [],            // the keys of the (at most two) points pinned to compare (the fragment carries their queries)
     changed: null,       // the control last moved (a 400 names it)
     timer: null, poll: null, polls: 0, pollSeq: 0, advisePoll: null, fitPoll: null
   };
@@ -654,8 +653,9 @@
     });
     return diff;
   }
-  function pinWords() {
-    return S.pins.filter(function (k) { return S.pinQueries[k]; }).map(function (k) { return qs(fromStart(S.pinQueries[k])); });
+  function pinWords() {   // a pinned point is one the server was asked, so it is in S.points
+    return S.pins.map(function (k) { return S.points.find(function (p) { return p.key === k; }); })
+      .filter(function (p) { return p && p.query; }).map(function (p) { return qs(fromStart(p.query)); });
   }
   function saveHash() {
     var h = qs(fromStart(S.query));
@@ -685,7 +685,7 @@
   // and compared as if pinned by hand. A pin the server refuses is dropped with the refusal in a toast.
   function restorePins(words) {
     var gen = S.generation, mine = S.pinSeq = (S.pinSeq || 0) + 1;
-    S.pins = []; S.pinQueries = {};
+    S.pins = [];
     drawCompare();
     if (!words.length) { saveHash(); return; }
     $('compare').innerHTML = '<p class="note" id="pins-loading">opening the link\'s ' + words.length + ' pinned point' +
@@ -696,11 +696,11 @@
       var q = Object.assign({}, S.start, point);
       return getJSON(api('answer', q, {wait: 'exact'})).then(function (res) {
         if (!res.ok) { toast('a pinned point was refused: ' + (res.data.error || res.status)); return null; }
-        return {key: res.data.key, query: q};
+        return res.data.key;
       }, function () { return null; });
     })).then(function (got) {
       if (mine !== S.pinSeq || gen !== S.generation) return;   // a newer link or another model since
-      got.forEach(function (g) { if (g && S.pins.indexOf(g.key) < 0) { S.pins.push(g.key); S.pinQueries[g.key] = g.query; } });
+      got.forEach(function (key) { if (key && S.pins.indexOf(key) < 0) S.pins.push(key); });
       return getJSON(api('points')).then(function (res) {
         if (mine !== S.pinSeq || gen !== S.generation) return;
         if (res.ok && Array.isArray(res.data)) S.points = res.data;
@@ -708,7 +708,7 @@
         drawCompare();
         saveHash();
       });
-    }).catch(function () {});
+    }).catch(function () { toast('the explorer is not answering'); });
   }
 
   function ask() {
@@ -1107,13 +1107,9 @@
     });
   }
   function pin(key) {
-    var i = S.pins.indexOf(key), p = S.points.find(function (x) { return x.key === key; });
-    if (i >= 0) { S.pins.splice(i, 1); delete S.pinQueries[key]; }
-    else {
-      S.pins.push(key);
-      if (p && p.query) S.pinQueries[key] = p.query;
-      if (S.pins.length > 2) delete S.pinQueries[S.pins.shift()];
-    }
+    var i = S.pins.indexOf(key);
+    if (i >= 0) S.pins.splice(i, 1);
+    else { S.pins.push(key); if (S.pins.length > 2) S.pins.shift(); }
     drawPoints();
     drawCompare();
     saveHash();
@@ -1320,7 +1316,7 @@
     S.query = Object.assign({}, S.start, point || {});
     S.info = normalize(data);
     if (S.firstModel === undefined) S.firstModel = data.model;
-    S.points = []; S.pins = []; S.pinQueries = {}; S.predictions = {}; S.shown = null;
+    S.points = []; S.pins = []; S.predictions = {}; S.shown = null;
     var name = data.model || '';
     $('model').textContent = name.split('/').pop() || name;
     $('source').textContent = name + ' — per-device memory of one training step, compiled for each point';
